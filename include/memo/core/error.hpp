@@ -1,0 +1,89 @@
+// memo/core/error.hpp
+//
+// One exception type for the whole library.
+//
+// Every failure that reaches a user is a `memo::error`: bad input (a trace
+// line that does not parse, a capacity below the lower bound), an infeasible
+// request (a host budget too small even for alpha = 0), or a status code from
+// a library memo calls (CUDA, NCCL, MPI, lp_solve). The error carries the
+// message, the source location of the check that raised it and, for foreign
+// status codes, the code and the name of the library it came from, so a
+// caller can both print it and act on it.
+//
+// Library code never calls exit() or abort(); it throws this.
+#pragma once
+
+#include <optional>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace memo {
+
+class error : public std::runtime_error {
+ public:
+  /// An error raised by memo itself.
+  explicit error(std::string message,
+                 std::source_location where = std::source_location::current())
+      : std::runtime_error(format(message, where, {}, {})),
+        message_(std::move(message)),
+        where_(where) {}
+
+  /// An error carrying a status code of a foreign library ("cuda", "nccl",
+  /// "mpi", "lp_solve"), raised where that library was called.
+  error(std::string message, std::string_view domain, long status,
+        std::source_location where = std::source_location::current())
+      : std::runtime_error(format(message, where, domain, status)),
+        message_(std::move(message)),
+        where_(where),
+        domain_(domain),
+        status_(status) {}
+
+  /// The message without the location prefix.
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  [[nodiscard]] const std::source_location& where() const noexcept { return where_; }
+  /// The library the status code belongs to; empty for memo's own errors.
+  [[nodiscard]] std::string_view domain() const noexcept { return domain_; }
+  /// The foreign status code, if any.
+  [[nodiscard]] std::optional<long> status() const noexcept { return status_; }
+
+ private:
+  static std::string format(const std::string& message, const std::source_location& where,
+                            std::string_view domain, std::optional<long> status) {
+    std::string text = where.file_name();
+    text += ':';
+    text += std::to_string(where.line());
+    text += ": ";
+    text += message;
+    if (status) {
+      text += " [";
+      text += domain;
+      text += " status ";
+      text += std::to_string(*status);
+      text += ']';
+    }
+    return text;
+  }
+
+  std::string message_;
+  std::source_location where_;
+  std::string_view domain_;
+  std::optional<long> status_;
+};
+
+/// Throws `memo::error(message)` when `condition` is false. The message is
+/// only built on failure when passed as a callable returning a string.
+inline void expects(bool condition, std::string_view message,
+                    std::source_location where = std::source_location::current()) {
+  if (!condition) throw error(std::string(message), where);
+}
+
+template <class MessageFn>
+  requires std::is_invocable_r_v<std::string, MessageFn>
+inline void expects(bool condition, MessageFn&& message,
+                    std::source_location where = std::source_location::current()) {
+  if (!condition) throw error(message(), where);
+}
+
+}  // namespace memo

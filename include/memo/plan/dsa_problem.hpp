@@ -1,0 +1,267 @@
+// memo/plan/dsa_problem.hpp
+//
+// The offline Dynamic Storage Allocation (DSA) problem that MEMO's memory
+// planner solves (MEMO section 4.2): every buffer has a size and a live
+// interval [lower, upper) on a discrete timeline; a plan gives every buffer
+// an offset so that buffers live at the same instant never share an address,
+// and its peak is the highest byte any buffer reaches. The lower bound is
+// the largest total size live at one instant; a plan that reaches it has no
+// fragmentation at all.
+//
+// This header holds the values every solver shares: the problem, the plan,
+// the solver result, the `DsaSolver` concept, the lower bound and
+// `validate`, which every solver's output passes through before anyone uses
+// it.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+
+namespace memo {
+
+/// One buffer: `size_bytes` bytes live on the half-open interval [lower, upper).
+struct dsa_buffer {
+  std::uint64_t id = 0;          ///< the caller's name for it (trace id, CSV id)
+  std::uint64_t size_bytes = 0;  ///< > 0
+  std::int64_t lower = 0;        ///< first instant it is live
+  std::int64_t upper = 0;        ///< first instant it is dead again; > lower
+  std::uint64_t alignment = 1;   ///< its offset must be a multiple of this
+
+  [[nodiscard]] bool overlaps_in_time(const dsa_buffer& other) const noexcept {
+    return lower < other.upper && other.lower < upper;
+  }
+  friend bool operator==(const dsa_buffer&, const dsa_buffer&) = default;
+};
+
+struct dsa_problem {
+  std::vector<dsa_buffer> buffers;
+  /// "Fit into this capacity" when set; "minimise the peak" otherwise.
+  std::optional<std::uint64_t> capacity_bytes;
+};
+
+/// Offsets parallel to `problem.buffers`, and the peak they reach.
+struct dsa_plan {
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t peak_bytes = 0;
+  friend bool operator==(const dsa_plan&, const dsa_plan&) = default;
+};
+
+/// What every solver returns.
+struct dsa_result {
+  dsa_plan plan;
+  std::uint64_t lower_bound_bytes = 0;
+  bool proven_optimal = false;  ///< no plan with a smaller peak exists
+  double seconds = 0.0;         ///< wall time of the solve
+  std::string solver;           ///< "greedy-size", "mip", "exact", ...
+};
+
+struct dsa_solve_options {
+  double time_limit_seconds = 10.0;
+  /// A valid plan to start from (an upper bound); solvers may ignore it.
+  std::optional<dsa_plan> warm_start;
+};
+
+/// A DSA solver: `solve(problem, options)` returns a valid plan or throws.
+template <class S>
+concept DsaSolver = requires(S& solver, const dsa_problem& problem,
+                             const dsa_solve_options& options) {
+  { solver.solve(problem, options) } -> std::same_as<dsa_result>;
+  { solver.name() } -> std::convertible_to<std::string_view>;
+};
+
+/// Checks the problem itself: positive sizes, upper > lower, power-of-two
+/// alignments, unique ids, and a capacity no smaller than the lower bound.
+/// Throws `memo::error` naming the buffer and the bound it broke.
+void check_problem(const dsa_problem& problem);
+
+/// The largest total size live at one instant.
+std::uint64_t lower_bound_bytes(const dsa_problem& problem);
+
+/// The load (total live bytes) on each maximal interval where it is
+/// constant: [time, next time) carries `live_bytes`. For plotting.
+struct load_step {
+  std::int64_t time = 0;
+  std::uint64_t live_bytes = 0;
+};
+std::vector<load_step> load_profile(const dsa_problem& problem);
+
+struct validation {
+  bool ok = true;
+  std::string reason;  ///< empty when ok; otherwise the first violation found
+  explicit operator bool() const noexcept { return ok; }
+};
+
+/// No two time-overlapping buffers overlap in address space, every offset
+/// respects its alignment, the peak is the true maximum end address, and the
+/// peak fits the capacity when one is set.
+validation validate(const dsa_problem& problem, const dsa_plan& plan);
+
+/// `validate`, throwing `memo::error` with the reason.
+inline void require_valid(const dsa_problem& problem, const dsa_plan& plan,
+                          std::string_view solver_name = {}) {
+  const auto report = validate(problem, plan);
+  if (!report) {
+    throw error(solver_name.empty() ? "invalid plan: " + report.reason
+                                    : std::string(solver_name) + " produced an invalid plan: " +
+                                          report.reason);
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+namespace detail {
+
+// Sweep events: frees sort before mallocs at the same instant, because
+// [lower, upper) intervals that touch do not overlap.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> load_events(const dsa_problem& problem) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> events;  // (time, +size | -size)
+  events.reserve(problem.buffers.size() * 2);
+  for (const auto& b : problem.buffers) {
+    events.emplace_back(b.lower, static_cast<std::int64_t>(b.size_bytes));
+    events.emplace_back(b.upper, -static_cast<std::int64_t>(b.size_bytes));
+  }
+  std::sort(events.begin(), events.end());
+  return events;
+}
+
+}  // namespace detail
+
+inline std::vector<load_step> load_profile(const dsa_problem& problem) {
+  std::vector<load_step> steps;
+  std::uint64_t live = 0;
+  const auto events = detail::load_events(problem);
+  for (std::size_t i = 0; i < events.size();) {
+    const std::int64_t time = events[i].first;
+    for (; i < events.size() && events[i].first == time; ++i) {
+      live = static_cast<std::uint64_t>(static_cast<std::int64_t>(live) + events[i].second);
+    }
+    if (!steps.empty() && steps.back().live_bytes == live) continue;
+    steps.push_back({time, live});
+  }
+  return steps;
+}
+
+inline std::uint64_t lower_bound_bytes(const dsa_problem& problem) {
+  std::uint64_t best = 0;
+  for (const auto& step : load_profile(problem)) best = std::max(best, step.live_bytes);
+  return best;
+}
+
+inline void check_problem(const dsa_problem& problem) {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(problem.buffers.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
+    const auto& b = problem.buffers[i];
+    const std::string where = "buffer " + std::to_string(b.id) + " (index " + std::to_string(i) + ")";
+    expects(b.size_bytes > 0, [&] { return where + ": size must be positive, got 0"; });
+    expects(b.upper > b.lower, [&] {
+      return where + ": upper (" + std::to_string(b.upper) + ") must exceed lower (" +
+             std::to_string(b.lower) + ")";
+    });
+    expects(is_power_of_two(b.alignment), [&] {
+      return where + ": alignment must be a power of two, got " + std::to_string(b.alignment);
+    });
+    total = checked_add(total, checked_align_up(b.size_bytes, b.alignment));
+    ids.push_back(b.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  const auto dup = std::adjacent_find(ids.begin(), ids.end());
+  expects(dup == ids.end(), [&] { return "duplicate buffer id " + std::to_string(*dup); });
+  if (problem.capacity_bytes) {
+    const auto bound = lower_bound_bytes(problem);
+    expects(*problem.capacity_bytes >= bound, [&] {
+      return "capacity " + std::to_string(*problem.capacity_bytes) +
+             " bytes is below the lower bound " + std::to_string(bound) +
+             " bytes (the most bytes live at one instant)";
+    });
+  }
+}
+
+inline validation validate(const dsa_problem& problem, const dsa_plan& plan) {
+  const auto& buffers = problem.buffers;
+  if (plan.offsets.size() != buffers.size()) {
+    return {false, "plan has " + std::to_string(plan.offsets.size()) + " offsets for " +
+                       std::to_string(buffers.size()) + " buffers"};
+  }
+  std::uint64_t peak = 0;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const auto& b = buffers[i];
+    if (b.alignment > 1 && plan.offsets[i] % b.alignment != 0) {
+      return {false, "buffer " + std::to_string(b.id) + " at offset " +
+                         std::to_string(plan.offsets[i]) + " breaks its alignment " +
+                         std::to_string(b.alignment)};
+    }
+    peak = std::max(peak, plan.offsets[i] + b.size_bytes);
+  }
+  if (peak != plan.peak_bytes) {
+    return {false, "plan claims peak " + std::to_string(plan.peak_bytes) +
+                       " bytes but its buffers reach " + std::to_string(peak)};
+  }
+  if (problem.capacity_bytes && peak > *problem.capacity_bytes) {
+    return {false, "peak " + std::to_string(peak) + " bytes exceeds the capacity " +
+                       std::to_string(*problem.capacity_bytes)};
+  }
+  // Sweep over time keeping the live buffers ordered by offset; a new buffer
+  // only needs checking against its neighbours in that order, provided the
+  // live set itself is overlap-free (which the sweep maintains inductively).
+  std::vector<std::size_t> order(buffers.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return buffers[a].lower < buffers[b].lower;
+  });
+  std::vector<std::size_t> by_end = order;
+  std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
+    return buffers[a].upper < buffers[b].upper;
+  });
+  struct live_entry {
+    std::uint64_t offset;
+    std::size_t index;
+    bool operator<(const live_entry& o) const noexcept {
+      return offset != o.offset ? offset < o.offset : index < o.index;
+    }
+  };
+  std::vector<live_entry> live;  // sorted by offset
+  std::size_t next_end = 0;
+  for (const std::size_t i : order) {
+    while (next_end < by_end.size() && buffers[by_end[next_end]].upper <= buffers[i].lower) {
+      const std::size_t gone = by_end[next_end++];
+      const live_entry key{plan.offsets[gone], gone};
+      const auto it = std::lower_bound(live.begin(), live.end(), key);
+      if (it != live.end() && it->index == gone) live.erase(it);
+    }
+    const live_entry entry{plan.offsets[i], i};
+    const auto pos = std::lower_bound(live.begin(), live.end(), entry);
+    auto clash = [&](std::size_t j) -> validation {
+      const auto& a = buffers[i];
+      const auto& b = buffers[j];
+      return {false, "buffers " + std::to_string(a.id) + " [" + std::to_string(plan.offsets[i]) +
+                         ", " + std::to_string(plan.offsets[i] + a.size_bytes) + ") and " +
+                         std::to_string(b.id) + " [" + std::to_string(plan.offsets[j]) + ", " +
+                         std::to_string(plan.offsets[j] + b.size_bytes) +
+                         ") overlap in address while both are live at time " +
+                         std::to_string(std::max(a.lower, b.lower))};
+    };
+    if (pos != live.end() && pos->offset < entry.offset + buffers[i].size_bytes) {
+      return clash(pos->index);
+    }
+    if (pos != live.begin()) {
+      const auto prev = std::prev(pos);
+      if (prev->offset + buffers[prev->index].size_bytes > entry.offset) return clash(prev->index);
+    }
+    live.insert(pos, entry);
+  }
+  return {};
+}
+
+}  // namespace memo
