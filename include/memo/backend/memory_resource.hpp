@@ -1,0 +1,144 @@
+// memo/backend/memory_resource.hpp
+//
+// Accounting shared by every memory resource memo hands out: current bytes,
+// peak bytes and an optional capacity. The peak is what the benchmarks
+// compare against a plan ("the measured device peak of a swapped run equals
+// the planned bytes"), so it counts exactly the bytes requested, not what an
+// underlying allocator rounded them to.
+//
+// `host_memory_resource` is the host backend's device and pinned-host
+// memory: aligned operator new, the accounting above, and a table of live
+// allocations so a deallocation of a pointer it never handed out, or with a
+// size that differs from the allocation's, is an error instead of heap
+// corruption.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+
+namespace memo {
+
+/// Thread-safe current/peak/capacity bookkeeping.
+class memory_accounting {
+ public:
+  explicit memory_accounting(std::string name, std::optional<std::size_t> capacity_bytes = {})
+      : name_(std::move(name)), capacity_bytes_(capacity_bytes) {}
+
+  /// Reserves `bytes`; throws when the capacity would be exceeded.
+  void add(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (capacity_bytes_ && current_bytes_ + bytes > *capacity_bytes_) {
+      throw error(name_ + " exhausted: allocating " + std::to_string(bytes) + " bytes with " +
+                  std::to_string(current_bytes_) + " of " + std::to_string(*capacity_bytes_) +
+                  " bytes in use");
+    }
+    current_bytes_ += bytes;
+    peak_bytes_ = std::max(peak_bytes_, current_bytes_);
+  }
+  void remove(std::size_t bytes) noexcept {
+    std::lock_guard lock(mutex_);
+    current_bytes_ -= std::min(bytes, current_bytes_);
+  }
+  [[nodiscard]] std::size_t current_bytes() const {
+    std::lock_guard lock(mutex_);
+    return current_bytes_;
+  }
+  [[nodiscard]] std::size_t peak_bytes() const {
+    std::lock_guard lock(mutex_);
+    return peak_bytes_;
+  }
+  /// Starts a new measurement window: the peak becomes the current usage.
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    peak_bytes_ = current_bytes_;
+  }
+  [[nodiscard]] std::optional<std::size_t> capacity_bytes() const { return capacity_bytes_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::string name_;
+  std::optional<std::size_t> capacity_bytes_;
+  mutable std::mutex mutex_;
+  std::size_t current_bytes_ = 0;
+  std::size_t peak_bytes_ = 0;
+};
+
+class host_memory_resource {
+ public:
+  explicit host_memory_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
+      : accounting_(std::move(name), capacity_bytes) {}
+  host_memory_resource(const host_memory_resource&) = delete;
+  host_memory_resource& operator=(const host_memory_resource&) = delete;
+  ~host_memory_resource() {
+    for (const auto& [pointer, allocation] : live_) {
+      ::operator delete(pointer, std::align_val_t{allocation.alignment});
+    }
+  }
+
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
+    expects(is_power_of_two(alignment), [&] {
+      return accounting_.name() + ": alignment must be a power of two, got " +
+             std::to_string(alignment);
+    });
+    accounting_.add(bytes);
+    void* pointer = nullptr;
+    try {
+      // A zero-byte request still returns a unique pointer, as cudaMalloc does.
+      pointer = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{alignment});
+      std::lock_guard lock(mutex_);
+      live_.emplace(pointer, block{bytes, alignment});
+    } catch (...) {
+      if (pointer != nullptr) ::operator delete(pointer, std::align_val_t{alignment});
+      accounting_.remove(bytes);
+      throw;
+    }
+    return pointer;
+  }
+
+  void deallocate(void* pointer, std::size_t bytes,
+                  std::size_t alignment = default_alignment_bytes) {
+    if (pointer == nullptr) return;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = live_.find(pointer);
+      expects(it != live_.end(), [&] {
+        return accounting_.name() + ": deallocating a pointer it did not allocate (or twice)";
+      });
+      expects(it->second.bytes == bytes && it->second.alignment == alignment, [&] {
+        return accounting_.name() + ": deallocating " + std::to_string(bytes) + " bytes (alignment " +
+               std::to_string(alignment) + ") from an allocation of " +
+               std::to_string(it->second.bytes) + " bytes (alignment " +
+               std::to_string(it->second.alignment) + ")";
+      });
+      live_.erase(it);
+    }
+    ::operator delete(pointer, std::align_val_t{alignment});
+    accounting_.remove(bytes);
+  }
+
+  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
+  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
+  void reset_peak() { accounting_.reset_peak(); }
+  [[nodiscard]] std::optional<std::size_t> capacity_bytes() const {
+    return accounting_.capacity_bytes();
+  }
+
+ private:
+  struct block {
+    std::size_t bytes;
+    std::size_t alignment;
+  };
+  memory_accounting accounting_;
+  std::mutex mutex_;
+  std::unordered_map<void*, block> live_;
+};
+
+}  // namespace memo
