@@ -1,0 +1,194 @@
+#include "memo/backend/host_backend.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+using memo::copy_kind;
+using memo::host_backend;
+
+TEST_CASE("host_backend: work on one stream runs in FIFO order") {
+  host_backend backend;
+  auto stream = backend.make_stream("compute");
+  std::vector<int> order;  // touched only by the stream's thread until synchronize
+  for (int i = 0; i < 1000; ++i) backend.enqueue(stream, [&order, i] { order.push_back(i); });
+  backend.synchronize(stream);
+  std::vector<int> expected(1000);
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(order == expected);
+}
+
+TEST_CASE("host_backend: work receives its stream's native descriptor") {
+  host_backend backend;
+  auto stream = backend.make_stream("offload");
+  std::string seen;
+  backend.enqueue(stream, [&](host_backend::native_stream native) { seen = native.name; });
+  backend.synchronize(stream);
+  CHECK(seen == "offload");
+}
+
+TEST_CASE("host_backend: a consumer waiting on an event sees every byte the producer wrote") {
+  // The producer writes slowly through a throttled copy; without the wait the
+  // consumer would read stale bytes (and ThreadSanitizer would flag a race).
+  host_backend::options options;
+  options.device_to_host_bytes_per_second = 64.0 * 1024 * 1024;  // 1 MiB takes ~16 ms
+  host_backend backend(options);
+  auto producer = backend.make_stream("producer");
+  auto consumer = backend.make_stream("consumer");
+  auto done = backend.make_event();
+
+  constexpr std::size_t bytes = 1 << 20;
+  std::vector<std::uint8_t> device(bytes), host(bytes, 0), seen(bytes, 0);
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < bytes; ++i) device[i] = static_cast<std::uint8_t>(i * 31 + round);
+    backend.copy_async(host.data(), device.data(), bytes, copy_kind::device_to_host, producer);
+    backend.record(done, producer);  // the same event, re-recorded every round
+    backend.wait(consumer, done);
+    backend.enqueue(consumer, [&] { seen = host; });
+    backend.synchronize(consumer);
+    CHECK(seen == device);
+  }
+}
+
+TEST_CASE("host_backend: a wait binds to the record made before it, not to later ones") {
+  host_backend backend;
+  auto a = backend.make_stream("a");
+  auto b = backend.make_stream("b");
+  auto marker = backend.make_event();
+  std::atomic<int> stage{0};
+  std::atomic<bool> release_second{false};
+
+  backend.enqueue(a, [&] { stage = 1; });
+  backend.record(marker, a);
+  backend.wait(b, marker);
+  int seen_by_b = -1;
+  backend.enqueue(b, [&] { seen_by_b = stage.load(); });
+  // A second record on a blocked stream must not delay b.
+  backend.enqueue(a, [&] {
+    while (!release_second) std::this_thread::yield();
+    stage = 2;
+  });
+  backend.record(marker, a);
+  backend.synchronize(b);
+  CHECK(seen_by_b == 1);
+  CHECK_FALSE(backend.query(marker));
+  release_second = true;
+  backend.synchronize(marker);
+  CHECK(backend.query(marker));
+  CHECK(stage == 2);
+}
+
+TEST_CASE("host_backend: waiting on a never-recorded event does nothing") {
+  host_backend backend;
+  auto stream = backend.make_stream();
+  auto never = backend.make_event();
+  CHECK(backend.query(never));
+  backend.wait(stream, never);
+  int ran = 0;
+  backend.enqueue(stream, [&] { ran = 1; });
+  backend.synchronize(stream);
+  backend.synchronize(never);
+  CHECK(ran == 1);
+}
+
+TEST_CASE("host_backend: an exception in a task surfaces at the next synchronisation") {
+  host_backend backend;
+  auto stream = backend.make_stream("compute");
+  int after = 0;
+  backend.enqueue(stream, [] { throw std::runtime_error("kernel failed"); });
+  backend.enqueue(stream, [&] { after = 1; });  // depends on garbage: skipped
+  CHECK_THROWS_WITH_AS(backend.synchronize(stream), "kernel failed", std::runtime_error);
+  CHECK(after == 0);
+  // The error was reported once; the stream is usable again.
+  backend.enqueue(stream, [&] { after = 2; });
+  CHECK_NOTHROW(backend.synchronize(stream));
+  CHECK(after == 2);
+}
+
+TEST_CASE("host_backend: an error travels through events to dependent streams") {
+  host_backend backend;
+  auto producer = backend.make_stream("producer");
+  auto consumer = backend.make_stream("consumer");
+  auto marker = backend.make_event();
+  backend.enqueue(producer, [] { throw memo::error("producer failed"); });
+  backend.record(marker, producer);
+  backend.wait(consumer, marker);
+  int consumed = 0;
+  backend.enqueue(consumer, [&] { consumed = 1; });
+  CHECK_THROWS_WITH_AS(backend.synchronize(marker), doctest::Contains("producer failed"),
+                       memo::error);
+  CHECK_THROWS_WITH_AS(backend.synchronize(consumer), doctest::Contains("producer failed"),
+                       memo::error);
+  CHECK(consumed == 0);
+  CHECK_THROWS_AS(backend.synchronize(producer), memo::error);
+}
+
+TEST_CASE("host_backend: synchronize() drains every stream and reports the first error") {
+  host_backend backend;
+  auto a = backend.make_stream("a");
+  auto b = backend.make_stream("b");
+  std::atomic<int> count{0};
+  for (int i = 0; i < 100; ++i) {
+    backend.enqueue(a, [&] { ++count; });
+    backend.enqueue(b, [&] { ++count; });
+  }
+  backend.synchronize();
+  CHECK(count == 200);
+  backend.enqueue(b, [] { throw memo::error("b failed"); });
+  CHECK_THROWS_AS(backend.synchronize(), memo::error);
+}
+
+TEST_CASE("host_backend: throttled copies take at least bytes / bandwidth") {
+  host_backend::options options;
+  options.host_to_device_bytes_per_second = 100.0 * 1024 * 1024;
+  host_backend backend(options);
+  auto stream = backend.make_stream("prefetch");
+  auto start = backend.make_event();
+  auto end = backend.make_event();
+  constexpr std::size_t bytes = 4 << 20;  // 4 MiB at 100 MiB/s: >= 40 ms
+  std::vector<char> source(bytes, 7), destination(bytes, 0);
+  const auto wall_start = std::chrono::steady_clock::now();
+  backend.record(start, stream);
+  backend.copy_async(destination.data(), source.data(), bytes, copy_kind::host_to_device, stream);
+  backend.record(end, stream);
+  backend.synchronize(stream);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double floor_seconds = static_cast<double>(bytes) / options.host_to_device_bytes_per_second;
+  CHECK(backend.elapsed_seconds(start, end) >= floor_seconds * 0.999);
+  CHECK(wall >= floor_seconds * 0.999);
+  CHECK(destination == source);
+}
+
+TEST_CASE("host_backend: bad copies are rejected when issued") {
+  host_backend backend;
+  auto stream = backend.make_stream();
+  std::vector<char> data(64);
+  CHECK_THROWS_WITH_AS(
+      backend.copy_async(nullptr, data.data(), 8, copy_kind::host_to_device, stream),
+      doctest::Contains("null pointer"), memo::error);
+  CHECK_THROWS_WITH_AS(
+      backend.copy_async(data.data() + 4, data.data(), 8, copy_kind::device_to_device, stream),
+      doctest::Contains("overlap"), memo::error);
+  CHECK_THROWS_AS(host_backend(host_backend::options{-1.0, 0.0, {}, {}}), memo::error);
+}
+
+TEST_CASE("host_backend: device memory is accounted and capped") {
+  host_backend::options options;
+  options.device_capacity_bytes = 1 << 20;
+  host_backend backend(options);
+  auto& device = backend.device_memory();
+  void* a = device.allocate(600 * 1024);
+  CHECK(memo::is_aligned(a, memo::default_alignment_bytes));
+  CHECK_THROWS_WITH_AS(device.allocate(600 * 1024), doctest::Contains("exhausted"), memo::error);
+  CHECK(device.current_bytes() == 600 * 1024);  // the failed request left no trace
+  device.deallocate(a, 600 * 1024);
+  CHECK(device.current_bytes() == 0);
+  CHECK(device.peak_bytes() == 600 * 1024);
+  CHECK(backend.pinned_memory().peak_bytes() == 0);
+}
