@@ -1,0 +1,16 @@
+# cmake -DCOMPILER=... -DSOURCE=... -DINCLUDES=a;b -P expect_compile_error.cmake
+file(STRINGS ${SOURCE} first_line LIMIT_COUNT 1)
+string(REGEX REPLACE "^// expect: " "" expected "${first_line}")
+set(include_flags)
+foreach(dir IN LISTS INCLUDES)
+  list(APPEND include_flags "-I${dir}")
+endforeach()
+execute_process(COMMAND ${COMPILER} -std=c++20 -fsyntax-only ${include_flags} ${SOURCE}
+                RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(result EQUAL 0)
+  message(FATAL_ERROR "${SOURCE} compiled, but it must not")
+endif()
+if(NOT "${out}${err}" MATCHES "${expected}")
+  message(FATAL_ERROR "${SOURCE} failed to compile, but without a message matching '${expected}':\n${err}")
+endif()
+message(STATUS "fails to compile as expected: ${expected}")
