@@ -1,4 +1,4 @@
-// expect: memo::MemoryResource
+// expect: requires MemoryResource<Resource>
 // A buffer's resource must account current and peak bytes.
 #include <cstdlib>
 

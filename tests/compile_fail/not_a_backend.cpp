@@ -1,4 +1,4 @@
-// expect: satisfaction of .Backend<B>
+// expect: satisfaction of .*Backend<B>
 // A template constrained on memo::Backend rejects a type that is not one,
 // and the diagnostic names the concept.
 #include "memo/backend/concepts.hpp"
