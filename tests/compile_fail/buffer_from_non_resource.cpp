@@ -1,4 +1,4 @@
-// expect: requires MemoryResource<Resource>
+// expect: MemoryResource<Resource>
 // A buffer's resource must account current and peak bytes.
 #include <cstdlib>
 
