@@ -9,6 +9,14 @@
 #include <source_location>
 #include <string>
 
+// memo uses MPI's C API only; the deprecated C++ bindings would drag in
+// names that clash with other libraries' macros.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "memo/core/error.hpp"

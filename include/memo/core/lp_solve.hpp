@@ -51,6 +51,7 @@ inline constexpr int lp_neutral = NEUTRAL;
 #undef FALSE
 #undef AUTOMATIC
 #undef DEF_INFINITY
+#undef REAL
 
 namespace memo {
 

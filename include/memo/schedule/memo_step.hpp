@@ -1,0 +1,297 @@
+// memo/schedule/memo_step.hpp
+//
+// The stream schedule of one MEMO training step (section 4.1, section 4.3.4,
+// Figure 11), built from plain numbers so it can be simulated on a device
+// profile before any GPU is touched, or bound to real work and executed.
+//
+// Three streams: compute, offload, prefetch. For an n-layer model with
+// offload fraction alpha and K rounding buffers (the paper uses K = 2):
+//
+//   forward, layer i = 0 .. n-1 (compute stream)
+//     forward i            writes its skeletal tensors into buffer i % K;
+//                          waits for "offload i-K" (the last reader of that
+//                          buffer) when layer i-K was swapped
+//     [its collectives]    the layer's forward collectives, if any, after it
+//   offload i (offload stream), for the swapped layers i < n - u
+//                          after layer i's forward: input + attention output
+//                          whole + alpha x the other skeletal bytes
+//   backward, layer i = n-1 .. 0 (compute stream)
+//     recompute i          (1 - alpha) x the token-wise recompute FLOPs, for a
+//                          swapped layer with alpha < 1; waits for prefetch i
+//     backward i           waits for prefetch i (swapped layers)
+//     [its collectives]    mirrored
+//   prefetch i (prefetch stream), swapped layers, i = n-u-1 .. 0
+//                          after "backward i+K" (the last user of buffer
+//                          i % K) or, when no layer i+K exists, after
+//                          "offload i" (the data must be on the host)
+//
+// The last u layers (u = 2 in the paper) are not swapped: their backward
+// starts right after the forward, so their skeletal tensors stay in their
+// buffers; u <= K because those buffers must stay distinct.
+//
+// Consequences the tests check: when a layer's transfer time is at most its
+// forward time the compute stream never stalls; when it is longer (alpha =
+// 1 at a short sequence) each forward from layer 2 on stalls by the
+// difference, which is exactly what MEMO's LP (eq. 2) is there to avoid.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memo/core/error.hpp"
+#include "memo/schedule/device_profile.hpp"
+#include "memo/schedule/layer_cost.hpp"
+#include "memo/schedule/stream_schedule.hpp"
+
+namespace memo {
+
+/// The inputs of one step, per GPU and per layer.
+struct memo_step_config {
+  int layers = 0;                 ///< n
+  double alpha = 0.0;             ///< fraction of the "other" skeletal tokens offloaded, [0, 1]
+  int rounding_buffers = 2;       ///< K
+  int unswapped_last_layers = 2;  ///< u: the last u layers keep their skeletal tensors
+
+  double layer_forward_flops = 0.0;
+  /// Backward FLOPs of a layer; unset = backward_to_forward_ratio x forward.
+  std::optional<double> layer_backward_flops;
+  double backward_to_forward_ratio = 2.0;
+  /// FLOPs to recompute every "other" skeletal tensor of all tokens (the
+  /// alpha = 0 cost); the step recomputes (1 - alpha) of it.
+  double recompute_flops = 0.0;
+
+  std::uint64_t input_bytes = 0;             ///< S_input, offloaded whole
+  std::uint64_t attention_output_bytes = 0;  ///< S_attn, offloaded whole
+  std::uint64_t other_bytes = 0;             ///< S_others, alpha of it offloaded
+
+  /// Measured durations (e.g. from the host backend); each overrides the
+  /// corresponding FLOP count in simulation when set.
+  std::optional<double> layer_forward_seconds;
+  std::optional<double> layer_backward_seconds;
+  std::optional<double> recompute_seconds;  ///< for the whole (alpha = 0) recompute
+
+  /// Placed on the compute stream after each layer's forward and, mirrored,
+  /// after each backward (tensor/context parallelism; not overlapped).
+  std::vector<collective_call> forward_collectives;
+
+  std::string compute_stream = "compute";
+  std::string offload_stream = "offload";
+  std::string prefetch_stream = "prefetch";
+
+  /// Throws `memo::error` naming the first field out of range.
+  void check() const {
+    expects(layers >= 1, [&] { return "memo step: layers must be >= 1, got " + std::to_string(layers); });
+    expects(alpha >= 0.0 && alpha <= 1.0, [&] {
+      return "memo step: alpha must be in [0, 1], got " + std::to_string(alpha);
+    });
+    expects(rounding_buffers >= 1, [&] {
+      return "memo step: rounding_buffers (K) must be >= 1, got " + std::to_string(rounding_buffers);
+    });
+    expects(unswapped_last_layers >= 0 && unswapped_last_layers <= rounding_buffers &&
+                unswapped_last_layers <= layers,
+            [&] {
+              return "memo step: unswapped_last_layers must be in [0, min(K = " +
+                     std::to_string(rounding_buffers) + ", layers = " + std::to_string(layers) +
+                     ")], got " + std::to_string(unswapped_last_layers) +
+                     " (unswapped layers keep their rounding buffer until their backward)";
+            });
+    expects(layer_forward_flops >= 0.0 && recompute_flops >= 0.0 && backward_to_forward_ratio >= 0.0 &&
+                (!layer_backward_flops || *layer_backward_flops >= 0.0),
+            "memo step: FLOP counts must be non-negative");
+    for (const auto* seconds : {&layer_forward_seconds, &layer_backward_seconds, &recompute_seconds}) {
+      expects(!*seconds || **seconds >= 0.0, "memo step: measured durations must be non-negative");
+    }
+    expects(!compute_stream.empty() && !offload_stream.empty() && !prefetch_stream.empty() &&
+                compute_stream != offload_stream && compute_stream != prefetch_stream &&
+                offload_stream != prefetch_stream,
+            "memo step: the three stream names must be distinct and non-empty");
+  }
+
+  [[nodiscard]] double backward_flops() const {
+    return layer_backward_flops ? *layer_backward_flops : backward_to_forward_ratio * layer_forward_flops;
+  }
+  /// Bytes one swapped layer offloads (and prefetches): MEMO eq. 2's numerator.
+  [[nodiscard]] double offload_bytes_per_layer() const {
+    return static_cast<double>(input_bytes) + static_cast<double>(attention_output_bytes) +
+           alpha * static_cast<double>(other_bytes);
+  }
+  [[nodiscard]] int swapped_layers() const { return layers - unswapped_last_layers; }
+  /// Host memory the step holds at its peak (every swapped layer offloaded):
+  /// MEMO eq. 3's left-hand side, per GPU.
+  [[nodiscard]] double host_bytes() const { return swapped_layers() * offload_bytes_per_layer(); }
+
+  /// A config filled from `gpt_layer_cost_of` (forward/backward/recompute
+  /// FLOPs, the three skeletal byte classes, the layer's collectives).
+  static memo_step_config from_layer_cost(const gpt_layer_cost& cost, int layers, double alpha,
+                                          bool with_collectives = false) {
+    memo_step_config config;
+    config.layers = layers;
+    config.alpha = alpha;
+    config.layer_forward_flops = cost.forward_flops;
+    config.layer_backward_flops = cost.backward_flops;
+    config.recompute_flops = cost.recompute_flops;
+    config.input_bytes = cost.input_bytes;
+    config.attention_output_bytes = cost.attention_output_bytes;
+    config.other_bytes = cost.other_bytes;
+    if (with_collectives) config.forward_collectives = cost.forward_collectives;
+    return config;
+  }
+};
+
+/// The schedule and the ids of its ops, per layer ([layers] each; empty
+/// optionals where a layer has no such op), so a caller can bind callables
+/// and copy pointers to it.
+struct memo_step {
+  stream_schedule schedule;
+  std::vector<op_id> forward;
+  std::vector<op_id> backward;
+  std::vector<std::optional<op_id>> offload;
+  std::vector<std::optional<op_id>> prefetch;
+  std::vector<std::optional<op_id>> recompute;
+};
+
+/// Builds the step's schedule (see the header comment for its shape).
+inline memo_step build_memo_step(const memo_step_config& config) {
+  config.check();
+  const int n = config.layers;
+  const int k = config.rounding_buffers;
+  const int swapped = config.swapped_layers();
+  const auto count = static_cast<std::size_t>(n);
+  const auto idx = [](int i) { return static_cast<std::size_t>(i); };
+
+  memo_step step;
+  auto& schedule = step.schedule;
+  schedule.add_stream(config.compute_stream);
+  schedule.add_stream(config.offload_stream);
+  schedule.add_stream(config.prefetch_stream);
+  step.forward.resize(count);
+  step.backward.resize(count);
+  step.offload.resize(count);
+  step.prefetch.resize(count);
+  step.recompute.resize(count);
+
+  const auto offload_bytes = static_cast<std::uint64_t>(config.offload_bytes_per_layer() + 0.5);
+  const double recompute_fraction = 1.0 - config.alpha;
+  const bool recompute = recompute_fraction > 0.0 &&
+                         (config.recompute_seconds ? *config.recompute_seconds > 0.0
+                                                   : config.recompute_flops > 0.0);
+
+  // Appends the layer's collectives after `first` on the compute stream and
+  // returns the last op of the layer's pass.
+  auto add_collectives = [&](const std::string& prefix, op_id last) {
+    for (const auto& call : config.forward_collectives) {
+      last = schedule.add_collective(prefix + " " + call.name, config.compute_stream,
+                                     {.kind = call.kind, .bytes = call.bytes, .ranks = call.ranks});
+    }
+    return last;
+  };
+
+  std::vector<op_id> forward_last(count);
+  for (int i = 0; i < n; ++i) {
+    const std::string layer = std::to_string(i);
+    std::vector<op_id> after;
+    if (i >= k && step.offload[idx(i - k)]) after.push_back(*step.offload[idx(i - k)]);
+    step.forward[idx(i)] = schedule.add_compute(
+        "forward " + layer, config.compute_stream,
+        {.flops = config.layer_forward_flops, .duration_seconds = config.layer_forward_seconds},
+        after);
+    forward_last[idx(i)] = add_collectives("forward " + layer, step.forward[idx(i)]);
+    if (i < swapped) {
+      step.offload[idx(i)] = schedule.add_copy("offload " + layer, config.offload_stream,
+                                               copy_kind::device_to_host, {.bytes = offload_bytes},
+                                               {forward_last[idx(i)]});
+    }
+  }
+
+  std::optional<double> backward_seconds = config.layer_backward_seconds;
+  std::optional<double> recompute_seconds;
+  if (config.recompute_seconds) recompute_seconds = recompute_fraction * *config.recompute_seconds;
+  std::vector<op_id> backward_last(count);
+  for (int i = n - 1; i >= 0; --i) {
+    const std::string layer = std::to_string(i);
+    if (i < swapped) {
+      // The prefetch of layer i goes on its stream as soon as buffer i % K
+      // is free: after the backward of layer i + K, or after the offload of
+      // layer i itself when no later layer shares the buffer.
+      const op_id buffer_free = i + k < n ? backward_last[idx(i + k)] : *step.offload[idx(i)];
+      step.prefetch[idx(i)] = schedule.add_copy("prefetch " + layer, config.prefetch_stream,
+                                                copy_kind::host_to_device, {.bytes = offload_bytes},
+                                                {buffer_free});
+    }
+    std::vector<op_id> after;
+    if (step.prefetch[idx(i)]) after.push_back(*step.prefetch[idx(i)]);
+    if (i < swapped && recompute) {
+      step.recompute[idx(i)] = schedule.add_compute(
+          "recompute " + layer, config.compute_stream,
+          {.flops = recompute_fraction * config.recompute_flops, .duration_seconds = recompute_seconds},
+          after);
+    }
+    step.backward[idx(i)] = schedule.add_compute(
+        "backward " + layer, config.compute_stream,
+        {.flops = config.backward_flops(), .duration_seconds = backward_seconds}, after);
+    backward_last[idx(i)] = add_collectives("backward " + layer, step.backward[idx(i)]);
+  }
+  return step;
+}
+
+/// What a simulated step tells the alpha LP and the benchmark tables.
+struct memo_step_projection {
+  memo_step_config config;
+  timeline trace;
+  double step_seconds = 0.0;
+  /// The same step with every skeletal tensor kept on device: forward +
+  /// backward (+ collectives), nothing offloaded, nothing recomputed.
+  double no_offload_seconds = 0.0;
+  double layer_forward_seconds = 0.0;       ///< compute of one forward (no collectives)
+  double transfer_seconds_per_layer = 0.0;  ///< one offload (= one prefetch at equal bandwidths)
+  double recompute_seconds_per_layer = 0.0;
+  double compute_stall_seconds = 0.0;       ///< compute stream waiting on copies
+  double forward_stall_seconds = 0.0;       ///< ... of which in the forward pass
+  double backward_stall_seconds = 0.0;      ///< ... of which in the backward pass
+  double host_bytes = 0.0;                  ///< per GPU, at the peak
+  /// step / no-offload step: 1 means offloading is free.
+  [[nodiscard]] double slowdown() const {
+    return no_offload_seconds > 0.0 ? step_seconds / no_offload_seconds : 1.0;
+  }
+};
+
+/// Builds the step and simulates it on `profile`.
+inline memo_step_projection simulate_memo_step(const memo_step_config& config,
+                                               const device_profile& profile,
+                                               const simulation_options& options = {}) {
+  const memo_step step = build_memo_step(config);
+  memo_step_projection projection;
+  projection.config = config;
+  projection.trace = step.schedule.simulate(profile, options);
+  const auto& trace = projection.trace;
+  projection.step_seconds = trace.makespan_seconds();
+  projection.layer_forward_seconds = trace.op(step.forward.front()).duration_seconds();
+  for (int i = 0; i < config.layers; ++i) {
+    const auto layer = static_cast<std::size_t>(i);
+    if (step.offload[layer]) {
+      projection.transfer_seconds_per_layer = trace.op(*step.offload[layer]).duration_seconds();
+    }
+    if (step.recompute[layer]) {
+      projection.recompute_seconds_per_layer = trace.op(*step.recompute[layer]).duration_seconds();
+    }
+  }
+  // The no-offload step is the compute stream's work minus recomputation,
+  // run back to back.
+  const std::size_t compute = trace.stream_index(config.compute_stream);
+  bool backward_phase = false;
+  for (const auto& op : trace.ops()) {
+    if (op.stream != compute) continue;
+    backward_phase = backward_phase || op.name.rfind("backward", 0) == 0 ||
+                     op.name.rfind("recompute", 0) == 0;
+    (backward_phase ? projection.backward_stall_seconds : projection.forward_stall_seconds) +=
+        op.stall_seconds;
+    if (op.name.rfind("recompute", 0) != 0) projection.no_offload_seconds += op.duration_seconds();
+  }
+  projection.compute_stall_seconds = trace.stall_seconds(config.compute_stream);
+  projection.host_bytes = config.host_bytes();
+  return projection;
+}
+
+}  // namespace memo
