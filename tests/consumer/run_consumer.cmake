@@ -1,4 +1,4 @@
-# cmake -DMEMO_BUILD_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=... -P run_consumer.cmake
+# cmake -DMEMO_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=... -P run_consumer.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -10,7 +10,18 @@ function(run)
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
 
-run(${CMAKE_COMMAND} --install ${MEMO_BUILD_DIR} --prefix ${prefix})
+# The same configure, build and install steps as ports/memo/portfile.cmake
+# (vcpkg with no features) and conanfile.py (default options, no lp_solve
+# difference: it is found when present).
+run(${CMAKE_COMMAND} -S ${MEMO_SOURCE_DIR} -B ${WORK_DIR}/memo-build -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${prefix}
+    -DMEMO_BUILD_TESTS=OFF -DMEMO_BUILD_EXAMPLES=OFF -DMEMO_BUILD_BENCH=OFF
+    -DMEMO_ENABLE_CUDA=OFF -DMEMO_ENABLE_MPI=OFF)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/memo-build)
+run(${CMAKE_COMMAND} --install ${WORK_DIR}/memo-build)
+if(NOT EXISTS ${prefix}/share/memo/memoConfig.cmake OR NOT EXISTS ${prefix}/include/memo/memo.hpp)
+  message(FATAL_ERROR "install did not produce share/memo/memoConfig.cmake and include/memo/memo.hpp")
+endif()
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G "${GENERATOR}"
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
