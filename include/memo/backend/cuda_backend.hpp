@@ -34,6 +34,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/backend/cuda_check.hpp"
 #include "memo/backend/memory_resource.hpp"
+#include "memo/backend/stream_failure.hpp"
 #include "memo/core/error.hpp"
 
 namespace memo {
@@ -141,7 +142,7 @@ namespace detail {
 // stream is synchronised.
 struct cuda_stream_failures {
   std::mutex mutex;
-  std::exception_ptr first;
+  stream_failure_ptr first;
 };
 
 struct cuda_host_task {
@@ -159,7 +160,7 @@ inline void run_cuda_host_task(void* user_data) noexcept {
     task->work();
   } catch (...) {
     std::lock_guard lock(task->failures->mutex);
-    if (!task->failures->first) task->failures->first = std::current_exception();
+    if (!task->failures->first) task->failures->first = stream_failure::capture_current();
   }
 }
 
@@ -288,12 +289,12 @@ class cuda_backend {
   }
   void synchronize(stream& on) {
     check_cuda(cudaStreamSynchronize(on.handle_), "cudaStreamSynchronize");
-    std::exception_ptr failure;
+    detail::stream_failure_ptr failure;
     {
       std::lock_guard lock(on.failures_->mutex);
       std::swap(failure, on.failures_->first);
     }
-    if (failure) std::rethrow_exception(failure);
+    if (failure) failure->raise();
   }
   void synchronize() { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 

@@ -16,7 +16,8 @@
 //   stream is skipped (it would compute on garbage), events recorded after
 //   it carry the error to every stream and host thread that waits on them,
 //   and the next `synchronize` of the stream (or of such an event) rethrows
-//   it. This mirrors CUDA's sticky errors, but per stream.
+//   it (by value; see stream_failure.hpp). This mirrors CUDA's sticky
+//   errors, but per stream.
 #pragma once
 
 #include <chrono>
@@ -37,6 +38,7 @@
 
 #include "memo/backend/concepts.hpp"
 #include "memo/backend/memory_resource.hpp"
+#include "memo/backend/stream_failure.hpp"
 #include "memo/core/error.hpp"
 
 namespace memo {
@@ -48,7 +50,7 @@ using host_clock = std::chrono::steady_clock;
 // One `record`: fired once by the recording stream when it reaches it.
 class host_signal {
  public:
-  void fire(std::exception_ptr failure) {
+  void fire(stream_failure_ptr failure) {
     {
       std::lock_guard lock(mutex_);
       done_ = true;
@@ -65,7 +67,7 @@ class host_signal {
     std::lock_guard lock(mutex_);
     return done_;
   }
-  [[nodiscard]] std::exception_ptr failure() const {
+  [[nodiscard]] stream_failure_ptr failure() const {
     std::lock_guard lock(mutex_);
     return failure_;
   }
@@ -78,7 +80,7 @@ class host_signal {
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   bool done_ = false;
-  std::exception_ptr failure_;
+  stream_failure_ptr failure_;
   host_clock::time_point when_{};
 };
 
@@ -118,12 +120,12 @@ class host_worker {
     auto signal = std::make_shared<host_signal>();
     push({task_kind::fire, {}, signal});
     signal->wait();
-    std::exception_ptr failure;
+    stream_failure_ptr failure;
     {
       std::lock_guard lock(mutex_);
       std::swap(failure, failure_);
     }
-    if (failure) std::rethrow_exception(failure);
+    if (failure) failure->raise();
   }
 
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
@@ -151,7 +153,7 @@ class host_worker {
         try {
           item.work();
         } catch (...) {
-          set_failure(std::current_exception());
+          set_failure(stream_failure::capture_current());
         }
         return;
       }
@@ -166,11 +168,11 @@ class host_worker {
     }
   }
 
-  std::exception_ptr current_failure() {
+  stream_failure_ptr current_failure() {
     std::lock_guard lock(mutex_);
     return failure_;
   }
-  void set_failure(std::exception_ptr failure) {
+  void set_failure(stream_failure_ptr failure) {
     std::lock_guard lock(mutex_);
     if (!failure_) failure_ = std::move(failure);
   }
@@ -181,7 +183,7 @@ class host_worker {
   std::condition_variable wake_;
   std::deque<task> queue_;
   bool stopping_ = false;
-  std::exception_ptr failure_;
+  stream_failure_ptr failure_;
   std::thread thread_;  // last: starts after every other member exists
 };
 
@@ -284,7 +286,7 @@ class host_backend {
   void synchronize(const event& marker) {
     if (!marker.signal_) return;
     marker.signal_->wait();
-    if (auto failure = marker.signal_->failure()) std::rethrow_exception(failure);
+    if (auto failure = marker.signal_->failure()) failure->raise();
   }
 
   /// Blocks until the stream's work is done; rethrows (and clears) its error.
@@ -300,15 +302,15 @@ class host_backend {
         if (auto worker = weak.lock()) live.push_back(std::move(worker));
       }
     }
-    std::exception_ptr first;
+    detail::stream_failure_ptr first;
     for (auto& worker : live) {
       try {
         worker->synchronize();
       } catch (...) {
-        if (!first) first = std::current_exception();
+        if (!first) first = detail::stream_failure::capture_current();
       }
     }
-    if (first) std::rethrow_exception(first);
+    if (first) first->raise();
   }
 
   /// Seconds between two completed events (like cudaEventElapsedTime).
