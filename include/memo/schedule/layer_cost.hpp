@@ -88,7 +88,7 @@ inline constexpr const char* to_string(skeletal_class cls) {
 }
 
 struct skeletal_tensor {
-  std::string name;
+  std::string name{};
   skeletal_class cls = skeletal_class::other;
   std::uint64_t bytes_per_token = 0;  ///< per local token, on one GPU
   std::uint64_t bytes = 0;            ///< for all local tokens, on one GPU
@@ -96,7 +96,7 @@ struct skeletal_tensor {
 
 /// One collective call of a layer's forward (the backward mirrors it).
 struct collective_call {
-  std::string name;
+  std::string name{};
   collective_kind kind = collective_kind::all_gather;
   std::uint64_t bytes = 0;
   int ranks = 1;
@@ -113,13 +113,13 @@ struct gpt_layer_cost {
   double backward_flops = 0.0;  ///< 2 x forward
   double recompute_flops = 0.0; ///< rebuilding every "other" tensor for all local tokens
 
-  std::vector<skeletal_tensor> skeletal;  ///< Figure 5, in forward order
+  std::vector<skeletal_tensor> skeletal{};  ///< Figure 5, in forward order
   std::uint64_t input_bytes = 0;
   std::uint64_t attention_output_bytes = 0;
   std::uint64_t other_bytes = 0;
   std::uint64_t skeletal_bytes = 0;  ///< input + attention_output + other
 
-  std::vector<collective_call> forward_collectives;
+  std::vector<collective_call> forward_collectives{};
 
   /// Bytes one layer offloads at offload fraction `alpha` (MEMO eq. 2's numerator).
   [[nodiscard]] double offload_bytes(double alpha) const {

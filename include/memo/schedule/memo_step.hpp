@@ -56,7 +56,7 @@ struct memo_step_config {
 
   double layer_forward_flops = 0.0;
   /// Backward FLOPs of a layer; unset = backward_to_forward_ratio x forward.
-  std::optional<double> layer_backward_flops;
+  std::optional<double> layer_backward_flops{};
   double backward_to_forward_ratio = 2.0;
   /// FLOPs to recompute every "other" skeletal tensor of all tokens (the
   /// alpha = 0 cost); the step recomputes (1 - alpha) of it.
@@ -68,13 +68,13 @@ struct memo_step_config {
 
   /// Measured durations (e.g. from the host backend); each overrides the
   /// corresponding FLOP count in simulation when set.
-  std::optional<double> layer_forward_seconds;
-  std::optional<double> layer_backward_seconds;
-  std::optional<double> recompute_seconds;  ///< for the whole (alpha = 0) recompute
+  std::optional<double> layer_forward_seconds{};
+  std::optional<double> layer_backward_seconds{};
+  std::optional<double> recompute_seconds{};  ///< for the whole (alpha = 0) recompute
 
   /// Placed on the compute stream after each layer's forward and, mirrored,
   /// after each backward (tensor/context parallelism; not overlapped).
-  std::vector<collective_call> forward_collectives;
+  std::vector<collective_call> forward_collectives{};
 
   std::string compute_stream = "compute";
   std::string offload_stream = "offload";
@@ -145,11 +145,11 @@ struct memo_step_config {
 /// and copy pointers to it.
 struct memo_step {
   stream_schedule schedule;
-  std::vector<op_id> forward;
-  std::vector<op_id> backward;
-  std::vector<std::optional<op_id>> offload;
-  std::vector<std::optional<op_id>> prefetch;
-  std::vector<std::optional<op_id>> recompute;
+  std::vector<op_id> forward{};
+  std::vector<op_id> backward{};
+  std::vector<std::optional<op_id>> offload{};
+  std::vector<std::optional<op_id>> prefetch{};
+  std::vector<std::optional<op_id>> recompute{};
 };
 
 /// Builds the step's schedule (see the header comment for its shape).
@@ -172,13 +172,15 @@ inline memo_step build_memo_step(const memo_step_config& config) {
   step.prefetch.resize(count);
   step.recompute.resize(count);
 
-  const auto offload_bytes = static_cast<std::uint64_t>(config.offload_bytes_per_layer() + 0.5);
+  // Whole bytes, rounded down: at the alpha where eq. 2 binds the transfer
+  // then never exceeds the layer time by a rounding error.
+  const auto offload_bytes = static_cast<std::uint64_t>(config.offload_bytes_per_layer());
   const double recompute_fraction = 1.0 - config.alpha;
   const bool recompute = recompute_fraction > 0.0 &&
                          (config.recompute_seconds ? *config.recompute_seconds > 0.0
                                                    : config.recompute_flops > 0.0);
 
-  // Appends the layer's collectives after `first` on the compute stream and
+  // Appends the layer's collectives after `last` on the compute stream and
   // returns the last op of the layer's pass.
   auto add_collectives = [&](const std::string& prefix, op_id last) {
     for (const auto& call : config.forward_collectives) {

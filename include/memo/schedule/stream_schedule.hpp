@@ -70,6 +70,7 @@
 #include <string_view>
 #include <type_traits>
 #include <typeinfo>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -166,7 +167,7 @@ struct op_id {
 struct compute_op {
   double flops = 0.0;                       ///< FLOPs on one GPU
   double bytes_touched = 0.0;               ///< device-memory traffic, for a roofline bound
-  std::optional<double> duration_seconds;   ///< measured duration; overrides the model
+  std::optional<double> duration_seconds{};   ///< measured duration; overrides the model
   stream_work work{};                       ///< run during execution; may be empty
 };
 
@@ -185,24 +186,24 @@ struct collective_op {
 
 /// One op as stored in the schedule.
 struct schedule_op {
-  std::string name;
+  std::string name{};
   std::size_t stream = 0;
   op_kind kind = op_kind::compute;
   double flops = 0.0;
   double bytes_touched = 0.0;
-  std::optional<double> duration_seconds;
+  std::optional<double> duration_seconds{};
   std::uint64_t bytes = 0;  ///< copy / collective payload
   collective_kind collective = collective_kind::all_reduce;
   int ranks = 1;
   void* destination = nullptr;
   const void* source = nullptr;
   stream_work work;
-  std::vector<std::size_t> dependencies;  ///< ops that must end before this one starts
+  std::vector<std::size_t> dependencies{};  ///< ops that must end before this one starts
 };
 
 /// Where and when one op ran (or would run).
 struct timeline_op {
-  std::string name;
+  std::string name{};
   std::size_t stream = 0;
   op_kind kind = op_kind::compute;
   double start_seconds = 0.0;
@@ -440,8 +441,8 @@ class timeline {
 
  private:
   std::string origin_;
-  std::vector<std::string> streams_;
-  std::vector<timeline_op> ops_;
+  std::vector<std::string> streams_{};
+  std::vector<timeline_op> ops_{};
 };
 
 /// Knobs of the simulator's cost model beyond the device profile.
@@ -553,10 +554,9 @@ class stream_schedule {
     return ops_[id.index];
   }
   [[nodiscard]] op_id find(std::string_view name) const {
-    for (std::size_t i = 0; i < ops_.size(); ++i) {
-      if (ops_[i].name == name) return op_id{i};
-    }
-    throw error("stream_schedule: no op named '" + std::string(name) + "'");
+    const auto found = index_.find(std::string(name));
+    expects(found != index_.end(), [&] { return "stream_schedule: no op named '" + std::string(name) + "'"; });
+    return op_id{found->second};
   }
   /// Replaces the callable of a compute or collective op (to bind real work
   /// to a schedule built from sizes alone).
@@ -685,10 +685,6 @@ class stream_schedule {
     const auto order = topological_order();
     const std::size_t n = ops_.size();
 
-    std::vector<typename B::stream> streams;
-    streams.reserve(streams_.size());
-    for (const auto& name : streams_) streams.push_back(backend.make_stream(name));
-
     // Scratch for copies without pointers: per stream and direction one
     // source and one destination buffer of the largest such copy, so no two
     // streams ever touch the same scratch bytes.
@@ -714,6 +710,12 @@ class stream_schedule {
       scratch.emplace(key, scratch_pair{{backend.device_memory(), static_cast<std::size_t>(bytes)},
                                         {backend.pinned_memory(), static_cast<std::size_t>(bytes)}});
     }
+
+    // Streams after the scratch: if enqueueing fails half-way, the streams
+    // are destroyed (draining their work) before the scratch is freed.
+    std::vector<typename B::stream> streams;
+    streams.reserve(streams_.size());
+    for (const auto& name : streams_) streams.push_back(backend.make_stream(name));
 
     // Every stream waits for the origin mark, so no op starts before it and
     // all times are measured from one point.
@@ -816,11 +818,9 @@ class stream_schedule {
       return "stream_schedule: op '" + name + "' is placed on unknown stream '" +
              std::string(stream) + "' (declared: " + (known.empty() ? "none" : known) + ")";
     });
-    for (const auto& existing : ops_) {
-      expects(existing.name != name, [&] {
-        return "stream_schedule: op name '" + name + "' is used twice";
-      });
-    }
+    expects(index_.find(name) == index_.end(), [&] {
+      return "stream_schedule: op name '" + name + "' is used twice";
+    });
     for (const op_id dependency : after) {
       expects(dependency.index < ops_.size(), [&] {
         return "stream_schedule: op '" + name + "' depends on op #" +
@@ -837,6 +837,12 @@ class stream_schedule {
       }
     }
     ops_.push_back(std::move(op));
+    try {
+      index_.emplace(ops_.back().name, ops_.size() - 1);
+    } catch (...) {
+      ops_.pop_back();  // keep ops_ and index_ in step
+      throw;
+    }
     return op_id{ops_.size() - 1};
   }
 
@@ -928,8 +934,9 @@ class stream_schedule {
     return text;
   }
 
-  std::vector<std::string> streams_;
-  std::vector<schedule_op> ops_;
+  std::vector<std::string> streams_{};
+  std::vector<schedule_op> ops_{};
+  std::unordered_map<std::string, std::size_t> index_{};  // op name -> index
 };
 
 }  // namespace memo
