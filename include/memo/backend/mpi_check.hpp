@@ -27,11 +27,24 @@ namespace memo {
 inline void check_mpi(int status, const char* call,
                       std::source_location where = std::source_location::current()) {
   if (status == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  if (MPI_Error_string(status, text, &length) != MPI_SUCCESS) length = 0;
-  throw error(std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(length)),
-              "mpi", static_cast<long>(status), where);
+  // MPI_Error_string is only allowed between MPI_Init and MPI_Finalize
+  // (Open MPI aborts the process otherwise); the two queries are allowed
+  // at any time.
+  int initialized = 0;
+  int finalized = 0;
+  (void)MPI_Initialized(&initialized);
+  (void)MPI_Finalized(&finalized);
+  std::string reason = "MPI error code " + std::to_string(status);
+  if (initialized != 0 && finalized == 0) {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    if (MPI_Error_string(status, text, &length) == MPI_SUCCESS && length > 0) {
+      reason = std::string(text, static_cast<std::size_t>(length));
+    }
+  } else {
+    reason += " (MPI is not initialised, so its error string is unavailable)";
+  }
+  throw error(std::string(call) + " failed: " + reason, "mpi", static_cast<long>(status), where);
 }
 
 }  // namespace memo
