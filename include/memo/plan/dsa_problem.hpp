@@ -122,13 +122,23 @@ inline void require_valid(const dsa_problem& problem, const dsa_plan& plan,
 namespace detail {
 
 // Sweep events: frees sort before mallocs at the same instant, because
-// [lower, upper) intervals that touch do not overlap.
-inline std::vector<std::pair<std::int64_t, std::int64_t>> load_events(const dsa_problem& problem) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> events;  // (time, +size | -size)
+// [lower, upper) intervals that touch do not overlap. Sizes stay unsigned
+// (a size of 2^63 bytes or more has no signed negation).
+struct load_event {
+  std::int64_t time;
+  bool is_malloc;
+  std::uint64_t size_bytes;
+  friend bool operator<(const load_event& a, const load_event& b) noexcept {
+    return a.time != b.time ? a.time < b.time : (!a.is_malloc && b.is_malloc);
+  }
+};
+
+inline std::vector<load_event> load_events(const dsa_problem& problem) {
+  std::vector<load_event> events;
   events.reserve(problem.buffers.size() * 2);
   for (const auto& b : problem.buffers) {
-    events.emplace_back(b.lower, static_cast<std::int64_t>(b.size_bytes));
-    events.emplace_back(b.upper, -static_cast<std::int64_t>(b.size_bytes));
+    events.push_back({b.lower, true, b.size_bytes});
+    events.push_back({b.upper, false, b.size_bytes});
   }
   std::sort(events.begin(), events.end());
   return events;
@@ -141,9 +151,10 @@ inline std::vector<load_step> load_profile(const dsa_problem& problem) {
   std::uint64_t live = 0;
   const auto events = detail::load_events(problem);
   for (std::size_t i = 0; i < events.size();) {
-    const std::int64_t time = events[i].first;
-    for (; i < events.size() && events[i].first == time; ++i) {
-      live = static_cast<std::uint64_t>(static_cast<std::int64_t>(live) + events[i].second);
+    const std::int64_t time = events[i].time;
+    for (; i < events.size() && events[i].time == time; ++i) {
+      // Unsigned arithmetic: frees come first within an instant, so this never wraps.
+      live = events[i].is_malloc ? live + events[i].size_bytes : live - events[i].size_bytes;
     }
     if (!steps.empty() && steps.back().live_bytes == live) continue;
     steps.push_back({time, live});

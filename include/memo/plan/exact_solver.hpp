@@ -25,25 +25,37 @@
 // * A skipped buffer, or one whose key fell below the last key, is blocked:
 //   it can only move up when a time-overlapping buffer is placed under it.
 //   One with no unplaced time neighbour left can never be placed: prune.
-// * Bound: every buffer still to be placed ends up at or above the current
-//   floor f, and in each time section s above the highest end h[s] of the
-//   buffers placed there. So f + rem[s] and h[s] + rem[s] (rem = unplaced
-//   bytes live in s) must both fit under the target peak. Both terms are
-//   kept incrementally (a max segment tree over sections and a running
-//   maximum), so a node costs O(live buffers + log sections).
+// * Dominance: if the next candidate's floor is at or above the end some
+//   unplaced buffer would have at its own floor, that buffer could drop
+//   into the hole without touching anything placed now or later, so the
+//   branch only holds plans that another branch improves on: prune.
+// * Bounds: every buffer still to be placed ends up at or above the current
+//   floor f, and in each time section s at or above the lowest floor of the
+//   unplaced buffers live in s (which is itself above everything placed
+//   there). So f + rem[s] and lowest[s] + rem[s] (rem = unplaced bytes live
+//   in s) must fit under the target. Both are kept incrementally: a max
+//   segment tree of rem, and lowest[s] recomputed only in sections where
+//   the buffer that defined it was just placed or pushed up; a bound found
+//   at a node stays valid for its whole subtree, so a running maximum along
+//   the path suffices.
 // * Symmetry: interchangeable buffers (same size, lifetime and alignment)
 //   are placed in a fixed order.
 // * Decomposition: the timeline is cut wherever no buffer is live; the
 //   pieces are solved independently, largest lower bound first, and a later
 //   piece only has to reach the peak already forced by earlier ones.
+// * Portfolio and restarts: each decision "is there a plan with peak <= T?"
+//   runs three rankings round robin with doubling node limits (one of them
+//   eventually completes its tree: a proof) and, in between, as many nodes
+//   of short searches under pseudo-randomly perturbed rankings.
 // * Minimising the peak: an internal greedy (lowest offset, decreasing
-//   size) gives the first incumbent; the search first probes whether the
-//   lower bound itself is reachable, then runs branch-and-bound with a
-//   target one byte below the incumbent, tightening the target on every
-//   improvement until the tree is exhausted (proof) or time runs out.
+//   size or lifetime) gives the first incumbent; half of the time goes to
+//   deciding whether the lower bound itself is reachable, then the target
+//   drops below each new incumbent until a decision proves infeasibility
+//   (the incumbent is optimal) or time runs out (not proven).
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -191,20 +203,70 @@ class dsa_search {
  public:
   using clock = std::chrono::steady_clock;
 
-  explicit dsa_search(const std::vector<dsa_buffer>& buffers) {
+  /// How buffers are ranked (the tie-break among equal floors, and so the
+  /// order of the first dive): by the heaviest load they take part in
+  /// ("total"), by lifetime ("width") and by size * lifetime ("area").
+  /// `perturbed` is total_width_area with the load term scaled by a
+  /// pseudo-random factor in [0.75, 1.25) drawn from `seed` (equal for
+  /// identical buffers), for restarts that need a different first dive.
+  enum class ranking { total_width_area, width_area_total, total_area_width, perturbed };
+
+  dsa_search(const std::vector<dsa_buffer>& buffers, ranking rank_by, std::uint64_t seed = 0) {
     n_ = static_cast<std::uint32_t>(buffers.size());
-    // Rank: longer lifetimes first, then larger sizes; identical buffers end
-    // up adjacent, which the symmetry rule relies on.
+    // The heaviest load over each buffer's lifetime, from a sweep.
+    std::vector<std::uint64_t> heaviest(n_, 0);
+    {
+      dsa_problem whole{buffers, std::nullopt};
+      const auto steps = load_profile(whole);
+      for (std::uint32_t i = 0; i < n_; ++i) {
+        auto it = std::upper_bound(steps.begin(), steps.end(), buffers[i].lower,
+                                   [](std::int64_t t, const load_step& st) { return t < st.time; });
+        if (it != steps.begin()) --it;
+        for (; it != steps.end() && it->time < buffers[i].upper; ++it) {
+          heaviest[i] = std::max(heaviest[i], it->live_bytes);
+        }
+      }
+    }
     std::vector<std::uint32_t> order(n_);
     std::iota(order.begin(), order.end(), 0u);
+    auto width = [&](std::uint32_t i) { return static_cast<std::uint64_t>(buffers[i].upper - buffers[i].lower); };
+    auto area = [&](std::uint32_t i) {
+      // saturating, only used for ordering
+      const auto w = width(i);
+      const auto sz = buffers[i].size_bytes;
+      return w != 0 && sz > std::numeric_limits<std::uint64_t>::max() / w ? std::numeric_limits<std::uint64_t>::max()
+                                                                           : sz * w;
+    };
+    auto key = [&](std::uint32_t i) -> std::array<std::uint64_t, 3> {
+      switch (rank_by) {
+        case ranking::total_width_area: return {heaviest[i], width(i), area(i)};
+        case ranking::width_area_total: return {width(i), area(i), heaviest[i]};
+        case ranking::total_area_width: return {heaviest[i], area(i), width(i)};
+        case ranking::perturbed: {
+          const auto& b = buffers[i];
+          std::uint64_t h = seed * 0x9e3779b97f4a7c15ull;
+          for (const std::uint64_t v : {b.size_bytes, static_cast<std::uint64_t>(b.lower),
+                                        static_cast<std::uint64_t>(b.upper), b.alignment}) {
+            h = (h ^ v) * 0xff51afd7ed558ccdull;
+            h ^= h >> 33;
+          }
+          const double factor = 0.75 + 0.5 * static_cast<double>(h >> 11) * 0x1.0p-53;
+          return {static_cast<std::uint64_t>(static_cast<double>(heaviest[i]) * factor), width(i), area(i)};
+        }
+      }
+      return {0, 0, 0};
+    };
+    // Identical buffers must end up adjacent (the symmetry rule relies on
+    // it): ties fall back to size, start, alignment, then input order.
     std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const auto ka = key(a);
+      const auto kb = key(b);
+      if (ka != kb) return ka > kb;
       const auto& x = buffers[a];
       const auto& y = buffers[b];
-      const auto lx = x.upper - x.lower;
-      const auto ly = y.upper - y.lower;
-      if (lx != ly) return lx > ly;
       if (x.size_bytes != y.size_bytes) return x.size_bytes > y.size_bytes;
       if (x.lower != y.lower) return x.lower < y.lower;
+      if (x.upper != y.upper) return x.upper < y.upper;
       if (x.alignment != y.alignment) return x.alignment > y.alignment;
       return a < b;
     });
@@ -269,29 +331,51 @@ class dsa_search {
       for (std::uint32_t s = first_section_[r]; s < last_section_[r]; ++s) load_[s] += size_[r];
     }
     lower_bound_bytes_ = load_.empty() ? 0 : *std::max_element(load_.begin(), load_.end());
+    // Members of each section, as compressed rows.
+    section_begin_.assign(sections_ + 1, 0);
+    for (std::uint32_t r = 0; r < n_; ++r) {
+      for (std::uint32_t sec = first_section_[r]; sec < last_section_[r]; ++sec) ++section_begin_[sec + 1];
+    }
+    for (std::size_t sec = 0; sec < sections_; ++sec) section_begin_[sec + 1] += section_begin_[sec];
+    section_members_.resize(section_begin_[sections_]);
+    {
+      std::vector<std::uint32_t> fill(section_begin_.begin(), section_begin_.end() - 1);
+      for (std::uint32_t r = 0; r < n_; ++r) {
+        for (std::uint32_t sec = first_section_[r]; sec < last_section_[r]; ++sec) {
+          section_members_[fill[sec]++] = r;
+        }
+      }
+    }
   }
 
   [[nodiscard]] std::uint64_t lower_bound() const noexcept { return lower_bound_bytes_; }
   [[nodiscard]] std::uint32_t original_index(std::uint32_t rank) const { return original_[rank]; }
 
-  enum class outcome { found, exhausted, timed_out };
+  enum class outcome { found, exhausted, timed_out, out_of_nodes };
 
   /// Looks for plans with peak <= `target`; each one found becomes the
   /// incumbent and the target drops to one byte below it, until a plan at or
-  /// under `good_enough` is found, the tree is exhausted, or the deadline
-  /// passes. `found` means good_enough was reached.
-  outcome search(std::uint64_t target, std::uint64_t good_enough, clock::time_point deadline) {
+  /// under `good_enough` is found, the tree is exhausted, the deadline
+  /// passes or `node_limit` nodes were visited. `found` means good_enough
+  /// was reached; `exhausted` proves no plan under the final target exists.
+  outcome search(std::uint64_t target, std::uint64_t good_enough, clock::time_point deadline,
+                 std::uint64_t node_limit = std::numeric_limits<std::uint64_t>::max()) {
     reset();
     target_ = target;
     good_enough_ = good_enough;
     deadline_ = deadline;
+    node_budget_end_ = node_limit > std::numeric_limits<std::uint64_t>::max() - nodes_
+                           ? std::numeric_limits<std::uint64_t>::max()
+                           : nodes_ + node_limit;
     stop_ = false;
     timed_out_ = false;
+    out_of_nodes_ = false;
     reached_ = false;
     if (n_ == 0) return outcome::found;
     descend(0, -1);
     if (reached_) return outcome::found;
-    return timed_out_ ? outcome::timed_out : outcome::exhausted;
+    if (timed_out_) return outcome::timed_out;
+    return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
   }
 
   /// The best plan found by any search so far (by rank), if any.
@@ -302,6 +386,7 @@ class dsa_search {
 
  private:
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::uint64_t unreachable = std::numeric_limits<std::uint64_t>::max();
 
   void reset() {
     placed_.assign(n_, 0);
@@ -321,6 +406,14 @@ class dsa_search {
     trail_.clear();
     trail_.reserve(neighbours_.size() + 1);
     remaining_.assign(load_);
+    rem_ = load_;
+    lowest_.assign(sections_, 0);
+    for (std::size_t sec = 0; sec < sections_; ++sec) {
+      if (section_begin_[sec] == section_begin_[sec + 1]) lowest_[sec] = unreachable;
+    }
+    section_trail_.clear();
+    section_stamp_.assign(sections_, 0);
+    stamp_ = 0;
     top_ = 0;
     peak_ = 0;
   }
@@ -332,6 +425,10 @@ class dsa_search {
   bool out_of_time() {
     if ((++nodes_ & 1023u) == 0 && clock::now() >= deadline_) {
       timed_out_ = true;
+      stop_ = true;
+    }
+    if (nodes_ >= node_budget_end_) {
+      out_of_nodes_ = true;
       stop_ = true;
     }
     return stop_;
@@ -361,10 +458,12 @@ class dsa_search {
       // and fail early on buffers that can no longer fit.
       std::uint32_t pick = none;
       std::uint64_t pick_offset = std::numeric_limits<std::uint64_t>::max();
+      std::uint64_t lowest_end = std::numeric_limits<std::uint64_t>::max();
       for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
         const std::uint32_t r = unplaced_[k];
         const std::uint64_t at = aligned_floor(r);
         if (at + size_[r] > target_) return;
+        lowest_end = std::min(lowest_end, at + size_[r]);
         const bool above = at > last_offset ||
                            (at == last_offset && static_cast<std::int64_t>(r) > last_rank);
         if (!above) {
@@ -378,6 +477,10 @@ class dsa_search {
         }
       }
       if (pick == none) return;
+      // Dominance: a buffer that could sit entirely below pick_offset at its
+      // floor would clash with nothing placed now or later, so a plan that
+      // leaves that hole is matched by one that fills it (lower offsets sum).
+      if (pick_offset >= lowest_end) return;
       // Every unplaced buffer ends at or above pick_offset.
       if (std::max<std::uint64_t>(top_, pick_offset + static_cast<std::uint64_t>(remaining_.max_all())) >
           target_) {
@@ -394,12 +497,13 @@ class dsa_search {
 
   struct undo_record {
     std::size_t trail_size;
+    std::size_t section_trail_size;
     std::uint64_t top;
     std::uint64_t peak;
   };
 
   void place(std::uint32_t r, std::uint64_t at) {
-    undo_stack_.push_back({trail_.size(), top_, peak_});
+    undo_stack_.push_back({trail_.size(), section_trail_.size(), top_, peak_});
     const std::uint64_t end = at + size_[r];
     // h[s] + rem[s] becomes at + rem_before[s] on r's sections.
     top_ = std::max<std::uint64_t>(
@@ -416,6 +520,7 @@ class dsa_search {
     unplaced_[unplaced_count_ - 1] = r;
     position_[r] = unplaced_count_ - 1;
     --unplaced_count_;
+    const std::size_t trail_before = trail_.size();
     for (std::uint32_t e = neighbour_begin_[r]; e < neighbour_begin_[r + 1]; ++e) {
       const std::uint32_t q = neighbours_[e];
       --unplaced_neighbours_[q];
@@ -424,11 +529,47 @@ class dsa_search {
         floor_[q] = end;
       }
     }
+    // Section floors: in a section, nothing still unplaced can start below
+    // the lowest floor of the unplaced buffers live there (lowest_[s]), so
+    // that plus the section's remaining load must fit. lowest_[s] can only
+    // rise where the buffer that set it was r itself or a neighbour whose
+    // floor just rose; only those sections are rescanned.
+    ++stamp_;
+    for (std::uint32_t sec = first_section_[r]; sec < last_section_[r]; ++sec) {
+      rem_[sec] -= size_[r];
+      if (lowest_[sec] == at) rescan(sec);
+    }
+    for (std::size_t t = trail_before; t < trail_.size(); ++t) {
+      const std::uint32_t q = trail_[t].first;
+      const std::uint64_t was = (trail_[t].second + align_mask_[q]) & ~align_mask_[q];
+      if (was == aligned_floor(q)) continue;
+      for (std::uint32_t sec = first_section_[q]; sec < last_section_[q]; ++sec) {
+        if (lowest_[sec] == was) rescan(sec);
+      }
+    }
+  }
+
+  void rescan(std::uint32_t sec) {
+    if (section_stamp_[sec] == stamp_) return;
+    section_stamp_[sec] = stamp_;
+    std::uint64_t lowest = unreachable;
+    for (std::uint32_t m = section_begin_[sec]; m < section_begin_[sec + 1]; ++m) {
+      const std::uint32_t q = section_members_[m];
+      if (!placed_[q]) lowest = std::min(lowest, aligned_floor(q));
+    }
+    if (lowest == lowest_[sec]) return;
+    section_trail_.push_back({sec, lowest_[sec]});
+    lowest_[sec] = lowest;
+    if (lowest != unreachable) top_ = std::max(top_, lowest + rem_[sec]);
   }
 
   void unplace(std::uint32_t r) {
     const undo_record u = undo_stack_.back();
     undo_stack_.pop_back();
+    while (section_trail_.size() > u.section_trail_size) {
+      lowest_[section_trail_.back().first] = section_trail_.back().second;
+      section_trail_.pop_back();
+    }
     while (trail_.size() > u.trail_size) {
       floor_[trail_.back().first] = trail_.back().second;
       trail_.pop_back();
@@ -439,6 +580,7 @@ class dsa_search {
     // r sits at position unplaced_count_ (LIFO), so growing the list restores it.
     ++unplaced_count_;
     placed_[r] = 0;
+    for (std::uint32_t sec = first_section_[r]; sec < last_section_[r]; ++sec) rem_[sec] += size_[r];
     remaining_.add(first_section_[r], last_section_[r], static_cast<std::int64_t>(size_[r]));
     top_ = u.top;
     peak_ = u.peak;
@@ -457,6 +599,8 @@ class dsa_search {
   std::vector<std::uint32_t> neighbours_;
   std::vector<std::uint64_t> load_;
   std::uint64_t lower_bound_bytes_ = 0;
+  std::vector<std::uint32_t> section_begin_;
+  std::vector<std::uint32_t> section_members_;
 
   // Search state.
   std::vector<std::uint8_t> placed_;
@@ -469,6 +613,11 @@ class dsa_search {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> trail_;
   std::vector<undo_record> undo_stack_;
   max_add_tree remaining_;
+  std::vector<std::uint64_t> rem_;  // unplaced bytes live in each section
+  std::vector<std::uint64_t> lowest_;  // lowest aligned floor of the unplaced buffers live there
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> section_trail_;
+  std::vector<std::uint64_t> section_stamp_;  // rescanned during the placement numbered stamp_
+  std::uint64_t stamp_ = 0;
   std::uint64_t top_ = 0;   // max over sections of h[s] + rem[s] (monotone on a path)
   std::uint64_t peak_ = 0;  // highest end placed
   std::uint64_t target_ = 0;
@@ -476,13 +625,89 @@ class dsa_search {
   clock::time_point deadline_{};
   bool stop_ = false;
   bool timed_out_ = false;
+  bool out_of_nodes_ = false;
   bool reached_ = false;
+  std::uint64_t node_budget_end_ = 0;
   std::uint64_t nodes_ = 0;
 
   // Incumbent.
   bool has_plan_ = false;
   std::uint64_t best_peak_ = 0;
   std::vector<std::uint64_t> best_;
+};
+
+/// Searches over the same component that differ only in how they rank
+/// buffers. Three fixed rankings run round robin with node limits that
+/// double every round (so one of them eventually finishes its tree, which
+/// proves infeasibility); between rounds, as many nodes again go to short
+/// searches with pseudo-randomly perturbed rankings (restarts), because a
+/// depth-first search whose early choices were wrong thrashes near the
+/// leaves, and a fresh ranking is the cheapest way out.
+class search_portfolio {
+ public:
+  using clock = dsa_search::clock;
+  enum class verdict { feasible, infeasible, unknown };
+
+  explicit search_portfolio(const std::vector<dsa_buffer>& buffers) : buffers_(&buffers) {
+    searches_.emplace_back(buffers, dsa_search::ranking::total_width_area);
+    searches_.emplace_back(buffers, dsa_search::ranking::width_area_total);
+    searches_.emplace_back(buffers, dsa_search::ranking::total_area_width);
+    first_limit_ = std::max<std::uint64_t>(1024, 3 * buffers.size());
+  }
+
+  /// Is there a plan with peak <= target? `feasible` leaves it as the best plan.
+  verdict decide(std::uint64_t target, clock::time_point deadline) {
+    for (std::uint64_t limit = first_limit_;; limit *= 2) {
+      for (std::size_t k = 0; k < 3; ++k) {
+        const auto result = searches_[k].search(target, target, deadline, limit);
+        if (result == dsa_search::outcome::found) {
+          best_ = k;
+          return verdict::feasible;
+        }
+        if (result == dsa_search::outcome::exhausted) return verdict::infeasible;
+        if (result == dsa_search::outcome::timed_out) return verdict::unknown;
+      }
+      // Restarts: 3 * limit nodes in searches of first_limit_ nodes each.
+      for (std::uint64_t spent = 0; spent < 3 * limit; spent += first_limit_) {
+        dsa_search restart(*buffers_, dsa_search::ranking::perturbed, ++seed_);
+        const auto result = restart.search(target, target, deadline, first_limit_);
+        restart_nodes_ += restart.nodes();
+        if (result == dsa_search::outcome::found) {
+          if (searches_.size() < 4) {
+            searches_.push_back(std::move(restart));
+          } else {
+            searches_[3] = std::move(restart);
+          }
+          best_ = 3;
+          return verdict::feasible;
+        }
+        if (result == dsa_search::outcome::exhausted) return verdict::infeasible;
+        if (result == dsa_search::outcome::timed_out) return verdict::unknown;
+      }
+    }
+  }
+
+  [[nodiscard]] std::uint64_t best_peak() const { return searches_[best_].best_peak(); }
+  /// The best plan's offsets, parallel to the component's buffers.
+  void best_offsets(std::vector<std::uint64_t>& offsets) const {
+    const auto& search = searches_[best_];
+    for (std::uint32_t r = 0; r < search.best_offsets().size(); ++r) {
+      offsets[search.original_index(r)] = search.best_offsets()[r];
+    }
+  }
+  [[nodiscard]] std::uint64_t nodes() const {
+    std::uint64_t total = restart_nodes_;
+    for (std::size_t k = 0; k < std::min<std::size_t>(3, searches_.size()); ++k) total += searches_[k].nodes();
+    return total;
+  }
+
+ private:
+  const std::vector<dsa_buffer>* buffers_;
+  std::vector<dsa_search> searches_;  // three fixed rankings, then the last successful restart
+  std::size_t best_ = 0;
+  std::uint64_t first_limit_ = 1024;
+  std::uint64_t seed_ = 0;
+  std::uint64_t restart_nodes_ = 0;
 };
 
 }  // namespace detail
@@ -546,42 +771,53 @@ class exact_solver {
         }
       }
       const std::uint64_t bound = part_bound[c];
-      detail::dsa_search search(part);
-      auto take = [&] {
-        best = search.best_peak();
-        for (std::uint32_t r = 0; r < part.size(); ++r) {
-          offsets[search.original_index(r)] = search.best_offsets()[r];
-        }
+      // Built only when the greedy plan is not already good enough.
+      std::optional<detail::search_portfolio> searches;
+      auto decide = [&](std::uint64_t target, detail::search_portfolio::clock::time_point until) {
+        if (!searches) searches.emplace(part);
+        return searches->decide(target, until);
       };
+      auto take = [&] {
+        best = searches->best_peak();
+        searches->best_offsets(offsets);
+      };
+      using verdict = detail::search_portfolio::verdict;
 
       if (problem.capacity_bytes) {
         const std::uint64_t capacity = *problem.capacity_bytes;
         if (best > capacity) {
-          const auto found = search.search(capacity, capacity, deadline);
-          nodes_ += search.nodes();
-          if (found == detail::dsa_search::outcome::found) {
+          const auto found = decide(capacity, deadline);
+          if (found == verdict::feasible) {
             take();
           } else {
-            throw error(capacity_message(capacity, part, bound,
-                                         found == detail::dsa_search::outcome::exhausted, best));
+            nodes_ += searches->nodes();
+            throw error(capacity_message(capacity, part, bound, found == verdict::infeasible, best));
           }
         }
         proven = proven && best <= std::max(forced_peak, bound);
       } else {
         const std::uint64_t enough = std::max(forced_peak, bound);
+        std::uint64_t proven_below = enough;  // no plan of this component peaks under it
         if (best > enough) {
-          // Probe the lower bound first with part of the remaining time.
+          // Probe the lower bound first with part of the remaining time,
+          // then tighten the target below each new incumbent.
           const auto now = clock::now();
-          const auto probe_deadline = now + (deadline - now) / 4;
-          auto outcome = search.search(enough, enough, probe_deadline);
-          if (outcome != detail::dsa_search::outcome::found) {
-            outcome = search.search(best - 1, enough, deadline);
+          auto outcome = decide(enough, now + (deadline - now) / 2);
+          if (outcome == verdict::feasible) take();
+          if (outcome == verdict::infeasible) proven_below = enough + 1;
+          while (best > proven_below) {
+            outcome = decide(best - 1, deadline);
+            if (outcome == verdict::feasible) {
+              take();
+            } else {
+              if (outcome == verdict::infeasible) proven_below = best;
+              break;
+            }
           }
-          nodes_ += search.nodes();
-          if (search.has_plan() && search.best_peak() < best) take();
-          if (outcome == detail::dsa_search::outcome::timed_out) proven = false;
         }
+        proven = proven && best <= proven_below;
       }
+      if (searches) nodes_ += searches->nodes();
       forced_peak = std::max(forced_peak, best);
       for (std::size_t k = 0; k < members.size(); ++k) result.plan.offsets[members[k]] = offsets[k];
     }

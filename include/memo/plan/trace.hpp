@@ -217,6 +217,12 @@ class trace_builder {
                           "duplicate id " + std::to_string(id) + ": already allocated" +
                               where(malloc_line_[it->second]));
     }
+    if (size_bytes > std::numeric_limits<std::uint64_t>::max() - total_bytes_) {
+      detail::input_error(source_, line,
+                          "malloc of id " + std::to_string(id) +
+                              ": the sizes of all buffers together overflow 64 bits");
+    }
+    total_bytes_ += size_bytes;
     index_.emplace(id, trace_.problem.buffers.size());
     dsa_buffer b;
     b.id = id;
@@ -326,6 +332,7 @@ class trace_builder {
   std::optional<trace_section> open_;
   std::size_t open_line_ = 0;
   std::int64_t now_ = 0;
+  std::uint64_t total_bytes_ = 0;
 };
 
 /// Parses a request trace (see the top of this file). `source` names the
@@ -394,6 +401,7 @@ inline dsa_problem parse_dsa_csv(std::string_view text, std::string_view source 
   std::vector<int> layout;  // column index -> which field
   dsa_problem problem;
   std::unordered_map<std::uint64_t, std::size_t> seen;  // id -> line
+  std::uint64_t total_bytes = 0;
   detail::for_each_line(text, [&](std::size_t line, std::string_view content) {
     std::vector<std::string_view> fields;
     std::size_t pos = 0;
@@ -465,6 +473,12 @@ inline dsa_problem parse_dsa_csv(std::string_view text, std::string_view source 
                               std::to_string(size_signed));
     }
     b.size_bytes = static_cast<std::uint64_t>(size_signed);
+    if (b.size_bytes > std::numeric_limits<std::uint64_t>::max() - total_bytes) {
+      detail::input_error(source, line,
+                          "buffer " + std::to_string(b.id) +
+                              ": the sizes of all buffers together overflow 64 bits");
+    }
+    total_bytes += b.size_bytes;
     if (b.upper <= b.lower) {
       detail::input_error(source, line,
                           "buffer " + std::to_string(b.id) + ": upper (" + std::to_string(b.upper) +
@@ -548,6 +562,90 @@ inline std::string write_trace(const memory_trace& trace) {
     }
   }
   return out;
+}
+
+/// Builds a model trace from one layer's trace: `layer` has a forward and a
+/// backward section (`layer 0 forward`, `layer 0 backward`) and possibly
+/// requests before (prologue), between (middle) and after them (epilogue).
+/// The result is prologue, forward of layers 0..layers-1, middle, backward
+/// of layers layers-1..0, epilogue, each layer's requests under their own
+/// section markers. Buffers born in a layer section get the id
+/// `id + l * stride` in layer l (stride: one more than the largest id), the
+/// others keep theirs. A request outside the layer sections that refers to
+/// a buffer born inside them (or the other way round) cannot be repeated
+/// and is an error.
+inline memory_trace stack_layer_trace(const memory_trace& layer, std::int64_t layers) {
+  expects(layers >= 1, [&] { return "stack_layer_trace: layer count must be positive, got " +
+                                    std::to_string(layers); });
+  const trace_section* fwd = nullptr;
+  const trace_section* bwd = nullptr;
+  for (const auto& s : layer.sections) {
+    if (s.phase == "forward") fwd = &s;
+    if (s.phase == "backward") bwd = &s;
+  }
+  expects(fwd != nullptr && bwd != nullptr && layer.sections.size() == 2 && fwd->end <= bwd->begin,
+          "stack_layer_trace: the layer trace needs exactly one forward section followed by one "
+          "backward section");
+  const auto& buffers = layer.problem.buffers;
+  std::uint64_t stride = 1;
+  for (const auto& b : buffers) stride = std::max(stride, b.id + 1);
+  // Requests by time; a parsed trace has exactly one per instant.
+  struct request {
+    std::int64_t time;
+    bool is_malloc;
+    std::size_t index;
+  };
+  std::vector<request> requests;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    requests.push_back({buffers[i].lower, true, i});
+    if (std::find(layer.never_freed.begin(), layer.never_freed.end(), buffers[i].id) ==
+        layer.never_freed.end()) {
+      requests.push_back({buffers[i].upper, false, i});
+    }
+  }
+  std::stable_sort(requests.begin(), requests.end(), [](const request& a, const request& b) {
+    return a.time != b.time ? a.time < b.time : (!a.is_malloc && b.is_malloc);
+  });
+  auto in = [](const trace_section* s, std::int64_t t) { return t >= s->begin && t < s->end; };
+  auto born_in_layer = [&](std::size_t i) {
+    return in(fwd, buffers[i].lower) || in(bwd, buffers[i].lower);
+  };
+  trace_builder builder("stacked layer trace");
+  auto emit = [&](const request& r, std::int64_t l) {
+    const auto& b = buffers[r.index];
+    const bool layered = born_in_layer(r.index);
+    expects(layered == (l >= 0), [&] {
+      return "stack_layer_trace: buffer " + std::to_string(b.id) +
+             (layered ? " is born in a layer section but used outside it"
+                      : " is born outside the layer sections but used inside them");
+    });
+    const std::uint64_t id = layered ? b.id + static_cast<std::uint64_t>(l) * stride : b.id;
+    if (r.is_malloc) {
+      builder.malloc(id, b.size_bytes);
+    } else {
+      builder.free(id, b.size_bytes);
+    }
+  };
+  auto emit_range = [&](std::int64_t from, std::int64_t to, std::int64_t l) {
+    for (const auto& r : requests) {
+      if (r.time >= from && r.time < to) emit(r, l);
+    }
+  };
+  constexpr std::int64_t forever = std::numeric_limits<std::int64_t>::max();
+  emit_range(std::numeric_limits<std::int64_t>::min(), fwd->begin, -1);
+  for (std::int64_t l = 0; l < layers; ++l) {
+    builder.begin_section("layer " + std::to_string(l) + " forward");
+    emit_range(fwd->begin, fwd->end, l);
+    builder.end_section("layer " + std::to_string(l) + " forward");
+  }
+  emit_range(fwd->end, bwd->begin, -1);
+  for (std::int64_t l = layers - 1; l >= 0; --l) {
+    builder.begin_section("layer " + std::to_string(l) + " backward");
+    emit_range(bwd->begin, bwd->end, l);
+    builder.end_section("layer " + std::to_string(l) + " backward");
+  }
+  emit_range(bwd->end, forever, -1);
+  return std::move(builder).finish();
 }
 
 /// The plan as CSV: `id,offset,size,lower,upper`, one buffer per line.

@@ -57,14 +57,14 @@ inline constexpr const char* to_string(skeletal_policy policy) {
 }
 
 /// One skeletal tensor of a layer, stored as [tokens, bytes_per_token].
-struct skeletal_tensor {
+struct skeletal_tensor_spec {
   std::string name;
   std::size_t tokens = 0;
   std::size_t bytes_per_token = 0;
   skeletal_policy policy = skeletal_policy::offload_fraction;
 
   [[nodiscard]] std::uint64_t bytes() const { return checked_mul(tokens, bytes_per_token); }
-  friend bool operator==(const skeletal_tensor&, const skeletal_tensor&) = default;
+  friend bool operator==(const skeletal_tensor_spec&, const skeletal_tensor_spec&) = default;
 };
 
 /// A half-open token range [begin, end).
@@ -80,13 +80,13 @@ struct token_range {
 class skeletal_layout {
  public:
   skeletal_layout() = default;
-  explicit skeletal_layout(std::vector<skeletal_tensor> tensors) : tensors_(std::move(tensors)) {
+  explicit skeletal_layout(std::vector<skeletal_tensor_spec> tensors) : tensors_(std::move(tensors)) {
     validate();
   }
 
-  [[nodiscard]] const std::vector<skeletal_tensor>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const std::vector<skeletal_tensor_spec>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] std::size_t size() const noexcept { return tensors_.size(); }
-  [[nodiscard]] const skeletal_tensor& operator[](std::size_t index) const {
+  [[nodiscard]] const skeletal_tensor_spec& operator[](std::size_t index) const {
     expects(index < tensors_.size(), [&] {
       return "skeletal layout: tensor index " + std::to_string(index) + " outside [0, " +
              std::to_string(tensors_.size()) + ")";
@@ -144,7 +144,7 @@ class skeletal_layout {
     }
   }
 
-  std::vector<skeletal_tensor> tensors_;
+  std::vector<skeletal_tensor_spec> tensors_;
 };
 
 /// One alpha applied to a layout: the offloaded and the recomputed token

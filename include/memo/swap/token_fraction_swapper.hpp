@@ -165,7 +165,8 @@ class token_fraction_swapper {
   [[nodiscard]] stream_type& offload_stream() noexcept { return offload_; }
   [[nodiscard]] stream_type& prefetch_stream() noexcept { return prefetch_; }
 
-  /// Bytes issued so far, for reports.
+  /// Payload bytes issued so far (alignment padding copied along is not
+  /// counted), for reports.
   [[nodiscard]] std::uint64_t offloaded_bytes() const noexcept { return offloaded_bytes_; }
   [[nodiscard]] std::uint64_t prefetched_bytes() const noexcept { return prefetched_bytes_; }
   [[nodiscard]] std::uint64_t recomputed_bytes() const noexcept { return recomputed_bytes_; }
@@ -203,8 +204,8 @@ class token_fraction_swapper {
         for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
           backend_->copy_async(host, device, static_cast<std::size_t>(bytes),
                                copy_kind::device_to_host, offload_);
-          offloaded_bytes_ += bytes;
         });
+        offloaded_bytes_ += plan().offloaded_bytes_per_layer();
         buffers_->release(std::move(held), offload_);
       }
       leases_[layer].reset();
@@ -332,17 +333,45 @@ class token_fraction_swapper {
     return skeletal_views(&layout(), layer, std::move(slices));
   }
 
+  // Calls fn(host, device, bytes) once per copy of layer `layer`'s offloaded
+  // ranges. Ranges that follow each other with the same gap on both sides
+  // (alignment padding inside one allocation: the layer's rounding buffer and
+  // its host slots, reserved together in the same order) become one copy, so
+  // at alpha = 0 or 1 a layer moves in a single call.
   template <class Fn>
   void for_each_offloaded(std::size_t layer, Fn&& fn) {
     const auto& held = *leases_[layer];
+    std::byte* host_start = nullptr;
+    std::byte* device_start = nullptr;
+    std::uint64_t run_bytes = 0;
+    bool run_ends_tensor = false;  // the run's last range reaches its tensor's end
     for (std::size_t t = 0; t < layout().size(); ++t) {
       const auto slice = held[t];
       for (const auto& range : plan().offloaded(t)) {
         std::byte* host = store_->slot({options_.host_layer_base + layer, t, range});
-        fn(host, slice.token(range.begin),
-           static_cast<std::uint64_t>(range.tokens()) * slice.bytes_per_token);
+        std::byte* device = slice.token(range.begin);
+        const auto bytes = static_cast<std::uint64_t>(range.tokens()) * slice.bytes_per_token;
+        if (run_bytes > 0) {
+          // Only padding may lie between: the previous range ended its
+          // tensor and this one starts the next, so no token is overwritten.
+          const std::byte* host_end = host_start + run_bytes;
+          const std::byte* device_end = device_start + run_bytes;
+          if (run_ends_tensor && range.begin == 0 && host >= host_end && device >= device_end &&
+              host - host_end == device - device_end &&
+              static_cast<std::uint64_t>(host - host_end) < default_alignment_bytes) {
+            run_bytes = static_cast<std::uint64_t>(host - host_start) + bytes;
+            run_ends_tensor = range.end == slice.tokens;
+            continue;
+          }
+          fn(host_start, device_start, run_bytes);
+        }
+        host_start = host;
+        device_start = device;
+        run_bytes = bytes;
+        run_ends_tensor = range.end == slice.tokens;
       }
     }
+    if (run_bytes > 0) fn(host_start, device_start, run_bytes);
   }
 
   void prefetch(std::size_t layer) {
@@ -350,8 +379,8 @@ class token_fraction_swapper {
     for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
       backend_->copy_async(device, host, static_cast<std::size_t>(bytes),
                            copy_kind::host_to_device, prefetch_);
-      prefetched_bytes_ += bytes;
     });
+    prefetched_bytes_ += plan().offloaded_bytes_per_layer();
     backend_->record(prefetch_done_[layer], prefetch_);
   }
 

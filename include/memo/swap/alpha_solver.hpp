@@ -1,0 +1,242 @@
+// memo/swap/alpha_solver.hpp
+//
+// The offload fraction alpha of MEMO section 4.1, equations (1)-(3):
+//
+//     max  alpha
+//     s.t. (S_input + S_attn + alpha * S_others) / B  <=  T_layer        (2)
+//          (n - u) * (S_input + S_attn + alpha * S_others)  <=  M_cpu    (3)
+//          0 <= alpha <= 1
+//
+// with S_* the skeletal bytes of one layer on one GPU, B the device-to-host
+// bandwidth, T_layer one layer's forward time, n layers of which the last u
+// (u = 2 in the paper) are never swapped, and M_cpu the host memory one GPU
+// may fill (a node's budget divided by its GPUs). Constraint (2) keeps the
+// offload of layer i hidden behind the forward of layer i+1; (3) keeps the
+// host from running out of memory.
+//
+// The LP is solved with lp_solve (as in the paper), each row scaled to
+// natural units (seconds, fraction of the budget) so its coefficients stay
+// near 1 for any sequence length. The result names the constraint that binds
+// and the stall the schedule should see; if even alpha = 0 breaks a
+// constraint the problem has no answer and the error says which constraint
+// and by how much. `alpha_closed_form` is the same answer by hand, which the
+// tests compare against.
+//
+// Requires the memo::lpsolve component.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+#include "memo/core/lp_solve.hpp"
+#include "memo/schedule/device_profile.hpp"
+#include "memo/schedule/layer_cost.hpp"
+
+namespace memo {
+
+/// The numbers of equations (2) and (3), per GPU and per layer.
+struct alpha_problem {
+  double input_bytes = 0.0;             ///< S_input, offloaded whole
+  double attention_output_bytes = 0.0;  ///< S_attn, offloaded whole
+  double other_bytes = 0.0;             ///< S_others, alpha of it offloaded
+  double bandwidth_bytes_per_second = 0.0;  ///< B, device to host
+  double layer_forward_seconds = 0.0;   ///< T_layer
+  int layers = 0;                       ///< n
+  int unswapped_layers = 2;             ///< u, the last layers never swapped
+  double host_budget_bytes = 0.0;       ///< M_cpu available to this GPU
+
+  [[nodiscard]] int swapped_layers() const { return std::max(0, layers - unswapped_layers); }
+  [[nodiscard]] double whole_bytes() const { return input_bytes + attention_output_bytes; }
+  /// Bytes one swapped layer offloads at `alpha`.
+  [[nodiscard]] double offload_bytes(double alpha) const { return whole_bytes() + alpha * other_bytes; }
+  /// Seconds one layer's offload takes at `alpha`.
+  [[nodiscard]] double transfer_seconds(double alpha) const {
+    return offload_bytes(alpha) / bandwidth_bytes_per_second;
+  }
+  /// Host bytes the swapped layers hold at `alpha` (left side of (3)).
+  [[nodiscard]] double host_bytes(double alpha) const {
+    return static_cast<double>(swapped_layers()) * offload_bytes(alpha);
+  }
+
+  void check() const {
+    auto non_negative = [](double value, const char* field) {
+      expects(std::isfinite(value) && value >= 0.0, [&] {
+        return std::string("alpha problem: ") + field + " must be finite and >= 0, got " +
+               std::to_string(value);
+      });
+    };
+    non_negative(input_bytes, "input_bytes");
+    non_negative(attention_output_bytes, "attention_output_bytes");
+    non_negative(other_bytes, "other_bytes");
+    non_negative(host_budget_bytes, "host_budget_bytes");
+    expects(std::isfinite(bandwidth_bytes_per_second) && bandwidth_bytes_per_second > 0.0, [&] {
+      return "alpha problem: bandwidth_bytes_per_second must be positive, got " +
+             std::to_string(bandwidth_bytes_per_second);
+    });
+    expects(std::isfinite(layer_forward_seconds) && layer_forward_seconds > 0.0, [&] {
+      return "alpha problem: layer_forward_seconds must be positive, got " +
+             std::to_string(layer_forward_seconds);
+    });
+    expects(layers >= 1 && unswapped_layers >= 0, [&] {
+      return "alpha problem: need layers >= 1 and unswapped_layers >= 0, got " +
+             std::to_string(layers) + " and " + std::to_string(unswapped_layers);
+    });
+  }
+
+  /// A problem from a GPT layer's cost on a device: T_layer from the
+  /// forward FLOPs at the profile's achieved rate, B its device-to-host
+  /// bandwidth, M_cpu the node's host memory divided by its GPUs.
+  static alpha_problem from_layer_cost(const gpt_layer_cost& cost, const device_profile& profile,
+                                       int layers, int unswapped_layers = 2) {
+    alpha_problem problem;
+    problem.input_bytes = static_cast<double>(cost.input_bytes);
+    problem.attention_output_bytes = static_cast<double>(cost.attention_output_bytes);
+    problem.other_bytes = static_cast<double>(cost.other_bytes);
+    problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
+    problem.layer_forward_seconds = profile.compute_seconds(cost.forward_flops);
+    problem.layers = layers;
+    problem.unswapped_layers = unswapped_layers;
+    problem.host_budget_bytes = static_cast<double>(profile.host_memory_bytes_per_gpu());
+    return problem;
+  }
+};
+
+/// Which constraint stops alpha from growing.
+enum class alpha_bound {
+  bandwidth,    ///< (2): a larger alpha would make the offload outlast the layer
+  host_memory,  ///< (3): a larger alpha would overflow the host budget
+  everything,   ///< alpha = 1: everything is offloaded and both constraints hold
+};
+
+inline constexpr const char* to_string(alpha_bound bound) {
+  switch (bound) {
+    case alpha_bound::bandwidth: return "bandwidth (eq. 2)";
+    case alpha_bound::host_memory: return "host memory (eq. 3)";
+    case alpha_bound::everything: return "alpha = 1 (nothing to recompute)";
+  }
+  return "unknown";
+}
+
+struct alpha_solution {
+  double alpha = 0.0;
+  alpha_bound binding = alpha_bound::everything;
+  double transfer_seconds = 0.0;   ///< one layer's offload at alpha
+  double host_bytes = 0.0;         ///< (n - u) x offload bytes at alpha
+  /// Compute-stream stall per forward layer, max(0, transfer - T_layer):
+  /// zero at the LP's alpha by (2); see `predicted_stall_seconds`.
+  double stall_seconds_per_layer = 0.0;
+};
+
+/// Forward stall per layer at any alpha: the compute stream waits for the
+/// offload of the layer K back whenever a transfer outlasts a forward.
+inline double predicted_stall_seconds(const alpha_problem& problem, double alpha) {
+  return std::max(0.0, problem.transfer_seconds(alpha) - problem.layer_forward_seconds);
+}
+
+namespace detail {
+
+inline void check_alpha_zero_feasible(const alpha_problem& problem) {
+  const double whole_seconds = problem.transfer_seconds(0.0);
+  expects(whole_seconds <= problem.layer_forward_seconds, [&] {
+    return "alpha LP infeasible: even alpha = 0 breaks the bandwidth constraint (eq. 2): offloading "
+           "the layer input and attention output (" +
+           std::to_string(static_cast<std::uint64_t>(problem.whole_bytes())) + " bytes) takes " +
+           std::to_string(whole_seconds) + " s at " +
+           std::to_string(problem.bandwidth_bytes_per_second) + " bytes/s, " +
+           std::to_string(whole_seconds - problem.layer_forward_seconds) +
+           " s longer than the layer forward time of " +
+           std::to_string(problem.layer_forward_seconds) + " s";
+  });
+  const double host_bytes = problem.host_bytes(0.0);
+  expects(host_bytes <= problem.host_budget_bytes, [&] {
+    return "alpha LP infeasible: even alpha = 0 breaks the host-memory constraint (eq. 3): " +
+           std::to_string(problem.swapped_layers()) +
+           " swapped layers x (input + attention output) = " +
+           std::to_string(static_cast<std::uint64_t>(host_bytes)) + " bytes exceeds the budget of " +
+           std::to_string(static_cast<std::uint64_t>(problem.host_budget_bytes)) + " bytes by " +
+           std::to_string(static_cast<std::uint64_t>(host_bytes - problem.host_budget_bytes)) +
+           " bytes";
+  });
+}
+
+inline alpha_solution finish_alpha(const alpha_problem& problem, double alpha) {
+  alpha_solution solution;
+  solution.alpha = alpha;
+  solution.transfer_seconds = problem.transfer_seconds(alpha);
+  solution.host_bytes = problem.host_bytes(alpha);
+  solution.stall_seconds_per_layer = predicted_stall_seconds(problem, alpha);
+  if (alpha >= 1.0 - 1e-9 || problem.other_bytes == 0.0) {
+    solution.binding = alpha_bound::everything;
+    return solution;
+  }
+  // Slack of each row in its own unit relative to its right side.
+  const double bandwidth_slack =
+      (problem.layer_forward_seconds - solution.transfer_seconds) / problem.layer_forward_seconds;
+  const double host_slack = problem.swapped_layers() == 0
+                                ? std::numeric_limits<double>::infinity()
+                                : (problem.host_budget_bytes - solution.host_bytes) /
+                                      std::max(problem.host_budget_bytes, 1.0);
+  solution.binding = bandwidth_slack <= host_slack ? alpha_bound::bandwidth : alpha_bound::host_memory;
+  return solution;
+}
+
+}  // namespace detail
+
+/// The LP's answer by hand: min(1, bandwidth limit, host limit).
+inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
+  problem.check();
+  detail::check_alpha_zero_feasible(problem);
+  double alpha = 1.0;
+  if (problem.other_bytes > 0.0) {
+    alpha = std::min(alpha, (problem.bandwidth_bytes_per_second * problem.layer_forward_seconds -
+                             problem.whole_bytes()) /
+                                problem.other_bytes);
+    if (problem.swapped_layers() > 0) {
+      alpha = std::min(alpha, (problem.host_budget_bytes / problem.swapped_layers() -
+                               problem.whole_bytes()) /
+                                  problem.other_bytes);
+    }
+  }
+  return detail::finish_alpha(problem, std::clamp(alpha, 0.0, 1.0));
+}
+
+/// Solves equations (1)-(3) with lp_solve.
+inline alpha_solution solve_alpha(const alpha_problem& problem) {
+  problem.check();
+  detail::check_alpha_zero_feasible(problem);
+  lp_model lp(1);
+  lp.set_name(0, "alpha");
+  lp.set_bounds(0, 0.0, 1.0);
+  const int column[] = {0};
+  // (2) in seconds: alpha * S_others / B <= T_layer - (S_input + S_attn) / B.
+  {
+    const double coefficient[] = {problem.other_bytes / problem.bandwidth_bytes_per_second};
+    lp.add_row(column, coefficient, lp_sense::less_equal,
+               problem.layer_forward_seconds - problem.transfer_seconds(0.0));
+  }
+  // (3) as a fraction of the budget.
+  if (problem.swapped_layers() > 0) {
+    const double swapped = static_cast<double>(problem.swapped_layers());
+    const double scale = problem.host_budget_bytes > 0.0 ? problem.host_budget_bytes : 1.0;
+    const double coefficient[] = {swapped * problem.other_bytes / scale};
+    lp.add_row(column, coefficient, lp_sense::less_equal,
+               (problem.host_budget_bytes - problem.host_bytes(0.0)) / scale);
+  }
+  const double objective[] = {1.0};
+  lp.set_objective(column, objective, true);
+  const lp_outcome outcome = lp.solve();
+  expects(outcome == lp_outcome::optimal, [&] {
+    return std::string("alpha LP: lp_solve returned ") + to_string(outcome) +
+           " for a problem that is feasible at alpha = 0";
+  });
+  // lp_solve's tolerances can leave alpha a hair outside [0, 1].
+  return detail::finish_alpha(problem, std::clamp(lp.solution()[0], 0.0, 1.0));
+}
+
+}  // namespace memo

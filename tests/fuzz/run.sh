@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the parser fuzz targets with clang's libFuzzer (plus Address and
+# UndefinedBehavior sanitizers) and runs each for a while on a seed corpus
+# made of the bundled examples.
+#
+#   tests/fuzz/run.sh [BUILD_DIR] [SECONDS_PER_TARGET]
+#
+# Exits non-zero on a build failure or on any finding.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+build="${1:-${TMPDIR:-/tmp}/memo-fuzz}"
+seconds="${2:-20}"
+cxx="${FUZZ_CXX:-clang++}"
+mkdir -p "$build"
+for target in trace_fuzz csv_fuzz; do
+  "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -I "$root/include" -include "$here/source_location_shim.hpp" "$here/$target.cpp" -o "$build/$target"
+  corpus="$build/${target}_corpus"
+  mkdir -p "$corpus"
+  if [[ $target == trace_fuzz ]]; then
+    cp "$root"/examples/traces/*.trace "$corpus"/
+  else
+    cp "$root"/examples/traces/*.csv "$corpus"/
+  fi
+  echo "fuzzing $target for ${seconds}s"
+  (cd "$build" && "./$target" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -n 12)
+  test "${PIPESTATUS[0]}" -eq 0
+done
+echo "fuzzing finished without findings"

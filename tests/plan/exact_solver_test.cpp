@@ -1,0 +1,363 @@
+// Tests for memo/plan/exact_solver.hpp against an independent brute force.
+#include "memo/plan/exact_solver.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using memo::dsa_buffer;
+using memo::dsa_problem;
+
+// Reference: every gravity-compressed plan lists, by increasing offset, as a
+// sequence in which each buffer sits at the lowest aligned offset above the
+// earlier buffers it shares time with. Trying every permutation therefore
+// reaches an optimal plan.
+std::uint64_t brute_force_peak(const std::vector<dsa_buffer>& buffers) {
+  std::vector<std::size_t> perm(buffers.size());
+  std::iota(perm.begin(), perm.end(), std::size_t{0});
+  std::uint64_t best = UINT64_MAX;
+  std::vector<std::uint64_t> offset(buffers.size());
+  do {
+    std::uint64_t peak = 0;
+    for (std::size_t k = 0; k < perm.size() && peak < best; ++k) {
+      const auto& b = buffers[perm[k]];
+      std::uint64_t at = 0;
+      for (std::size_t q = 0; q < k; ++q) {
+        const auto& o = buffers[perm[q]];
+        if (b.lower < o.upper && o.lower < b.upper) at = std::max(at, offset[perm[q]] + o.size_bytes);
+      }
+      at = (at + b.alignment - 1) / b.alignment * b.alignment;
+      offset[perm[k]] = at;
+      peak = std::max(peak, at + b.size_bytes);
+    }
+    best = std::min(best, peak);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return buffers.empty() ? 0 : best;
+}
+
+std::vector<dsa_buffer> random_buffers(std::mt19937_64& rng, std::size_t n, std::int64_t horizon,
+                                       std::uint64_t max_size, bool aligned) {
+  std::vector<dsa_buffer> buffers;
+  for (std::size_t i = 0; i < n; ++i) {
+    dsa_buffer b;
+    b.id = 100 + i;
+    if (i > 0 && rng() % 5 == 0) {  // an interchangeable copy of the previous buffer
+      b = buffers.back();
+      b.id = 100 + i;
+      buffers.push_back(b);
+      continue;
+    }
+    b.lower = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(horizon));
+    b.upper = b.lower + 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(horizon));
+    b.size_bytes = 1 + rng() % max_size;
+    b.alignment = aligned ? (std::uint64_t{1} << (rng() % 4)) : 1;
+    buffers.push_back(b);
+  }
+  return buffers;
+}
+
+}  // namespace
+
+TEST_CASE("exact: equals brute force on random instances") {
+  std::mt19937_64 rng(7);
+  memo::exact_solver solver;
+  for (int trial = 0; trial < 400; ++trial) {
+    const std::size_t n = 1 + static_cast<std::size_t>(trial % 8);
+    const std::int64_t horizon = 2 + trial % 7;
+    dsa_problem problem{random_buffers(rng, n, horizon, trial % 3 == 0 ? 4 : 20, false), {}};
+    const auto result = solver.solve(problem, {});
+    INFO("trial " << trial);
+    CHECK(memo::validate(problem, result.plan).ok);
+    CHECK(result.proven_optimal);
+    CHECK(result.plan.peak_bytes == brute_force_peak(problem.buffers));
+    CHECK(result.lower_bound_bytes == memo::lower_bound_bytes(problem));
+    CHECK(result.solver == "exact");
+  }
+}
+
+TEST_CASE("exact: equals brute force on nine-buffer instances") {
+  std::mt19937_64 rng(9);
+  memo::exact_solver solver;
+  for (int trial = 0; trial < 6; ++trial) {
+    dsa_problem problem{random_buffers(rng, 9, 5, 30, trial % 2 == 1), {}};
+    const auto result = solver.solve(problem, {});
+    CHECK(result.proven_optimal);
+    CHECK(result.plan.peak_bytes == brute_force_peak(problem.buffers));
+  }
+}
+
+TEST_CASE("exact: respects alignment and still matches brute force") {
+  std::mt19937_64 rng(11);
+  memo::exact_solver solver;
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t n = 1 + static_cast<std::size_t>(trial % 7);
+    dsa_problem problem{random_buffers(rng, n, 5, 13, true), {}};
+    const auto result = solver.solve(problem, {});
+    INFO("trial " << trial);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(result.plan.offsets[i] % problem.buffers[i].alignment == 0);
+    }
+    CHECK(memo::validate(problem, result.plan).ok);
+    CHECK(result.proven_optimal);
+    CHECK(result.plan.peak_bytes == brute_force_peak(problem.buffers));
+  }
+}
+
+TEST_CASE("exact: every ranking decides exactly (found at the optimum, exhausted below it)") {
+  // The portfolio may take its proof from any ranking, restarts included, so
+  // each one on its own must be complete.
+  using search = memo::detail::dsa_search;
+  std::mt19937_64 rng(31);
+  const auto far = search::clock::now() + std::chrono::hours(1);
+  for (int trial = 0; trial < 120; ++trial) {
+    const std::size_t n = 2 + static_cast<std::size_t>(trial % 7);
+    const auto buffers = random_buffers(rng, n, 5, 12, trial % 2 == 0);
+    const std::uint64_t optimum = brute_force_peak(buffers);
+    INFO("trial " << trial << " optimum " << optimum);
+    for (int variant = 0; variant < 6; ++variant) {
+      const auto ranking = variant < 3 ? static_cast<search::ranking>(variant) : search::ranking::perturbed;
+      search at(buffers, ranking, static_cast<std::uint64_t>(variant));
+      REQUIRE(at.search(optimum, optimum, far) == search::outcome::found);
+      CHECK(at.best_peak() == optimum);
+      memo::dsa_plan plan;
+      plan.offsets.resize(n);
+      for (std::uint32_t r = 0; r < n; ++r) plan.offsets[at.original_index(r)] = at.best_offsets()[r];
+      plan.peak_bytes = at.best_peak();
+      CHECK(memo::validate(dsa_problem{buffers, {}}, plan).ok);
+      search below(buffers, ranking, static_cast<std::uint64_t>(variant));
+      CHECK(below.search(optimum - 1, optimum - 1, far) == search::outcome::exhausted);
+    }
+  }
+}
+
+TEST_CASE("exact: hand-worked instances") {
+  memo::exact_solver solver;
+  // x [0,2) 2 B, y [1,3) 2 B, z [2,4) 2 B, w [0,4) 1 B. Loads are 3 (t=0),
+  // 5 (t=1), 5 (t=2), 3 (t=3): bound 5. w at 0, x and z at 1 (they never
+  // meet), y at 3 above both: peak 5, so 5 is optimal.
+  dsa_problem cycle{{{1, 2, 0, 2, 1}, {2, 2, 1, 3, 1}, {3, 2, 2, 4, 1}, {4, 1, 0, 4, 1}}, {}};
+  const auto r = solver.solve(cycle, {});
+  CHECK(r.plan.peak_bytes == 5);
+  CHECK(r.proven_optimal);
+
+  // p [0,2) 2 B and q [1,3) 2 B overlap; r [0,1) 1 B meets only p and
+  // s [2,3) 1 B meets only q. Loads 3, 4, 3: bound 4. p at 0, q at 2,
+  // r at 2 (beside q in time), s at 0 (beside p in time): peak 4.
+  dsa_problem pair{{{1, 2, 0, 2, 1}, {2, 2, 1, 3, 1}, {3, 1, 0, 1, 1}, {4, 1, 2, 3, 1}}, {}};
+  CHECK(solver.solve(pair, {}).plan.peak_bytes == 4);
+
+  // Alignment: a [0,2) 3 B, b [0,2) 4 B aligned to 4. a at 0 pushes b to
+  // 4 (peak 8); b at 0 and a at 4 gives 7, the bound 3 + 4.
+  dsa_problem aligned{{{1, 3, 0, 2, 1}, {2, 4, 0, 2, 4}}, {}};
+  const auto al = solver.solve(aligned, {});
+  CHECK(al.plan.peak_bytes == 7);
+  CHECK(al.plan.offsets == std::vector<std::uint64_t>{4, 0});
+  // Both aligned to 4: 3 B then 4 B needs 4 + 4 = 8 bytes whichever goes first.
+  dsa_problem both{{{1, 3, 0, 2, 4}, {2, 4, 0, 2, 4}}, {}};
+  const auto bo = solver.solve(both, {});
+  CHECK(bo.plan.peak_bytes == 7);  // 4 B at 0, 3 B at 4
+  CHECK(bo.proven_optimal);
+}
+
+TEST_CASE("exact: capacity at the optimum fits, one byte less is proven infeasible") {
+  std::mt19937_64 rng(21);
+  memo::exact_solver solver;
+  int infeasible_cases = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const std::size_t n = 2 + static_cast<std::size_t>(trial % 7);
+    dsa_problem problem{random_buffers(rng, n, 4, 10, trial % 4 == 0), {}};
+    const std::uint64_t optimum = brute_force_peak(problem.buffers);
+    const std::uint64_t bound = memo::lower_bound_bytes(problem);
+    INFO("trial " << trial << " optimum " << optimum << " bound " << bound);
+
+    problem.capacity_bytes = optimum;
+    const auto fit = solver.solve(problem, {});
+    CHECK(fit.plan.peak_bytes <= optimum);
+    CHECK(memo::validate(problem, fit.plan).ok);
+
+    problem.capacity_bytes = optimum + 5;
+    const auto loose = solver.solve(problem, {});
+    CHECK(loose.plan.peak_bytes <= optimum + 5);
+    CHECK(memo::validate(problem, loose.plan).ok);
+
+    if (optimum > bound) {
+      ++infeasible_cases;
+      problem.capacity_bytes = optimum - 1;
+      try {
+        (void)solver.solve(problem, {});
+        FAIL("capacity below the optimum was accepted");
+      } catch (const memo::error& e) {
+        const std::string message = e.message();
+        CHECK(message.find("capacity " + std::to_string(optimum - 1) + " bytes is infeasible") !=
+              std::string::npos);
+        CHECK(message.find("lower bound is") != std::string::npos);
+      }
+    }
+  }
+  CHECK(infeasible_cases > 5);  // the generator does produce gaps
+}
+
+TEST_CASE("exact: a capacity below the lower bound is rejected naming both numbers") {
+  dsa_problem problem{{{1, 4, 0, 2, 1}, {2, 4, 1, 3, 1}}, 7};
+  memo::exact_solver solver;
+  CHECK_THROWS_WITH_AS(solver.solve(problem, {}),
+                       doctest::Contains("capacity 7 bytes is below the lower bound 8"),
+                       memo::error);
+}
+
+TEST_CASE("exact: disjoint components are solved independently") {
+  // 40 copies of a 6-buffer block whose optimum exceeds its bound, each copy
+  // on its own stretch of time; plus one bigger block. The joint optimum is
+  // the largest block optimum.
+  std::mt19937_64 rng(5);
+  std::vector<dsa_buffer> block;
+  std::uint64_t block_opt = 0;
+  for (int attempt = 0; attempt < 2000; ++attempt) {
+    block = random_buffers(rng, 6, 3, 9, true);
+    block_opt = brute_force_peak(block);
+    if (block_opt > memo::lower_bound_bytes(dsa_problem{block, {}})) break;
+  }
+  REQUIRE(block_opt > memo::lower_bound_bytes(dsa_problem{block, {}}));
+  dsa_problem problem;
+  std::uint64_t id = 0;
+  for (int copy = 0; copy < 40; ++copy) {
+    for (auto b : block) {
+      b.id = id++;
+      b.lower += copy * 100;
+      b.upper += copy * 100;
+      problem.buffers.push_back(b);
+    }
+  }
+  memo::exact_solver solver;
+  auto result = solver.solve(problem, {});
+  CHECK(result.proven_optimal);
+  CHECK(result.plan.peak_bytes == block_opt);
+  CHECK(memo::validate(problem, result.plan).ok);
+
+  // The block with sizes and alignments times 4 (optimum times 4) dominates:
+  // the other blocks only need to fit under it.
+  for (auto b : block) {
+    b.id = id++;
+    b.lower += 50000;
+    b.upper += 50000;
+    b.size_bytes *= 4;
+    b.alignment *= 4;
+    problem.buffers.push_back(b);
+  }
+  result = solver.solve(problem, {});
+  CHECK(result.proven_optimal);
+  CHECK(result.plan.peak_bytes == 4 * block_opt);
+  CHECK(memo::validate(problem, result.plan).ok);
+
+  const auto parts = memo::detail::independent_components(problem.buffers);
+  CHECK(parts.size() == 41);
+}
+
+TEST_CASE("exact: a zero time limit still returns a valid plan, marked not proven") {
+  std::mt19937_64 rng(3);
+  memo::exact_solver solver;
+  bool saw_unproven = false;
+  for (int trial = 0; trial < 20; ++trial) {
+    dsa_problem problem{random_buffers(rng, 400, 60, 1000, trial % 2 == 0), {}};
+    memo::dsa_solve_options options;
+    options.time_limit_seconds = 0.0;
+    const auto result = solver.solve(problem, options);
+    CHECK(memo::validate(problem, result.plan).ok);
+    CHECK(result.plan.peak_bytes >= result.lower_bound_bytes);
+    if (!result.proven_optimal) {
+      saw_unproven = true;
+      CHECK(result.plan.peak_bytes > result.lower_bound_bytes);
+    }
+  }
+  CHECK(saw_unproven);
+}
+
+TEST_CASE("exact: a warm start is never made worse") {
+  std::mt19937_64 rng(13);
+  memo::exact_solver solver;
+  for (int trial = 0; trial < 30; ++trial) {
+    dsa_problem problem{random_buffers(rng, 6, 4, 9, false), {}};
+    // A poor but valid plan: every buffer stacked on the previous one.
+    memo::dsa_plan stacked;
+    std::uint64_t top = 0;
+    for (const auto& b : problem.buffers) {
+      stacked.offsets.push_back(top);
+      top += b.size_bytes;
+    }
+    stacked.peak_bytes = top;
+    memo::dsa_solve_options options;
+    options.warm_start = stacked;
+    const auto result = solver.solve(problem, options);
+    CHECK(result.plan.peak_bytes <= stacked.peak_bytes);
+    CHECK(result.plan.peak_bytes == brute_force_peak(problem.buffers));
+  }
+}
+
+TEST_CASE("exact: empty and single-buffer problems") {
+  memo::exact_solver solver;
+  const auto empty = solver.solve(dsa_problem{}, {});
+  CHECK(empty.plan.offsets.empty());
+  CHECK(empty.plan.peak_bytes == 0);
+  CHECK(empty.proven_optimal);
+
+  dsa_problem one{{{9, 100, 3, 4, 64}}, {}};
+  const auto single = solver.solve(one, {});
+  CHECK(single.plan.offsets == std::vector<std::uint64_t>{0});
+  CHECK(single.plan.peak_bytes == 100);
+}
+
+TEST_CASE("exact: rejects malformed problems") {
+  memo::exact_solver solver;
+  CHECK_THROWS_AS(solver.solve(dsa_problem{{{1, 0, 0, 1, 1}}, {}}, {}), memo::error);
+  CHECK_THROWS_AS(solver.solve(dsa_problem{{{1, 4, 2, 2, 1}}, {}}, {}), memo::error);
+  CHECK_THROWS_AS(solver.solve(dsa_problem{{{1, 4, 0, 2, 3}}, {}}, {}), memo::error);
+  memo::dsa_solve_options negative;
+  negative.time_limit_seconds = -1.0;
+  CHECK_THROWS_AS(solver.solve(dsa_problem{{{1, 4, 0, 2, 1}}, {}}, negative), memo::error);
+}
+
+TEST_CASE("exact: many interchangeable buffers are solved at once") {
+  // 30 identical buffers live together plus staggered small ones: symmetry
+  // breaking keeps the 30! orderings of the copies from being enumerated.
+  dsa_problem problem;
+  for (std::uint64_t i = 0; i < 30; ++i) problem.buffers.push_back({i, 8, 0, 10, 1});
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    problem.buffers.push_back({100 + i, 4 + i, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i + 2), 1});
+  }
+  memo::exact_solver solver;
+  memo::dsa_solve_options options;
+  options.time_limit_seconds = 60.0;
+  const auto result = solver.solve(problem, options);
+  CHECK(memo::validate(problem, result.plan).ok);
+  CHECK(result.proven_optimal);
+  CHECK(result.plan.peak_bytes == result.lower_bound_bytes);
+}
+
+TEST_CASE("exact: documentation example") {
+  // The example of docs/dsa-solvers.md, verbatim.
+  memo::dsa_problem problem;
+  problem.buffers = {
+      // id, size_bytes, lower, upper, alignment
+      {1, 4096, 0, 3, 256},
+      {2, 8192, 1, 4, 256},
+      {3, 4096, 3, 5, 256},
+  };
+  memo::exact_solver solver;
+  memo::dsa_solve_options options;
+  options.time_limit_seconds = 5.0;
+  const memo::dsa_result result = solver.solve(problem, options);
+  // Loads: 4096 (t=0), 12288 (t=1..3), 4096 (t=4); buffers 1 and 3 never
+  // meet, so both can sit on top of buffer 2 at 8192: peak 12288.
+  CHECK(result.plan.peak_bytes == 12288);
+  CHECK(result.lower_bound_bytes == 12288);
+  CHECK(result.proven_optimal);
+  CHECK(memo::validate(problem, result.plan).ok);
+}

@@ -1,0 +1,56 @@
+#include "memo/plan/plan_io.hpp"
+
+#include <doctest/doctest.h>
+
+#include <limits>
+
+#include "memo/plan/greedy.hpp"
+
+TEST_CASE("plan io: json writer handles commas, nesting, escapes and non-finite numbers") {
+  memo::json_writer j;
+  j.begin_object()
+      .field("a", 1)
+      .field("s", "q\"\\\n")
+      .key("list")
+      .begin_array()
+      .value(true)
+      .value(2.5)
+      .begin_object()
+      .end_object()
+      .end_array()
+      .field("nan", std::numeric_limits<double>::quiet_NaN())
+      .key("n")
+      .null()
+      .end_object();
+  CHECK(j.str() == R"({"a":1,"s":"q\"\\\u000a","list":[true,2.5,{}],"nan":null,"n":null})");
+}
+
+TEST_CASE("plan io: a result as json") {
+  memo::dsa_result r;
+  r.solver = "x";
+  r.plan.peak_bytes = 12;
+  r.lower_bound_bytes = 8;
+  r.seconds = 0.25;
+  memo::json_writer j;
+  memo::write_json(j, r);
+  CHECK(j.str() ==
+        R"({"solver":"x","peak_bytes":12,"lower_bound_bytes":8,"peak_over_lower_bound":1.5,"proven_optimal":false,"seconds":0.25})");
+}
+
+TEST_CASE("plan io: svg has one rectangle per buffer and the load curve") {
+  memo::dsa_problem p;
+  p.buffers = {{1, 4, 0, 2, 1}, {2, 2, 1, 4, 1}, {3, 4, 2, 5, 1}};
+  const auto r = memo::greedy_by_size_solver{}.solve(p);
+  const auto svg = memo::plan_svg(p, r.plan, "t<1>");
+  auto count = [&](std::string_view what) {
+    std::size_t n = 0;
+    for (auto pos = svg.find(what); pos != std::string::npos; pos = svg.find(what, pos + 1)) ++n;
+    return n;
+  };
+  CHECK(count("<rect x=") == 3);
+  CHECK(count("<polyline") == 1);
+  CHECK(count("t&lt;1&gt;") == 1);
+  CHECK(svg.starts_with("<svg"));
+  CHECK(svg.ends_with("</svg>\n"));
+  CHECK(svg.find("id 2: 2 B at offset") != std::string::npos);
+}

@@ -1,0 +1,153 @@
+// Tests of memo/swap/alpha_solver.hpp: the lp_solve answer against the
+// closed form min(1, bandwidth limit, host limit) on many random problems,
+// infeasible ones included, plus hand-worked cases.
+#include "memo/swap/alpha_solver.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+
+namespace {
+
+memo::alpha_problem hand_problem() {
+  memo::alpha_problem p;
+  p.input_bytes = 100;
+  p.attention_output_bytes = 100;
+  p.other_bytes = 1400;
+  p.bandwidth_bytes_per_second = 1000;
+  p.layer_forward_seconds = 1.0;  // 1000 bytes fit: alpha = 800 / 1400
+  p.layers = 12;
+  p.unswapped_layers = 2;
+  p.host_budget_bytes = 1e9;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("alpha_solver: hand-worked problems and their binding constraint") {
+  auto p = hand_problem();
+  auto bandwidth = memo::solve_alpha(p);
+  CHECK(bandwidth.alpha == doctest::Approx(800.0 / 1400.0));
+  CHECK(bandwidth.binding == memo::alpha_bound::bandwidth);
+  CHECK(bandwidth.transfer_seconds == doctest::Approx(1.0));
+  CHECK(bandwidth.stall_seconds_per_layer == doctest::Approx(0.0));
+  CHECK(bandwidth.host_bytes == doctest::Approx(10 * 1000.0));
+  // alpha = 1 would take 1.6 s per layer: 0.6 s stall.
+  CHECK(memo::predicted_stall_seconds(p, 1.0) == doctest::Approx(0.6));
+
+  // 10 swapped layers, budget 5000 bytes: 500 per layer, alpha = 300 / 1400.
+  p.host_budget_bytes = 5000;
+  auto host = memo::solve_alpha(p);
+  CHECK(host.alpha == doctest::Approx(300.0 / 1400.0));
+  CHECK(host.binding == memo::alpha_bound::host_memory);
+
+  p = hand_problem();
+  p.layer_forward_seconds = 10.0;
+  auto everything = memo::solve_alpha(p);
+  CHECK(everything.alpha == 1.0);
+  CHECK(everything.binding == memo::alpha_bound::everything);
+
+  // Two layers: nothing is swapped, so the host budget does not matter.
+  p = hand_problem();
+  p.layers = 2;
+  p.host_budget_bytes = 0;
+  CHECK(memo::solve_alpha(p).alpha == doctest::Approx(800.0 / 1400.0));
+}
+
+TEST_CASE("alpha_solver: infeasible at alpha = 0 names the constraint and the excess") {
+  auto p = hand_problem();
+  p.layer_forward_seconds = 0.15;  // 200 bytes need 0.2 s
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p),
+                       doctest::Contains("even alpha = 0 breaks the bandwidth constraint (eq. 2)"),
+                       memo::error);
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("0.050000 s longer"), memo::error);
+  p = hand_problem();
+  p.host_budget_bytes = 1500;  // 10 x 200 = 2000 bytes
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p),
+                       doctest::Contains("host-memory constraint (eq. 3): 10 swapped layers x "
+                                         "(input + attention output) = 2000 bytes exceeds the "
+                                         "budget of 1500 bytes by 500 bytes"),
+                       memo::error);
+  p = hand_problem();
+  p.bandwidth_bytes_per_second = 0;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("bandwidth_bytes_per_second"),
+                       memo::error);
+  p = hand_problem();
+  p.other_bytes = -1;
+  CHECK_THROWS_AS(memo::solve_alpha(p), memo::error);
+}
+
+TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems") {
+  std::mt19937_64 random(20240611);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int feasible = 0;
+  int infeasible = 0;
+  int by_bound[3] = {0, 0, 0};
+  for (int trial = 0; trial < 2000; ++trial) {
+    memo::alpha_problem p;
+    // Magnitudes from kilobytes to tens of gigabytes, as sequence length varies.
+    const double scale = std::pow(10.0, 3.0 + 7.0 * unit(random));
+    p.input_bytes = scale * unit(random);
+    p.attention_output_bytes = scale * unit(random);
+    p.other_bytes = trial % 50 == 0 ? 0.0 : 14.0 * scale * unit(random);
+    p.bandwidth_bytes_per_second = 1e9 * (1.0 + 60.0 * unit(random));
+    p.layer_forward_seconds =
+        (p.input_bytes + p.attention_output_bytes + p.other_bytes) / p.bandwidth_bytes_per_second *
+            (0.05 + 2.0 * unit(random)) +
+        1e-9;
+    p.layers = 1 + static_cast<int>(unit(random) * 80);
+    p.unswapped_layers = static_cast<int>(unit(random) * 3);
+    p.host_budget_bytes = std::max(0, p.layers - p.unswapped_layers) * scale * 16 * unit(random);
+    CAPTURE(trial);
+    bool closed_threw = false;
+    memo::alpha_solution expected;
+    try {
+      expected = memo::alpha_closed_form(p);
+    } catch (const memo::error&) {
+      closed_threw = true;
+    }
+    if (closed_threw) {
+      ++infeasible;
+      CHECK_THROWS_AS(memo::solve_alpha(p), memo::error);
+      continue;
+    }
+    ++feasible;
+    const auto solved = memo::solve_alpha(p);
+    CHECK(solved.alpha == doctest::Approx(expected.alpha).epsilon(1e-6));
+    CHECK(solved.alpha >= 0.0);
+    CHECK(solved.alpha <= 1.0);
+    // Both constraints hold at the answer (up to lp_solve's tolerance).
+    CHECK(solved.transfer_seconds <= p.layer_forward_seconds * (1 + 1e-6));
+    CHECK(solved.host_bytes <= p.host_budget_bytes * (1 + 1e-6) + 1e-6);
+    if (solved.binding == expected.binding) {
+      ++by_bound[static_cast<int>(solved.binding)];
+    } else {
+      // Only possible when two limits coincide.
+      CHECK(std::abs(solved.alpha - expected.alpha) < 1e-6);
+    }
+  }
+  // The generator exercises every outcome.
+  CHECK(infeasible > 100);
+  CHECK(feasible > 1000);
+  CHECK(by_bound[0] > 50);
+  CHECK(by_bound[1] > 50);
+  CHECK(by_bound[2] > 50);
+}
+
+TEST_CASE("alpha_solver: a problem from the 7B layer cost on the A800 preset") {
+  memo::gpt_layer_shape shape;
+  shape.hidden = 4096;
+  shape.heads = 32;
+  shape.sequence = 256 * 1024;
+  shape.tensor_parallel = 4;
+  shape.context_parallel = 2;
+  const auto cost = memo::gpt_layer_cost_of(shape);
+  const auto profile = memo::device_profile::a800_80gb();
+  const auto p = memo::alpha_problem::from_layer_cost(cost, profile, 32);
+  CHECK(p.bandwidth_bytes_per_second == profile.device_to_host_bytes_per_second);
+  CHECK(p.host_budget_bytes == doctest::Approx(2048.0 * memo::gib / 8));
+  CHECK(p.layer_forward_seconds == doctest::Approx(cost.forward_flops / (312e12 * 0.55)));
+  const auto solved = memo::solve_alpha(p);
+  CHECK(solved.alpha == doctest::Approx(memo::alpha_closed_form(p).alpha).epsilon(1e-6));
+}

@@ -1,0 +1,328 @@
+// Tests of memo/swap/token_fraction_swapper.hpp on the host backend with a
+// throttled copy engine (slow copies make any missing wait visible as wrong
+// bytes, and ThreadSanitizer sees it as a race).
+#include "memo/swap/token_fraction_swapper.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memo/backend/host_backend.hpp"
+
+namespace {
+
+using memo::host_backend;
+using memo::skeletal_policy;
+using swapper_type = memo::token_fraction_swapper<host_backend>;
+
+constexpr std::size_t kTokens = 64;
+
+// input and attn_out are random per (step, layer); every other tensor is a
+// token-wise function of them, as in a transformer layer.
+memo::skeletal_layout test_layout() {
+  return memo::skeletal_layout({
+      {"input", kTokens, 16, skeletal_policy::offload_whole},
+      {"attn_out", kTokens, 16, skeletal_policy::offload_whole},
+      {"qkv", kTokens, 24, skeletal_policy::offload_fraction},
+      {"mlp", kTokens, 40, skeletal_policy::offload_fraction},
+      {"norm", kTokens, 8, skeletal_policy::recompute},
+  });
+}
+
+// Sizes that are not multiples of the 256-byte alignment, so slices and
+// host slots have padding between them that copies may merge across.
+memo::skeletal_layout odd_layout() {
+  return memo::skeletal_layout({
+      {"input", 50, 16, skeletal_policy::offload_whole},
+      {"attn_out", 50, 16, skeletal_policy::offload_whole},
+      {"qkv", 50, 20, skeletal_policy::offload_fraction},
+      {"mlp", 50, 36, skeletal_policy::offload_fraction},
+      {"norm", 50, 6, skeletal_policy::recompute},
+  });
+}
+
+std::byte derived_byte(const std::byte* input_row, const std::byte* attn_row, std::size_t tensor,
+                       std::size_t b) {
+  std::uint32_t h = 2166136261u ^ static_cast<std::uint32_t>(tensor * 131 + b);
+  for (std::size_t k = 0; k < 16; ++k) {
+    h = (h ^ static_cast<std::uint32_t>(input_row[k])) * 16777619u;
+    h = (h ^ static_cast<std::uint32_t>(attn_row[(k + b) % 16])) * 16777619u;
+  }
+  return static_cast<std::byte>(h >> 13);
+}
+
+// Writes tensor `t`'s tokens [begin, end) from the layer's input and attn_out.
+void derive(const memo::skeletal_views& views, std::size_t t, memo::token_range range) {
+  const auto& input = views[0];
+  const auto& attn = views[1];
+  const auto& out = views[t];
+  for (std::size_t token = range.begin; token < range.end; ++token) {
+    for (std::size_t b = 0; b < out.bytes_per_token; ++b) {
+      out.token(token)[b] = derived_byte(input.token(token), attn.token(token), t, b);
+    }
+  }
+}
+
+struct run_result {
+  std::size_t mismatched_bytes = 0;
+  std::size_t checked_bytes = 0;
+  std::uint64_t device_peak_bytes = 0;
+  std::uint64_t planned_device_bytes = 0;
+  std::uint64_t offloaded_bytes = 0;
+  std::uint64_t expected_offloaded_bytes = 0;
+};
+
+// Runs `steps` training steps of an n-layer model and compares, inside every
+// backward, each byte of the layer's skeletal tensors with the copy its
+// forward made.
+run_result run_model(std::size_t layers, double alpha, std::size_t k, std::size_t granularity,
+                     std::size_t steps, const memo::skeletal_layout& layout_in = test_layout()) {
+  host_backend::options config;
+  config.host_to_device_bytes_per_second = 4e6;  // ~1.5 ms per layer's offload
+  config.device_to_host_bytes_per_second = 4e6;
+  host_backend backend(config);
+  auto compute = backend.make_stream("compute");
+  memo::offload_plan plan(layout_in, alpha, granularity);
+  memo::rounding_buffers<host_backend> buffers(backend, plan, k);
+  memo::host_store<host_backend> store(backend, 64 * memo::mib);
+  run_result result;
+  {
+    swapper_type swapper(backend, compute, buffers, store, {layers, 2, 0});
+    const auto& layout = plan.layout();
+    // expected[layer][tensor]: what the forward wrote; touched on the compute thread only.
+    std::vector<std::vector<std::vector<std::byte>>> expected(
+        layers, std::vector<std::vector<std::byte>>(layout.size()));
+    std::size_t mismatched = 0;  // compute thread only
+    std::size_t checked = 0;
+
+    auto recompute = [](host_backend::native_stream, const memo::recompute_request& request) {
+      for (const auto& item : request.items) derive(request.views, item.tensor, item.tokens);
+    };
+
+    for (std::size_t step = 0; step < steps; ++step) {
+      for (std::size_t layer = 0; layer < layers; ++layer) {
+        auto views = swapper.begin_forward(layer);
+        backend.enqueue(compute, [&, views, layer, step] {
+          std::mt19937 random(static_cast<unsigned>(step * 1000 + layer));
+          for (std::size_t t = 0; t < 2; ++t) {
+            for (std::size_t b = 0; b < views[t].bytes(); ++b) {
+              views[t].data[b] = static_cast<std::byte>(random() & 0xff);
+            }
+          }
+          for (std::size_t t = 2; t < views.size(); ++t) derive(views, t, {0, views[t].tokens});
+          for (std::size_t t = 0; t < views.size(); ++t) {
+            expected[layer][t].assign(views[t].data, views[t].data + views[t].bytes());
+          }
+        });
+        swapper.end_forward(layer);
+      }
+      for (std::size_t layer = layers; layer-- > 0;) {
+        auto views = swapper.begin_backward(layer, recompute);
+        backend.enqueue(compute, [&, views, layer] {
+          for (std::size_t t = 0; t < views.size(); ++t) {
+            for (std::size_t b = 0; b < views[t].bytes(); ++b) {
+              mismatched += views[t].data[b] != expected[layer][t][b] ? 1 : 0;
+              ++checked;
+            }
+            // Scribble: stale bytes must never pass for the next user's.
+            std::memset(views[t].data, 0xEE, views[t].bytes());
+          }
+        });
+        swapper.end_backward(layer);
+      }
+    }
+    swapper.synchronize();
+    result.mismatched_bytes = mismatched;
+    result.checked_bytes = checked;
+    result.offloaded_bytes = swapper.offloaded_bytes();
+    CHECK(swapper.prefetched_bytes() == swapper.offloaded_bytes());
+  }
+  result.device_peak_bytes = backend.device_memory().peak_bytes();
+  result.planned_device_bytes = buffers.planned_device_bytes();
+  result.expected_offloaded_bytes = steps * (layers - 2) * plan.offloaded_bytes_per_layer();
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("token_fraction_swapper: every backward sees the bytes its forward produced") {
+  for (const double alpha : {0.0, 0.125, 0.25, 0.5, 1.0}) {
+    for (const std::size_t k : {std::size_t{2}, std::size_t{3}}) {
+      CAPTURE(alpha);
+      CAPTURE(k);
+      const std::size_t layers = 7;
+      const auto result = run_model(layers, alpha, k, alpha == 0.25 ? 8 : 1, 2);
+      CHECK(result.checked_bytes == 2 * layers * test_layout().layer_bytes());
+      CHECK(result.mismatched_bytes == 0);
+      CHECK(result.offloaded_bytes == result.expected_offloaded_bytes);
+      // The run allocates device memory only through the rounding buffers.
+      CHECK(result.device_peak_bytes == result.planned_device_bytes);
+    }
+  }
+}
+
+TEST_CASE("token_fraction_swapper: padding between slices and one-token tails lose no byte") {
+  // alpha = 0.98 of 50 tokens offloads 49: the discarded tail of qkv and mlp
+  // is one token, inside the same 256-byte block as the offloaded prefix.
+  for (const double alpha : {0.0, 0.5, 0.98, 1.0}) {
+    for (const std::size_t k : {std::size_t{2}, std::size_t{3}}) {
+      CAPTURE(alpha);
+      CAPTURE(k);
+      const auto result = run_model(6, alpha, k, 1, 2, odd_layout());
+      CHECK(result.checked_bytes == 2 * 6 * odd_layout().layer_bytes());
+      CHECK(result.mismatched_bytes == 0);
+      CHECK(result.offloaded_bytes == result.expected_offloaded_bytes);
+      CHECK(result.device_peak_bytes == result.planned_device_bytes);
+    }
+  }
+}
+
+TEST_CASE("token_fraction_swapper: device peak of a swapped run equals the hand-computed plan") {
+  // alpha = 0: input and attn_out (1024 bytes each) are in the K rounding
+  // buffers; qkv (1536), mlp (2560) and norm (512) share one region.
+  const auto zero = run_model(5, 0.0, 2, 1, 1);
+  CHECK(zero.device_peak_bytes == 2 * (1024 + 1024) + (1536 + 2560 + 512));
+  CHECK(zero.mismatched_bytes == 0);
+  // alpha = 1/2: qkv and mlp move into the rounding buffers, norm stays shared.
+  const auto half = run_model(5, 0.5, 2, 1, 1);
+  CHECK(half.device_peak_bytes == 2 * (1024 + 1024 + 1536 + 2560) + 512);
+  // alpha = 1, K = 3.
+  const auto whole = run_model(5, 1.0, 3, 1, 1);
+  CHECK(whole.device_peak_bytes == 3 * (1024 + 1024 + 1536 + 2560) + 512);
+}
+
+TEST_CASE("token_fraction_swapper: fewer layers than resident layers swap nothing") {
+  const auto result = run_model(2, 1.0, 2, 1, 2);
+  CHECK(result.mismatched_bytes == 0);
+  CHECK(result.offloaded_bytes == 0);
+}
+
+TEST_CASE("token_fraction_swapper: layers out of step order are an error") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  memo::offload_plan plan(test_layout(), 0.5);
+  memo::rounding_buffers<host_backend> buffers(backend, plan);
+  memo::host_store<host_backend> store(backend, memo::mib);
+  CHECK_THROWS_WITH_AS((swapper_type(backend, compute, buffers, store, {4, 3, 0})),
+                       doctest::Contains("3 resident last layers need as many rounding buffers, but K = 2"),
+                       memo::error);
+  CHECK_THROWS_AS((swapper_type(backend, compute, buffers, store, {0, 2, 0})), memo::error);
+  CHECK(store.slot_count() == 0);
+  swapper_type swapper(backend, compute, buffers, store, {4, 2, 0});
+  CHECK_THROWS_AS((void)swapper.begin_forward(1), memo::error);
+  CHECK_THROWS_AS((void)swapper.begin_backward(0, {}), memo::error);
+  (void)swapper.begin_forward(0);
+  CHECK_THROWS_AS(swapper.end_forward(1), memo::error);
+  CHECK_THROWS_AS((void)swapper.begin_forward(0), memo::error);
+  swapper.end_forward(0);
+  swapper.synchronize();
+}
+
+TEST_CASE("token_fraction_swapper: missing recompute function is an error") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  memo::offload_plan plan(test_layout(), 0.5);
+  memo::rounding_buffers<host_backend> buffers(backend, plan);
+  memo::host_store<host_backend> store(backend, memo::mib);
+  swapper_type swapper(backend, compute, buffers, store, {3, 2, 0});
+  for (std::size_t layer = 0; layer < 3; ++layer) {
+    (void)swapper.begin_forward(layer);
+    swapper.end_forward(layer);
+  }
+  // Layer 2 is resident and the shared region still holds its values.
+  (void)swapper.begin_backward(2, {});
+  swapper.end_backward(2);
+  // Layer 1 is resident, but the shared region holds layer 2's norm.
+  CHECK_THROWS_WITH_AS((void)swapper.begin_backward(1, {}),
+                       doctest::Contains("no recompute function"), memo::error);
+  swapper.synchronize();
+}
+
+TEST_CASE("token_fraction_swapper: host budget, alpha and layout errors lose nothing stored") {
+  host_backend::options config;
+  config.device_to_host_bytes_per_second = 4e6;
+  config.host_to_device_bytes_per_second = 4e6;
+  host_backend backend(config);
+  auto compute = backend.make_stream("compute");
+  const std::size_t layers = 5;
+  memo::offload_plan plan(test_layout(), 1.0);
+  // Budget: exactly the 3 swapped layers of this plan (tensors are 256-aligned).
+  const std::uint64_t budget = 3 * (1024 + 1024 + 1536 + 2560);
+  memo::rounding_buffers<host_backend> buffers(backend, plan);
+  memo::host_store<host_backend> store(backend, budget);
+  swapper_type swapper(backend, compute, buffers, store, {layers, 2, 0});
+  CHECK(store.used_bytes() == budget);
+
+  // Forward with known bytes; the offload lands in the store.
+  std::vector<std::vector<std::byte>> written(layers);
+  for (std::size_t layer = 0; layer < layers; ++layer) {
+    auto views = swapper.begin_forward(layer);
+    backend.enqueue(compute, [&written, views, layer] {
+      for (std::size_t t = 0; t < views.size(); ++t) {
+        for (std::size_t b = 0; b < views[t].bytes(); ++b) {
+          views[t].data[b] = static_cast<std::byte>((layer * 7 + t * 3 + b) & 0xff);
+        }
+        written[layer].insert(written[layer].end(), views[t].data, views[t].data + views[t].bytes());
+      }
+    });
+    swapper.end_forward(layer);
+  }
+  backend.synchronize(swapper.offload_stream());
+
+  // Each failing request happens now, between forward and backward.
+  memo::rounding_buffers<host_backend> more(backend, plan);
+  const std::string budget_message =
+      "exceeding the host-memory budget of " + std::to_string(budget) + " bytes";
+  CHECK_THROWS_WITH_AS((swapper_type(backend, compute, more, store, {layers, 2, 100})),
+                       doctest::Contains(budget_message.c_str()),
+                       memo::error);
+  CHECK_THROWS_WITH_AS(memo::offload_plan(test_layout(), 1.5),
+                       doctest::Contains("alpha must be in [0, 1], got 1.5"), memo::error);
+  CHECK_THROWS_AS(memo::offload_plan(test_layout(), -0.25), memo::error);
+  auto other_tensors = test_layout().tensors();
+  other_tensors[2].bytes_per_token = 32;  // same names, different bytes
+  memo::rounding_buffers<host_backend> mismatched(
+      backend, memo::offload_plan(memo::skeletal_layout(other_tensors), 1.0));
+  memo::host_store<host_backend> roomy(backend, memo::gib);
+  CHECK_THROWS_WITH_AS((swapper_type(backend, compute, mismatched, store, {layers, 2, 0})),
+                       doctest::Contains("mismatched layouts"), memo::error);
+  CHECK(store.used_bytes() == budget);
+  CHECK(store.slot_count() == 3 * 4);
+
+  // Backward still sees every byte of every layer.
+  std::vector<std::size_t> mismatches(layers, 0);
+  auto recompute = [](host_backend::native_stream, const memo::recompute_request& request) {
+    // alpha = 1: only the shared `norm` of the layers that lost it.
+    for (const auto& item : request.items) {
+      const auto& out = request.views[item.tensor];
+      for (std::size_t token = item.tokens.begin; token < item.tokens.end; ++token) {
+        for (std::size_t b = 0; b < out.bytes_per_token; ++b) {
+          const std::size_t byte = token * out.bytes_per_token + b;
+          out.data[byte] = static_cast<std::byte>((request.layer * 7 + item.tensor * 3 + byte) & 0xff);
+        }
+      }
+    }
+  };
+  for (std::size_t layer = layers; layer-- > 0;) {
+    auto views = swapper.begin_backward(layer, recompute);
+    backend.enqueue(compute, [&written, &mismatches, views, layer] {
+      std::size_t offset = 0;
+      for (std::size_t t = 0; t < views.size(); ++t) {
+        for (std::size_t b = 0; b < views[t].bytes(); ++b) {
+          mismatches[layer] += views[t].data[b] != written[layer][offset++] ? 1 : 0;
+        }
+        std::memset(views[t].data, 0xEE, views[t].bytes());
+      }
+    });
+    swapper.end_backward(layer);
+  }
+  swapper.synchronize();
+  for (std::size_t layer = 0; layer < layers; ++layer) {
+    CAPTURE(layer);
+    CHECK(mismatches[layer] == 0);
+  }
+}

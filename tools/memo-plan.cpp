@@ -1,0 +1,390 @@
+// memo-plan: plans the addresses of every buffer of a memory-request trace
+// (MEMO section 4.2) and shows what the plan saves against a caching
+// allocator.
+//
+//   memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]
+//             [--time-limit S] [--out plan.csv] [--svg plan.svg] [--json] TRACE
+//
+// TRACE is a request trace (`malloc id bytes` / `free id bytes`, optional
+// section markers) or DSA benchmark CSV (`id,lower,upper,size[,alignment]`);
+// see docs/planning.md. The tool prints a table (or, with --json, one JSON
+// object): buffers, lower bound, each solver's peak, peak / lower bound,
+// whether it is proven optimal, and its time, beside the reserved peak of a
+// simulated caching allocator. The best plan found is validated, then
+// written as CSV (`id,offset,size,lower,upper`) and as an SVG picture.
+// Errors go to stderr; the exit status is 1 for bad input or a failed solve
+// and 2 for a bad command line.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memo/plan/bilevel_planner.hpp"
+#include "memo/plan/caching_allocator.hpp"
+#include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/exact_solver.hpp"
+#include "memo/plan/greedy.hpp"
+#include "memo/plan/plan_io.hpp"
+#include "memo/plan/trace.hpp"
+#if MEMO_HAS_LPSOLVE
+#include "memo/plan/mip_solver.hpp"
+#endif
+
+namespace {
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct arguments {
+  std::string solver = "all";
+  std::optional<std::uint64_t> capacity_bytes;
+  double time_limit_seconds = 10.0;
+  std::string out;
+  std::string svg;
+  bool json = false;
+  bool help = false;
+  std::string input;
+};
+
+const char* const usage_text =
+    "usage: memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]\n"
+    "                 [--time-limit S] [--out plan.csv] [--svg plan.svg] [--json] TRACE\n"
+    "TRACE: a request trace (malloc/free lines) or DSA CSV (id,lower,upper,size).\n";
+
+arguments parse_arguments(int argc, char** argv) {
+  arguments a;
+  auto need = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--solver") {
+      a.solver = need(i);
+      if (a.solver != "greedy" && a.solver != "mip" && a.solver != "exact" &&
+          a.solver != "bilevel" && a.solver != "all") {
+        throw usage_error("unknown solver '" + a.solver + "' (greedy, mip, exact, bilevel or all)");
+      }
+    } else if (arg == "--capacity") {
+      const std::string v = need(i);
+      const auto bytes = memo::detail::parse_bytes(v);
+      if (!bytes || *bytes == 0) {
+        throw usage_error("--capacity '" + v + "' is not a positive byte count");
+      }
+      a.capacity_bytes = *bytes;
+    } else if (arg == "--time-limit") {
+      const std::string v = need(i);
+      char* end = nullptr;
+      a.time_limit_seconds = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(a.time_limit_seconds >= 0.0)) {
+        throw usage_error("--time-limit '" + v + "' is not a non-negative number of seconds");
+      }
+    } else if (arg == "--out") {
+      a.out = need(i);
+    } else if (arg == "--svg") {
+      a.svg = need(i);
+    } else if (arg == "--json") {
+      a.json = true;
+    } else if (arg == "--help" || arg == "-h") {
+      a.help = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      throw usage_error("unknown option '" + arg + "'");
+    } else if (a.input.empty()) {
+      a.input = arg;
+    } else {
+      throw usage_error("more than one input file ('" + a.input + "', '" + arg + "')");
+    }
+  }
+  if (a.input.empty() && !a.help) throw usage_error("no input trace given");
+  return a;
+}
+
+struct row {
+  std::string solver;
+  std::optional<memo::dsa_result> result;
+  std::string failure;  // set when the solver raised an error
+};
+
+std::string ratio_text(std::uint64_t value, std::uint64_t bound) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f",
+                bound == 0 ? 1.0 : static_cast<double>(value) / static_cast<double>(bound));
+  return text;
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f s", s);
+  return text;
+}
+
+std::string pad(std::string text, std::size_t width) {
+  text.append(text.size() < width ? width - text.size() : 1, ' ');
+  return text;
+}
+
+template <class Fn>
+row run(std::string name, Fn&& fn) {
+  row r;
+  r.solver = std::move(name);
+  try {
+    r.result = fn();
+    r.solver = r.result->solver.empty() ? r.solver : r.result->solver;
+  } catch (const memo::error& e) {
+    r.failure = e.message();
+  }
+  return r;
+}
+
+int plan(const arguments& args) {
+  memo::parse_options parse;
+  parse.capacity_bytes = args.capacity_bytes;
+  const memo::memory_trace trace = memo::read_problem_file(args.input, parse);
+  const memo::dsa_problem& problem = trace.problem;
+  const std::uint64_t bound = memo::lower_bound_bytes(problem);
+  const auto caching = memo::simulate_caching_allocator(problem);
+
+  memo::dsa_solve_options options;
+  options.time_limit_seconds = args.time_limit_seconds;
+  const bool all = args.solver == "all";
+  std::vector<row> rows;
+  std::optional<memo::dsa_plan> greedy_best;
+  auto remember = [&](const row& r) {
+    if (r.result && (!greedy_best || r.result->plan.peak_bytes < greedy_best->peak_bytes)) {
+      greedy_best = r.result->plan;
+    }
+  };
+  if (all || args.solver == "greedy" || args.solver == "mip" || args.solver == "exact") {
+    // The heuristics also seed the MIP and the exact search.
+    rows.push_back(run("greedy-size", [&] { return memo::greedy_by_size_solver{}.solve(problem, options); }));
+    remember(rows.back());
+    rows.push_back(run("first-fit", [&] { return memo::first_fit_solver{}.solve(problem, options); }));
+    remember(rows.back());
+    rows.push_back(run("best-fit-heap", [&] { return memo::best_fit_heap_solver{}.solve(problem, options); }));
+    remember(rows.back());
+  }
+  memo::dsa_solve_options seeded = options;
+  seeded.warm_start = greedy_best;
+  if (all || args.solver == "mip") {
+#if MEMO_HAS_LPSOLVE
+    rows.push_back(run("mip", [&] { return memo::mip_solver{}.solve(problem, seeded); }));
+#else
+    if (!all) throw memo::error("this memo-plan was built without lp_solve: the mip solver is unavailable");
+    rows.push_back({"mip", std::nullopt, "not available: built without lp_solve"});
+#endif
+  }
+  std::optional<memo::dsa_result> flat_exact;
+  if (all || args.solver == "exact" || args.solver == "bilevel") {
+    rows.push_back(run("exact", [&] { return memo::exact_solver{}.solve(problem, seeded); }));
+    if (rows.back().result) flat_exact = rows.back().result;
+  }
+  std::optional<memo::bilevel_result> bilevel;
+  if (all || args.solver == "bilevel") {
+    if (trace.sections.empty()) {
+      if (!all) {
+        throw memo::error(args.input +
+                          ": the bi-level planner needs section markers ('section begin <name>' / "
+                          "'section end <name>') and this input has none");
+      }
+      rows.push_back({"bilevel", std::nullopt, "not run: the input has no sections"});
+    } else {
+      memo::bilevel_planner<> planner;
+      rows.push_back(run("bilevel", [&] {
+        bilevel = planner.plan(trace, options);
+        memo::dsa_result r;
+        r.plan = bilevel->plan;
+        r.lower_bound_bytes = bilevel->flat_lower_bound_bytes;
+        r.proven_optimal = r.plan.peak_bytes == r.lower_bound_bytes;
+        r.seconds = bilevel->seconds;
+        r.solver = "bilevel";
+        return r;
+      }));
+    }
+  }
+
+  // The best plan: least peak, proven first on ties, then table order.
+  const row* best = nullptr;
+  for (const auto& r : rows) {
+    if (!r.result) continue;
+    if (best == nullptr || r.result->plan.peak_bytes < best->result->plan.peak_bytes ||
+        (r.result->plan.peak_bytes == best->result->plan.peak_bytes && r.result->proven_optimal &&
+         !best->result->proven_optimal)) {
+      best = &r;
+    }
+  }
+  if (best == nullptr) {
+    std::string reasons;
+    for (const auto& r : rows) reasons += "\n  " + r.solver + ": " + r.failure;
+    throw memo::error("no solver produced a plan:" + reasons);
+  }
+  memo::require_valid(problem, best->result->plan, best->solver);
+  if (!args.out.empty()) memo::write_text_file(args.out, memo::write_plan_csv(problem, best->result->plan));
+  if (!args.svg.empty()) {
+    memo::write_text_file(args.svg, memo::plan_svg(problem, best->result->plan,
+                                                   args.input + " (" + best->solver + ")"));
+  }
+
+  if (args.json) {
+    memo::json_writer j;
+    j.begin_object().field("input", args.input).field("buffers", problem.buffers.size());
+    j.key("never_freed").begin_array();
+    for (const auto id : trace.never_freed) j.value(id);
+    j.end_array();
+    j.field("sections", trace.sections.size());
+    j.field("lower_bound_bytes", bound);
+    j.key("capacity_bytes");
+    if (args.capacity_bytes) {
+      j.value(*args.capacity_bytes);
+    } else {
+      j.null();
+    }
+    j.key("caching_allocator");
+    j.begin_object()
+        .field("reserved_peak_bytes", caching.reserved_peak_bytes)
+        .field("allocated_peak_bytes", caching.allocated_peak_bytes)
+        .field("segments", caching.segments)
+        .field("reserved_over_lower_bound",
+               bound == 0 ? 1.0
+                          : static_cast<double>(caching.reserved_peak_bytes) / static_cast<double>(bound))
+        .end_object();
+    j.key("solvers").begin_array();
+    for (const auto& r : rows) {
+      if (r.result) {
+        memo::write_json(j, *r.result);
+      } else {
+        j.begin_object().field("solver", r.solver).field("error", r.failure).end_object();
+      }
+    }
+    j.end_array();
+    if (bilevel) {
+      j.key("bilevel")
+          .begin_object()
+          .field("peak_bytes", bilevel->plan.peak_bytes)
+          .field("flat_lower_bound_bytes", bilevel->flat_lower_bound_bytes)
+          .field("level2_lower_bound_bytes", bilevel->level2_lower_bound_bytes)
+          .field("level2_proven_optimal", bilevel->level2_proven_optimal)
+          .field("sections", bilevel->sections.size())
+          .field("level1_solves", bilevel->level1_solves)
+          .field("skeletal_buffers", bilevel->skeletal_ids.size())
+          .field("outside_buffers", bilevel->outside_ids.size())
+          .field("level1_seconds", bilevel->level1_seconds)
+          .field("level2_seconds", bilevel->level2_seconds)
+          .field("seconds", bilevel->seconds);
+      j.key("flat_exact_peak_bytes");
+      if (flat_exact) {
+        j.value(flat_exact->plan.peak_bytes);
+      } else {
+        j.null();
+      }
+      j.key("flat_exact_seconds");
+      if (flat_exact) {
+        j.value(flat_exact->seconds);
+      } else {
+        j.null();
+      }
+      j.end_object();
+    }
+    j.field("best", best->solver);
+    j.key("out");
+    if (args.out.empty()) {
+      j.null();
+    } else {
+      j.value(args.out);
+    }
+    j.key("svg");
+    if (args.svg.empty()) {
+      j.null();
+    } else {
+      j.value(args.svg);
+    }
+    j.end_object();
+    std::cout << j.str() << "\n";
+    return 0;
+  }
+
+  std::cout << "memo-plan: " << args.input << "\n";
+  std::cout << "  buffers            " << problem.buffers.size();
+  if (!trace.sections.empty()) std::cout << " in " << trace.sections.size() << " sections";
+  std::cout << "\n";
+  std::cout << "  lower bound        " << memo::format_bytes(bound) << " (" << bound << " bytes)\n";
+  if (args.capacity_bytes) {
+    std::cout << "  capacity           " << memo::format_bytes(*args.capacity_bytes) << " ("
+              << *args.capacity_bytes << " bytes)\n";
+  }
+  std::cout << "  caching allocator  reserved peak " << memo::format_bytes(caching.reserved_peak_bytes)
+            << " = " << ratio_text(caching.reserved_peak_bytes, bound) << " x lower bound ("
+            << caching.segments << " segments)\n";
+  if (!trace.never_freed.empty()) {
+    std::cout << "  note: " << trace.never_freed.size()
+              << " buffer(s) never freed, live to the end of the trace: ids";
+    std::size_t shown = 0;
+    for (const auto id : trace.never_freed) {
+      if (shown++ == 10) {
+        std::cout << " ...";
+        break;
+      }
+      std::cout << ' ' << id;
+    }
+    std::cout << "\n";
+  }
+  std::cout << "\n  " << pad("solver", 15) << pad("peak", 14) << pad("peak/LB", 11) << pad("proven", 8)
+            << "time\n";
+  for (const auto& r : rows) {
+    std::cout << "  " << pad(r.solver, 15);
+    if (r.result) {
+      std::cout << pad(memo::format_bytes(r.result->plan.peak_bytes), 14)
+                << pad(ratio_text(r.result->plan.peak_bytes, bound), 11)
+                << pad(r.result->proven_optimal ? "yes" : "no", 8) << seconds_text(r.result->seconds)
+                << "\n";
+    } else {
+      std::cout << r.failure << "\n";
+    }
+  }
+  std::cout << "  " << pad("caching-alloc", 15) << pad(memo::format_bytes(caching.reserved_peak_bytes), 14)
+            << pad(ratio_text(caching.reserved_peak_bytes, bound), 11) << pad("-", 8) << "(reserved)\n";
+  if (bilevel) {
+    std::cout << "\n  bilevel: " << bilevel->sections.size() << " sections, " << bilevel->level1_solves
+              << " level-1 solves, " << bilevel->skeletal_ids.size() << " skeletal and "
+              << bilevel->outside_ids.size() << " outside buffers; level 1 "
+              << seconds_text(bilevel->level1_seconds) << ", level 2 "
+              << seconds_text(bilevel->level2_seconds) << "; peak "
+              << ratio_text(bilevel->plan.peak_bytes, bound) << " x flat lower bound";
+    if (flat_exact) {
+      std::cout << "; flat exact " << ratio_text(flat_exact->plan.peak_bytes, bound) << " x in "
+                << seconds_text(flat_exact->seconds);
+    }
+    std::cout << "\n";
+  }
+  std::cout << "\n  best: " << best->solver << ", " << memo::format_bytes(best->result->plan.peak_bytes)
+            << " (validated)";
+  if (!args.out.empty()) std::cout << "; plan written to " << args.out;
+  if (!args.svg.empty()) std::cout << "; picture written to " << args.svg;
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const arguments args = parse_arguments(argc, argv);
+    if (args.help) {
+      std::cout << usage_text;
+      return 0;
+    }
+    return plan(args);
+  } catch (const usage_error& e) {
+    std::cerr << "memo-plan: " << e.what() << "\n" << usage_text;
+    return 2;
+  } catch (const memo::error& e) {
+    std::cerr << "memo-plan: error: " << e.message() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "memo-plan: error: " << e.what() << "\n";
+    return 1;
+  }
+}
