@@ -69,9 +69,9 @@ using device_floats = memo::buffer<float, memo::host_memory_resource>;
 
 struct bench_shape {
   int layers = 8;
-  int tokens = 1536;
-  int hidden = 64;
-  int rounds = 10;  // measured rounds after one warm-up round
+  int tokens = 3072;  // long-context regime: attention dominates, as in MEMO
+  int hidden = 32;
+  int rounds = 6;  // measured rounds after one warm-up round
 };
 
 memo::skeletal_layout synthetic_layout(const bench_shape& shape) {
@@ -437,20 +437,43 @@ std::string json_number(double value) {
 int main(int argc, char** argv) {
   bool json = false;
   bool quick = false;
+  std::optional<bench_shape> custom;
+  auto usage = [&] {
+    std::fprintf(stderr,
+                 "usage: %s [--json] [--quick] [--layers N] [--tokens N] [--hidden N] [--rounds N]\n",
+                 argv[0]);
+    return 2;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--json") {
       json = true;
     } else if (arg == "--quick") {
       quick = true;
+    } else if ((arg == "--layers" || arg == "--tokens" || arg == "--hidden" || arg == "--rounds") &&
+               i + 1 < argc) {
+      char* end = nullptr;
+      const long value = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || value < 1 || value > 1'000'000) {
+        std::fprintf(stderr, "swap_bench: %s needs a positive integer, got '%s'\n", arg.c_str(),
+                     argv[i]);
+        return 2;
+      }
+      if (!custom) custom = bench_shape{};
+      int& field = arg == "--layers"   ? custom->layers
+                   : arg == "--tokens" ? custom->tokens
+                   : arg == "--hidden" ? custom->hidden
+                                       : custom->rounds;
+      field = static_cast<int>(value);
     } else {
-      std::fprintf(stderr, "usage: %s [--json] [--quick]\n", argv[0]);
-      return 2;
+      return usage();
     }
   }
   try {
     bench_shape shape;
     if (quick) shape = {5, 768, 32, 4};
+    if (custom) shape = *custom;
+    memo::expects(shape.layers >= 3, "swap_bench: --layers must be at least 3 (two are never swapped)");
 
     // --- 1. profile the layer, then throttle the copy engine -------------
     // The profile is taken on the no-offload model itself, in the steps

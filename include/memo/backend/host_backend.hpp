@@ -11,7 +11,10 @@
 //   ThreadSanitizer reports.
 // - Asynchronous copies are memcpy on the thread of the stream they were
 //   issued to, optionally throttled to a bandwidth per direction, so a host
-//   run can reproduce a GPU's ratio of compute time to PCIe time.
+//   run can reproduce a GPU's ratio of compute time to PCIe time. Like a
+//   GPU's copy engines, each throttled direction moves one copy at a time,
+//   shared by all streams, and back-to-back copies on a stream run at the
+//   link's rate without paying a thread wake-up each.
 // - An exception thrown by a task is kept, not lost: later work on that
 //   stream is skipped (it would compute on garbage), events recorded after
 //   it carry the error to every stream and host thread that waits on them,
@@ -84,13 +87,46 @@ class host_signal {
   host_clock::time_point when_{};
 };
 
+// One direction of a throttled host link, shared by every stream of a
+// backend: like a GPU's copy engine, it moves one copy at a time, so two
+// streams copying in the same direction share its bandwidth.
+class host_copy_engine {
+ public:
+  explicit host_copy_engine(double bytes_per_second) : bytes_per_second_(bytes_per_second) {}
+  [[nodiscard]] bool throttled() const noexcept { return bytes_per_second_ > 0.0; }
+
+  /// Books `bytes` on the link no earlier than `ready`; returns when the
+  /// transfer may be considered finished.
+  host_clock::time_point reserve(host_clock::time_point ready, std::size_t bytes) {
+    const auto duration = std::chrono::duration_cast<host_clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(bytes) / bytes_per_second_));
+    std::lock_guard lock(mutex_);
+    const auto begin = std::max(ready, free_at_);
+    free_at_ = begin + duration;
+    return free_at_;
+  }
+
+ private:
+  double bytes_per_second_;
+  std::mutex mutex_;
+  host_clock::time_point free_at_{};
+};
+
 class host_worker {
  public:
-  enum class task_kind { work, fire, wait };
+  enum class task_kind { work, copy, fire, wait };
+  struct copy_request {
+    void* destination = nullptr;
+    const void* source = nullptr;
+    std::size_t bytes = 0;
+    host_copy_engine* engine = nullptr;  // null: unthrottled
+  };
   struct task {
     task_kind kind;
     std::function<void()> work;            // task_kind::work
     std::shared_ptr<host_signal> signal;   // task_kind::fire / wait
+    copy_request copy{};                   // task_kind::copy
+    host_clock::time_point enqueued{};
   };
 
   host_worker(std::string name, std::size_t index)
@@ -107,6 +143,7 @@ class host_worker {
   }
 
   void push(task item) {
+    item.enqueued = host_clock::now();
     {
       std::lock_guard lock(mutex_);
       queue_.push_back(std::move(item));
@@ -149,23 +186,51 @@ class host_worker {
   void execute(task& item) {
     switch (item.kind) {
       case task_kind::work: {
-        if (current_failure()) return;  // poisoned: skip dependent work
-        try {
-          item.work();
-        } catch (...) {
-          set_failure(stream_failure::capture_current());
+        if (!current_failure()) {  // poisoned: skip dependent work
+          try {
+            item.work();
+          } catch (...) {
+            set_failure(stream_failure::capture_current());
+          }
         }
+        ready_at_ = host_clock::now();
         return;
       }
+      case task_kind::copy: execute_copy(item); return;
       case task_kind::fire: item.signal->fire(current_failure()); return;
       case task_kind::wait: {
         item.signal->wait();
         if (auto failure = item.signal->failure(); failure && !current_failure()) {
           set_failure(failure);
         }
+        ready_at_ = host_clock::now();
         return;
       }
     }
+  }
+
+  // A throttled copy starts when the stream became ready for it: when it was
+  // enqueued or when the previous task finished, whichever is later, where a
+  // previous throttled copy counts as finished at its booked end rather than
+  // when this thread woke up from sleeping until then. Back-to-back copies
+  // therefore run at the link's bandwidth instead of losing a thread wake-up
+  // each, and the link is shared with the backend's other streams.
+  void execute_copy(task& item) {
+    if (current_failure()) {
+      ready_at_ = host_clock::now();
+      return;
+    }
+    const auto& copy = item.copy;
+    const auto ready = std::max(item.enqueued, ready_at_);
+    std::memcpy(copy.destination, copy.source, copy.bytes);
+    const auto copied = host_clock::now();
+    if (copy.engine == nullptr) {
+      ready_at_ = copied;
+      return;
+    }
+    const auto end = copy.engine->reserve(ready, copy.bytes);
+    std::this_thread::sleep_until(end);
+    ready_at_ = std::max(end, copied);  // a memcpy slower than the link sets the pace
   }
 
   stream_failure_ptr current_failure() {
@@ -184,6 +249,7 @@ class host_worker {
   std::deque<task> queue_;
   bool stopping_ = false;
   stream_failure_ptr failure_;
+  host_clock::time_point ready_at_{};  // touched only by the worker thread
   std::thread thread_;  // last: starts after every other member exists
 };
 
@@ -239,6 +305,8 @@ class host_backend {
   host_backend() : host_backend(options{}) {}
   explicit host_backend(options config)
       : config_(config),
+        to_device_(config.host_to_device_bytes_per_second),
+        to_host_(config.device_to_host_bytes_per_second),
         device_memory_("host_backend device memory", config.device_capacity_bytes),
         pinned_memory_("host_backend pinned host memory", config.pinned_capacity_bytes) {
     expects(config.host_to_device_bytes_per_second >= 0.0 &&
@@ -335,18 +403,13 @@ class host_backend {
       return std::string("copy_async(") + to_string(kind) + ", " + std::to_string(bytes) +
              " bytes): source and destination overlap";
     });
-    const double bandwidth = kind == copy_kind::host_to_device ? config_.host_to_device_bytes_per_second
-                             : kind == copy_kind::device_to_host ? config_.device_to_host_bytes_per_second
-                                                                 : 0.0;
-    enqueue_work(on, [destination, source, bytes, bandwidth] {
-      const auto start = detail::host_clock::now();
-      std::memcpy(destination, source, bytes);
-      if (bandwidth > 0.0) {
-        const auto duration = std::chrono::duration<double>(static_cast<double>(bytes) / bandwidth);
-        std::this_thread::sleep_until(
-            start + std::chrono::duration_cast<detail::host_clock::duration>(duration));
-      }
-    });
+    detail::host_copy_engine* engine = kind == copy_kind::host_to_device ? &to_device_
+                                       : kind == copy_kind::device_to_host ? &to_host_
+                                                                           : nullptr;
+    if (engine != nullptr && !engine->throttled()) engine = nullptr;
+    detail::host_worker::task item{detail::host_worker::task_kind::copy, {}, {}, {}, {}};
+    item.copy = {destination, source, bytes, engine};
+    on.worker_->push(std::move(item));
   }
 
   /// Runs `work(native_stream)` (or `work()`) on the stream's thread, in order.
@@ -367,6 +430,8 @@ class host_backend {
   }
 
   options config_;
+  detail::host_copy_engine to_device_;
+  detail::host_copy_engine to_host_;
   host_memory_resource device_memory_;
   host_memory_resource pinned_memory_;
   std::mutex registry_mutex_;
