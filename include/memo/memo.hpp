@@ -20,6 +20,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/backend/memory_resource.hpp"
+#include "memo/backend/stream_failure.hpp"
 #if MEMO_HAS_CUDA
 #include "memo/backend/cuda_backend.hpp"
 #include "memo/backend/cuda_check.hpp"
@@ -31,8 +32,31 @@
 #include "memo/backend/mpi_check.hpp"
 #endif
 
-// schedule/: stream schedules, hardware profiles
+// schedule/: stream schedules (execute or simulate), hardware profiles
 #include "memo/schedule/device_profile.hpp"
+#include "memo/schedule/layer_cost.hpp"
+#include "memo/schedule/memo_step.hpp"
+#include "memo/schedule/stream_schedule.hpp"
 
 // plan/: static memory planning (offline DSA)
+#include "memo/plan/bilevel_planner.hpp"
+#include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/exact_solver.hpp"
+#include "memo/plan/gpt_trace.hpp"
+#include "memo/plan/greedy.hpp"
+#include "memo/plan/plan_io.hpp"
+#include "memo/plan/trace.hpp"
+#if MEMO_HAS_LPSOLVE
+#include "memo/plan/mip_solver.hpp"
+#endif
+
+// swap/: skeletal activations through rounding buffers
+#include "memo/swap/host_profile.hpp"
+#include "memo/swap/host_store.hpp"
+#include "memo/swap/rounding_buffers.hpp"
+#include "memo/swap/skeletal_layout.hpp"
+#include "memo/swap/token_fraction_swapper.hpp"
+#if MEMO_HAS_LPSOLVE
+#include "memo/swap/alpha_solver.hpp"
+#endif
