@@ -26,7 +26,11 @@
 
 #include <concepts>
 #include <cstddef>
+#include <functional>
+#include <string>
 #include <string_view>
+
+#include "memo/core/error.hpp"
 
 namespace memo {
 
@@ -43,6 +47,28 @@ inline constexpr const char* to_string(copy_kind kind) {
   }
   return "unknown";
 }
+
+namespace detail {
+
+/// What every backend checks when a copy is issued, before it is queued:
+/// a null pointer or overlapping ranges would corrupt memory later, on
+/// another thread, far from the call that caused it.
+inline void check_copy_arguments(const void* destination, const void* source, std::size_t bytes,
+                                 copy_kind kind) {
+  auto what = [&](const char* problem) {
+    return std::string("copy_async(") + to_string(kind) + ", " + std::to_string(bytes) +
+           " bytes): " + problem;
+  };
+  expects(destination != nullptr && source != nullptr, [&] { return what("null pointer"); });
+  // std::less gives a total order on unrelated pointers.
+  const auto* d = static_cast<const unsigned char*>(destination);
+  const auto* s = static_cast<const unsigned char*>(source);
+  const std::less<const unsigned char*> before;
+  expects(!before(d, s + bytes) || !before(s, d + bytes),
+          [&] { return what("source and destination overlap"); });
+}
+
+}  // namespace detail
 
 /// A memory resource that accounts what it hands out: the current and the
 /// peak number of bytes allocated through it.

@@ -50,26 +50,39 @@ inline int cuda_device_count() noexcept {
   return count;
 }
 
+namespace detail {
+
+// The accounting half of a CUDA memory resource.
+class cuda_accounted_resource {
+ public:
+  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
+  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
+  void reset_peak() { accounting_.reset_peak(); }
+
+ protected:
+  cuda_accounted_resource(std::string name, std::optional<std::size_t> capacity_bytes)
+      : accounting_(std::move(name), capacity_bytes) {}
+  memory_accounting accounting_;
+};
+
+}  // namespace detail
+
 /// Device memory from cudaMalloc with memo's accounting.
-class cuda_device_memory_resource {
+class cuda_device_memory_resource : public detail::cuda_accounted_resource {
  public:
   explicit cuda_device_memory_resource(std::optional<std::size_t> capacity_bytes = {})
-      : accounting_("cuda device memory", capacity_bytes) {}
+      : cuda_accounted_resource("cuda device memory", capacity_bytes) {}
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     expects(alignment <= default_alignment_bytes, [&] {
       return "cudaMalloc aligns to " + std::to_string(default_alignment_bytes) +
              " bytes; alignment " + std::to_string(alignment) + " is not supported";
     });
-    accounting_.add(bytes);
-    void* pointer = nullptr;
-    try {
+    return accounting_.charge(bytes, [&] {
+      void* pointer = nullptr;
       check_cuda(cudaMalloc(&pointer, bytes == 0 ? 1 : bytes), "cudaMalloc");
-    } catch (...) {
-      accounting_.remove(bytes);
-      throw;
-    }
-    return pointer;
+      return pointer;
+    });
   }
   void deallocate(void* pointer, std::size_t bytes, std::size_t = default_alignment_bytes) {
     if (pointer == nullptr) return;
@@ -78,15 +91,11 @@ class cuda_device_memory_resource {
   }
   /// Stream-ordered allocation: usable by work enqueued on `stream` after this call.
   void* allocate_async(std::size_t bytes, cudaStream_t stream) {
-    accounting_.add(bytes);
-    void* pointer = nullptr;
-    try {
+    return accounting_.charge(bytes, [&] {
+      void* pointer = nullptr;
       check_cuda(cudaMallocAsync(&pointer, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
-    } catch (...) {
-      accounting_.remove(bytes);
-      throw;
-    }
-    return pointer;
+      return pointer;
+    });
   }
   /// Stream-ordered free: the memory is reused only after the stream's prior work.
   void deallocate_async(void* pointer, std::size_t bytes, cudaStream_t stream) {
@@ -94,46 +103,30 @@ class cuda_device_memory_resource {
     check_cuda(cudaFreeAsync(pointer, stream), "cudaFreeAsync");
     accounting_.remove(bytes);
   }
-  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
-  void reset_peak() { accounting_.reset_peak(); }
-
- private:
-  memory_accounting accounting_;
 };
 
 /// Page-locked host memory from cudaMallocHost, so copies can be asynchronous.
-class cuda_pinned_memory_resource {
+class cuda_pinned_memory_resource : public detail::cuda_accounted_resource {
  public:
   explicit cuda_pinned_memory_resource(std::optional<std::size_t> capacity_bytes = {})
-      : accounting_("cuda pinned host memory", capacity_bytes) {}
+      : cuda_accounted_resource("cuda pinned host memory", capacity_bytes) {}
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     expects(alignment <= 4096, [&] {
       return "cudaMallocHost aligns to pages; alignment " + std::to_string(alignment) +
              " is not supported";
     });
-    accounting_.add(bytes);
-    void* pointer = nullptr;
-    try {
+    return accounting_.charge(bytes, [&] {
+      void* pointer = nullptr;
       check_cuda(cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes), "cudaMallocHost");
-    } catch (...) {
-      accounting_.remove(bytes);
-      throw;
-    }
-    return pointer;
+      return pointer;
+    });
   }
   void deallocate(void* pointer, std::size_t bytes, std::size_t = default_alignment_bytes) {
     if (pointer == nullptr) return;
     check_cuda(cudaFreeHost(pointer), "cudaFreeHost");
     accounting_.remove(bytes);
   }
-  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
-  void reset_peak() { accounting_.reset_peak(); }
-
- private:
-  memory_accounting accounting_;
 };
 
 namespace detail {
@@ -310,10 +303,7 @@ class cuda_backend {
   void copy_async(void* destination, const void* source, std::size_t bytes, copy_kind kind,
                   stream& on) {
     if (bytes == 0) return;
-    expects(destination != nullptr && source != nullptr, [&] {
-      return std::string("copy_async(") + to_string(kind) + ", " + std::to_string(bytes) +
-             " bytes): null pointer";
-    });
+    detail::check_copy_arguments(destination, source, bytes, kind);
     const cudaMemcpyKind native_kind = kind == copy_kind::host_to_device ? cudaMemcpyHostToDevice
                                        : kind == copy_kind::device_to_host ? cudaMemcpyDeviceToHost
                                        : kind == copy_kind::device_to_device

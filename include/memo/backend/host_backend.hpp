@@ -393,16 +393,7 @@ class host_backend {
   void copy_async(void* destination, const void* source, std::size_t bytes, copy_kind kind,
                   stream& on) {
     if (bytes == 0) return;
-    expects(destination != nullptr && source != nullptr, [&] {
-      return std::string("copy_async(") + to_string(kind) + ", " + std::to_string(bytes) +
-             " bytes): null pointer";
-    });
-    const auto* d = static_cast<const unsigned char*>(destination);
-    const auto* s = static_cast<const unsigned char*>(source);
-    expects(d + bytes <= s || s + bytes <= d, [&] {
-      return std::string("copy_async(") + to_string(kind) + ", " + std::to_string(bytes) +
-             " bytes): source and destination overlap";
-    });
+    detail::check_copy_arguments(destination, source, bytes, kind);
     detail::host_copy_engine* engine = kind == copy_kind::host_to_device ? &to_device_
                                        : kind == copy_kind::device_to_host ? &to_host_
                                                                            : nullptr;

@@ -43,6 +43,18 @@ class memory_accounting {
     current_bytes_ += bytes;
     peak_bytes_ = std::max(peak_bytes_, current_bytes_);
   }
+  /// Reserves `bytes`, then runs `allocate()` and returns its pointer; if
+  /// `allocate` throws, the reservation is undone before the error leaves.
+  template <class Allocate>
+  void* charge(std::size_t bytes, Allocate&& allocate) {
+    add(bytes);
+    try {
+      return allocate();
+    } catch (...) {
+      remove(bytes);
+      throw;
+    }
+  }
   void remove(std::size_t bytes) noexcept {
     std::lock_guard lock(mutex_);
     current_bytes_ -= std::min(bytes, current_bytes_);
@@ -88,19 +100,18 @@ class host_memory_resource {
       return accounting_.name() + ": alignment must be a power of two, got " +
              std::to_string(alignment);
     });
-    accounting_.add(bytes);
-    void* pointer = nullptr;
-    try {
+    return accounting_.charge(bytes, [&] {
       // A zero-byte request still returns a unique pointer, as cudaMalloc does.
-      pointer = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{alignment});
-      std::lock_guard lock(mutex_);
-      live_.emplace(pointer, block{bytes, alignment});
-    } catch (...) {
-      if (pointer != nullptr) ::operator delete(pointer, std::align_val_t{alignment});
-      accounting_.remove(bytes);
-      throw;
-    }
-    return pointer;
+      void* pointer = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{alignment});
+      try {
+        std::lock_guard lock(mutex_);
+        live_.emplace(pointer, block{bytes, alignment});
+      } catch (...) {
+        ::operator delete(pointer, std::align_val_t{alignment});
+        throw;
+      }
+      return pointer;
+    });
   }
 
   void deallocate(void* pointer, std::size_t bytes,
