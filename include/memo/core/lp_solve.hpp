@@ -208,7 +208,9 @@ class lp_model {
     }
   }
 
-  [[nodiscard]] double objective() const { return get_working_objective(lp_); }
+  /// The objective of the solution `solution()` returns (after a MIP search,
+  /// not the search's bound).
+  [[nodiscard]] double objective() const { return get_objective(lp_); }
   [[nodiscard]] std::vector<double> solution() const {
     std::vector<double> values(static_cast<std::size_t>(columns_));
     check_lp_solve(get_variables(lp_, values.data()) != 0, "get_variables");

@@ -11,7 +11,8 @@
 //
 // z_ij = 1 puts i below j. B is the peak of a greedy plan, which also bounds
 // M and every x_i (x_i <= B - s_i), so the big-M rows are exactly as tight
-// as the greedy plan allows.
+// as the greedy plan allows. For interchangeable buffers (same size,
+// lifetime and alignment) z_ij is fixed to 1: any plan can swap them.
 //
 // Units and alignment: every byte count is divided by g, the greatest common
 // divisor of all sizes and alignments (a gravity-compressed plan only uses
@@ -169,7 +170,18 @@ class mip_solver {
     }
     model.set_bounds(m_col, lower, ceiling);
     model.set_integer(m_col);
-    for (std::size_t p = 0; p < pairs.size(); ++p) model.set_binary(z_col(p));
+    for (std::size_t p = 0; p < pairs.size(); ++p) {
+      model.set_binary(z_col(p));
+      // Symmetry: of two interchangeable buffers (same size, lifetime and
+      // alignment) the first goes below the second, which drops the mirror
+      // images of every plan without losing any peak.
+      const auto& a = buffers[pairs[p].first];
+      const auto& b = buffers[pairs[p].second];
+      if (a.size_bytes == b.size_bytes && a.lower == b.lower && a.upper == b.upper &&
+          a.alignment == b.alignment) {
+        model.set_bounds(z_col(p), 1.0, 1.0);
+      }
+    }
     {
       const int cols[] = {m_col};
       const double vals[] = {1.0};
