@@ -222,7 +222,8 @@ class dsa_search {
         auto it = std::upper_bound(steps.begin(), steps.end(), buffers[i].lower,
                                    [](std::int64_t t, const load_step& st) { return t < st.time; });
         if (it != steps.begin()) --it;
-        for (; it != steps.end() && it->time < buffers[i].upper; ++it) {
+        // Parenthesised: nvcc's front end reads `it->time <` as a template-id.
+        for (; it != steps.end() && (it->time) < buffers[i].upper; ++it) {
           heaviest[i] = std::max(heaviest[i], it->live_bytes);
         }
       }
