@@ -207,6 +207,30 @@ TEST_CASE("trace: write_trace round-trips sections, frees and never-freed buffer
   CHECK(back.never_freed == t.never_freed);
 }
 
+TEST_CASE("trace: write_trace keeps an empty section after the sections closing with it") {
+  // A section holding no request begins and ends at the same instant as the
+  // end of the section before it; written back, its end must follow its begin.
+  const auto trace = memo::parse_trace(
+      "section begin a\nmalloc 1 64\nsection end a\nsection begin b\nsection end b\n"
+      "free 1 64\n",
+      "empty.trace");
+  REQUIRE(trace.sections.size() == 2);
+  CHECK(trace.sections[1].begin == trace.sections[1].end);
+  const auto back = memo::parse_trace(memo::write_trace(trace), "round trip");
+  CHECK(back.sections == trace.sections);
+  CHECK(back.problem.buffers == trace.problem.buffers);
+}
+
+TEST_CASE("trace: write_trace puts a section's begin before the free that opens it") {
+  const auto trace = memo::parse_trace(
+      "malloc 1 64\nmalloc 2 32\nsection begin backward\nfree 2 32\nfree 1 64\n"
+      "section end backward\n",
+      "opens-with-free.trace");
+  const auto back = memo::parse_trace(memo::write_trace(trace), "round trip");
+  CHECK(back.sections == trace.sections);
+  CHECK(back.problem.buffers == trace.problem.buffers);
+}
+
 TEST_CASE("trace: plan csv round-trips and rejects mismatches") {
   const auto p = memo::parse_dsa_csv("id,lower,upper,size\n1,0,2,4\n2,1,3,8\n");
   memo::dsa_plan plan{{8, 0}, 12};

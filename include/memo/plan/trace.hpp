@@ -532,8 +532,12 @@ inline memory_trace read_problem_file(const std::filesystem::path& path,
 inline std::string write_trace(const memory_trace& trace) {
   struct event {
     std::int64_t time;
-    int kind;  // 0 section end, 1 free, 2 section begin, 3 malloc
+    // At one instant: sections closing there, then sections opening there
+    // (a section holding no request closes right after it opens), then the
+    // one request of that instant, whose index the instant is.
+    int kind;  // 0 section end, 1 section begin (or an empty section's end), 2 free, 3 malloc
     std::size_t index;
+    std::size_t order = 0;  // among kind 1: an empty section's end right after its begin
   };
   std::vector<event> events;
   const auto& buffers = trace.problem.buffers;
@@ -541,21 +545,27 @@ inline std::string write_trace(const memory_trace& trace) {
     events.push_back({buffers[i].lower, 3, i});
     if (std::find(trace.never_freed.begin(), trace.never_freed.end(), buffers[i].id) ==
         trace.never_freed.end()) {
-      events.push_back({buffers[i].upper, 1, i});
+      events.push_back({buffers[i].upper, 2, i});
     }
   }
   for (std::size_t i = 0; i < trace.sections.size(); ++i) {
-    events.push_back({trace.sections[i].begin, 2, i});
-    events.push_back({trace.sections[i].end, 0, i});
+    const auto& section = trace.sections[i];
+    events.push_back({section.begin, 1, i, 2 * i});
+    events.push_back(section.end == section.begin ? event{section.end, 1, i, 2 * i + 1}
+                                                  : event{section.end, 0, i});
   }
   std::stable_sort(events.begin(), events.end(), [](const event& a, const event& b) {
-    return a.time != b.time ? a.time < b.time : a.kind < b.kind;
+    if (a.time != b.time) return a.time < b.time;
+    return a.kind != b.kind ? a.kind < b.kind : a.order < b.order;
   });
   std::string out;
   for (const auto& e : events) {
+    const bool closes = e.kind == 0 || (e.kind == 1 && e.order % 2 == 1);
     switch (e.kind) {
-      case 0: out += "section end " + trace.sections[e.index].name + "\n"; break;
-      case 2: out += "section begin " + trace.sections[e.index].name + "\n"; break;
+      case 0:
+      case 1:
+        out += (closes ? "section end " : "section begin ") + trace.sections[e.index].name + "\n";
+        break;
       default:
         out += (e.kind == 3 ? "malloc " : "free ") + std::to_string(buffers[e.index].id) + " " +
                std::to_string(buffers[e.index].size_bytes) + "\n";
