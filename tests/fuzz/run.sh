@@ -4,6 +4,7 @@
 # made of the bundled examples.
 #
 #   tests/fuzz/run.sh [BUILD_DIR] [SECONDS_PER_TARGET]
+#   FUZZ_RUNS=N tests/fuzz/run.sh [BUILD_DIR]   (reproducible: seed 1, N inputs each)
 #
 # Exits non-zero on a build failure or on any finding.
 set -euo pipefail
@@ -24,7 +25,11 @@ for target in trace_fuzz csv_fuzz; do
     cp "$root"/examples/traces/*.csv "$corpus"/
   fi
   echo "fuzzing $target for ${seconds}s"
-  (cd "$build" && "./$target" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -n 12)
+  # FUZZ_RUNS=N makes the run reproducible: a fixed seed and N inputs
+  # instead of a time budget (what the test suite uses, so CI is stable).
+  limits=(-max_total_time="$seconds")
+  if [[ -n ${FUZZ_RUNS:-} ]]; then limits=(-runs="$FUZZ_RUNS" -seed=1); fi
+  (cd "$build" && "./$target" "${limits[@]}" -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -n 12)
   test "${PIPESTATUS[0]}" -eq 0
 done
 echo "fuzzing finished without findings"
