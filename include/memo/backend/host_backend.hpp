@@ -53,12 +53,14 @@ using host_clock = std::chrono::steady_clock;
 // One `record`: fired once by the recording stream when it reaches it.
 class host_signal {
  public:
-  void fire(stream_failure_ptr failure) {
+  /// Marks the signal reached at `when` (the stream's time at this point of
+  /// its queue, see host_worker::ready_at_).
+  void fire(stream_failure_ptr failure, host_clock::time_point when = host_clock::now()) {
     {
       std::lock_guard lock(mutex_);
       done_ = true;
       failure_ = std::move(failure);
-      when_ = host_clock::now();
+      when_ = when;
     }
     ready_.notify_all();
   }
@@ -197,7 +199,14 @@ class host_worker {
         return;
       }
       case task_kind::copy: execute_copy(item); return;
-      case task_kind::fire: item.signal->fire(current_failure()); return;
+      case task_kind::fire: {
+        // An event is stamped with the stream's time at its place in the
+        // queue, so the time between two events around a throttled copy is
+        // the copy's booked duration, never less.
+        ready_at_ = std::max(item.enqueued, ready_at_);
+        item.signal->fire(current_failure(), ready_at_);
+        return;
+      }
       case task_kind::wait: {
         item.signal->wait();
         if (auto failure = item.signal->failure(); failure && !current_failure()) {
