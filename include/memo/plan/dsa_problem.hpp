@@ -121,6 +121,17 @@ inline void require_valid(const dsa_problem& problem, const dsa_plan& plan,
 
 namespace detail {
 
+/// When a solve that started at `start` must stop: the options' time limit,
+/// checked for sign and capped so the arithmetic cannot overflow.
+inline std::chrono::steady_clock::time_point solve_deadline(
+    const dsa_solve_options& options, std::chrono::steady_clock::time_point start) {
+  expects(options.time_limit_seconds >= 0.0, [&] {
+    return "time limit must be non-negative, got " + std::to_string(options.time_limit_seconds);
+  });
+  return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(std::min(options.time_limit_seconds, 1e7)));
+}
+
 // Sweep events: frees sort before mallocs at the same instant, because
 // [lower, upper) intervals that touch do not overlap. Sizes stay unsigned
 // (a size of 2^63 bytes or more has no signed negation).

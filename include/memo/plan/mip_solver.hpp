@@ -101,12 +101,7 @@ class mip_solver {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     check_problem(problem);
-    expects(options.time_limit_seconds >= 0.0, [&] {
-      return "time limit must be non-negative, got " + std::to_string(options.time_limit_seconds);
-    });
-    const auto deadline =
-        start + std::chrono::duration_cast<clock::duration>(
-                    std::chrono::duration<double>(std::min(options.time_limit_seconds, 1e7)));
+    const auto deadline = detail::solve_deadline(options, start);
     const auto& buffers = problem.buffers;
     const std::size_t n = buffers.size();
 
