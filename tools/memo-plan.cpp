@@ -3,11 +3,16 @@
 // allocator.
 //
 //   memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]
-//             [--time-limit S] [--out plan.csv] [--svg plan.svg] [--json] TRACE
+//             [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]
+//             [--json] TRACE
 //
 // TRACE is a request trace (`malloc id bytes` / `free id bytes`, optional
 // section markers) or DSA benchmark CSV (`id,lower,upper,size[,alignment]`);
-// see docs/planning.md. The tool prints a table (or, with --json, one JSON
+// see docs/planning.md. With --layers N, TRACE is one layer's trace (a
+// `layer 0 forward` and a `layer 0 backward` section, plus the model's
+// other requests before, between and after them) and the model planned is
+// that layer stacked N times: forward of layers 0..N-1, backward of layers
+// N-1..0. The tool prints a table (or, with --json, one JSON
 // object): buffers, lower bound, each solver's peak, peak / lower bound,
 // whether it is proven optimal, and its time, beside the reserved peak of a
 // simulated caching allocator. The best plan found is validated, then
@@ -43,6 +48,7 @@ struct arguments {
   std::string solver = "all";
   std::optional<std::uint64_t> capacity_bytes;
   double time_limit_seconds = 10.0;
+  std::optional<std::int64_t> layers;
   std::string out;
   std::string svg;
   bool json = false;
@@ -52,8 +58,11 @@ struct arguments {
 
 const char* const usage_text =
     "usage: memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]\n"
-    "                 [--time-limit S] [--out plan.csv] [--svg plan.svg] [--json] TRACE\n"
-    "TRACE: a request trace (malloc/free lines) or DSA CSV (id,lower,upper,size).\n";
+    "                 [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]\n"
+    "                 [--json] TRACE\n"
+    "TRACE: a request trace (malloc/free lines) or DSA CSV (id,lower,upper,size).\n"
+    "--layers N: TRACE is one layer (sections 'layer 0 forward' and 'layer 0 backward');\n"
+    "            plan the model made of N such layers.\n";
 
 arguments parse_arguments(int argc, char** argv) {
   arguments a;
@@ -83,6 +92,11 @@ arguments parse_arguments(int argc, char** argv) {
       if (end == v.c_str() || *end != '\0' || !(a.time_limit_seconds >= 0.0)) {
         throw usage_error("--time-limit '" + v + "' is not a non-negative number of seconds");
       }
+    } else if (arg == "--layers") {
+      const std::string v = need(i);
+      const auto n = memo::detail::parse_integer<std::int64_t>(v);
+      if (!n || *n < 1) throw usage_error("--layers '" + v + "' is not a positive layer count");
+      a.layers = *n;
     } else if (arg == "--out") {
       a.out = need(i);
     } else if (arg == "--svg") {
@@ -140,10 +154,27 @@ row run(std::string name, Fn&& fn) {
   return r;
 }
 
+// The trace to plan: the input itself, or with --layers the model made by
+// stacking the input's layer. The capacity is checked against the model.
+memo::memory_trace read_input(const arguments& args, const memo::parse_options& parse) {
+  if (!args.layers) return memo::read_problem_file(args.input, parse);
+  const memo::memory_trace layer = memo::read_problem_file(args.input);
+  memo::memory_trace model;
+  try {
+    model = memo::stack_layer_trace(layer, *args.layers);
+  } catch (const memo::error& e) {
+    throw memo::error(args.input + ": --layers " + std::to_string(*args.layers) + ": " + e.message());
+  }
+  model.problem.capacity_bytes = parse.capacity_bytes;
+  memo::detail::check_capacity(model.problem,
+                               args.input + " x " + std::to_string(*args.layers) + " layers");
+  return model;
+}
+
 int plan(const arguments& args) {
   memo::parse_options parse;
   parse.capacity_bytes = args.capacity_bytes;
-  const memo::memory_trace trace = memo::read_problem_file(args.input, parse);
+  const memo::memory_trace trace = read_input(args, parse);
   const memo::dsa_problem& problem = trace.problem;
   const std::uint64_t bound = memo::lower_bound_bytes(problem);
   const auto caching = memo::simulate_caching_allocator(problem);
@@ -230,7 +261,14 @@ int plan(const arguments& args) {
 
   if (args.json) {
     memo::json_writer j;
-    j.begin_object().field("input", args.input).field("buffers", problem.buffers.size());
+    j.begin_object().field("input", args.input);
+    j.key("layers");
+    if (args.layers) {
+      j.value(*args.layers);
+    } else {
+      j.null();
+    }
+    j.field("buffers", problem.buffers.size());
     j.key("never_freed").begin_array();
     for (const auto id : trace.never_freed) j.value(id);
     j.end_array();
@@ -306,7 +344,9 @@ int plan(const arguments& args) {
     return 0;
   }
 
-  std::cout << "memo-plan: " << args.input << "\n";
+  std::cout << "memo-plan: " << args.input;
+  if (args.layers) std::cout << ", its layer stacked " << *args.layers << " times";
+  std::cout << "\n";
   std::cout << "  buffers            " << problem.buffers.size();
   if (!trace.sections.empty()) std::cout << " in " << trace.sections.size() << " sections";
   std::cout << "\n";
