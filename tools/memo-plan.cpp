@@ -261,25 +261,14 @@ int plan(const arguments& args) {
 
   if (args.json) {
     memo::json_writer j;
-    j.begin_object().field("input", args.input);
-    j.key("layers");
-    if (args.layers) {
-      j.value(*args.layers);
-    } else {
-      j.null();
-    }
+    j.begin_object().field("input", args.input).field("layers", args.layers);
     j.field("buffers", problem.buffers.size());
     j.key("never_freed").begin_array();
     for (const auto id : trace.never_freed) j.value(id);
     j.end_array();
     j.field("sections", trace.sections.size());
     j.field("lower_bound_bytes", bound);
-    j.key("capacity_bytes");
-    if (args.capacity_bytes) {
-      j.value(*args.capacity_bytes);
-    } else {
-      j.null();
-    }
+    j.field("capacity_bytes", args.capacity_bytes);
     j.key("caching_allocator");
     j.begin_object()
         .field("reserved_peak_bytes", caching.reserved_peak_bytes)
@@ -312,33 +301,14 @@ int plan(const arguments& args) {
           .field("level1_seconds", bilevel->level1_seconds)
           .field("level2_seconds", bilevel->level2_seconds)
           .field("seconds", bilevel->seconds);
-      j.key("flat_exact_peak_bytes");
-      if (flat_exact) {
-        j.value(flat_exact->plan.peak_bytes);
-      } else {
-        j.null();
-      }
-      j.key("flat_exact_seconds");
-      if (flat_exact) {
-        j.value(flat_exact->seconds);
-      } else {
-        j.null();
-      }
+      j.field("flat_exact_peak_bytes",
+              flat_exact ? std::optional(flat_exact->plan.peak_bytes) : std::nullopt);
+      j.field("flat_exact_seconds", flat_exact ? std::optional(flat_exact->seconds) : std::nullopt);
       j.end_object();
     }
     j.field("best", best->solver);
-    j.key("out");
-    if (args.out.empty()) {
-      j.null();
-    } else {
-      j.value(args.out);
-    }
-    j.key("svg");
-    if (args.svg.empty()) {
-      j.null();
-    } else {
-      j.value(args.svg);
-    }
+    auto path = [](const std::string& p) { return p.empty() ? std::nullopt : std::optional(p); };
+    j.field("out", path(args.out)).field("svg", path(args.svg));
     j.end_object();
     std::cout << j.str() << "\n";
     return 0;

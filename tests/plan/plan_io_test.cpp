@@ -2,7 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "memo/plan/greedy.hpp"
 
@@ -23,6 +26,16 @@ TEST_CASE("plan io: json writer handles commas, nesting, escapes and non-finite 
       .null()
       .end_object();
   CHECK(j.str() == R"({"a":1,"s":"q\"\\\u000a","list":[true,2.5,{}],"nan":null,"n":null})");
+}
+
+TEST_CASE("plan io: json writer writes an optional as its value or null") {
+  memo::json_writer j;
+  j.begin_object()
+      .field("some", std::optional<std::int64_t>(32))
+      .field("none", std::optional<std::uint64_t>())
+      .field("path", std::optional<std::string>("p.csv"))
+      .end_object();
+  CHECK(j.str() == R"({"some":32,"none":null,"path":"p.csv"})");
 }
 
 TEST_CASE("plan io: a result as json") {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -79,6 +80,11 @@ class json_writer {
     separate();
     out_ += "null";
     return *this;
+  }
+  /// An absent optional is written as `null`.
+  template <class T>
+  json_writer& value(const std::optional<T>& v) {
+    return v ? value(*v) : null();
   }
 
   template <class T>
