@@ -6,10 +6,12 @@
 // memo::mpi. Include individual headers to keep compile times down.
 #pragma once
 
-// core/: configuration, errors, byte arithmetic, tensor views
+// core/: configuration, errors, byte arithmetic, JSON, memory regions, tensor views
 #include "memo/core/bytes.hpp"
 #include "memo/core/config.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/json.hpp"
+#include "memo/core/memory_region.hpp"
 #include "memo/core/tensor_view.hpp"
 #if MEMO_HAS_LPSOLVE
 #include "memo/core/lp_solve.hpp"
