@@ -1,11 +1,13 @@
-// memo/schedule/device_profile.hpp
+// memo/core/device_profile.hpp
 //
 // The hardware numbers every planning decision is made from: how fast a GPU
 // computes, how fast bytes cross the host link each way, how much host
 // memory a node can lend to offloaded activations. The alpha LP of MEMO
-// section 4.1 and the stream-schedule simulator both read them from here, so
-// a projection onto a cluster memo is not running on is as good as its
-// profile — and the profile is a plain value a user can print and edit.
+// section 4.1 (swap/), the stream-schedule simulator (schedule/) and the
+// pipeline solver all read them from here, which is why they live in core/:
+// every layer above can include them without reaching sideways. A projection
+// onto a cluster memo is not running on is as good as its profile, and the
+// profile is a plain value a user can print and edit.
 //
 // Presets are dense bf16 tensor-core peaks from the vendors' data sheets and
 // effective (not nominal) host-link bandwidths; `efficiency` is the fraction
