@@ -7,10 +7,12 @@
 //          (n - u) * (S_input + S_attn + alpha * S_others)  <=  M_cpu    (3)
 //          0 <= alpha <= 1
 //
-// with S_* the skeletal bytes of one layer on one GPU, B the device-to-host
-// bandwidth, T_layer one layer's forward time, n layers of which the last u
-// (u = 2 in the paper) are never swapped, and M_cpu the host memory one GPU
-// may fill (a node's budget divided by its GPUs). Constraint (2) keeps the
+// with S_* the skeletal bytes of one layer on one GPU (whole bytes; for a GPT
+// layer `transformer_layer`'s, the bytes the planner's trace keeps and the
+// rounding buffers hold, S_attn including the attention's log-sum-exp), B
+// the device-to-host bandwidth, T_layer one layer's forward time, n layers
+// of which the last u (u = 2 in the paper) are never swapped, and M_cpu the
+// host memory one GPU may fill (a node's budget divided by its GPUs). Constraint (2) keeps the
 // offload of layer i hidden behind the forward of layer i+1; (3) keeps the
 // host from running out of memory.
 //
