@@ -53,6 +53,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -193,15 +194,13 @@ inline skeletal_tensor skeletal_tensor_of(const transformer_layer& layer, const 
   return tensor;
 }
 
-inline std::uint64_t skeletal_bytes_of(const transformer_layer& layer, bool input, bool attention,
-                                       bool other) {
+/// Bytes of the skeletal tensors counted towards `part`; of all of them
+/// when `part` is empty.
+inline std::uint64_t skeletal_bytes_of(const transformer_layer& layer, std::optional<skeletal_part> part) {
   layer.check();
   std::uint64_t total = 0;
   for (const auto& row : skeletal_rows(layer)) {
-    const bool wanted = row.part == skeletal_part::input       ? input
-                        : row.part == skeletal_part::attention ? attention
-                                                               : other;
-    if (wanted) total = checked_add(total, skeletal_tensor_of(layer, row).bytes());
+    if (!part || row.part == *part) total = checked_add(total, skeletal_tensor_of(layer, row).bytes());
   }
   return total;
 }
@@ -306,16 +305,16 @@ inline std::vector<skeletal_tensor> transformer_layer::skeletal_tensors() const 
 }
 
 inline std::uint64_t transformer_layer::input_bytes() const {
-  return detail::skeletal_bytes_of(*this, true, false, false);
+  return detail::skeletal_bytes_of(*this, detail::skeletal_part::input);
 }
 inline std::uint64_t transformer_layer::attention_output_bytes() const {
-  return detail::skeletal_bytes_of(*this, false, true, false);
+  return detail::skeletal_bytes_of(*this, detail::skeletal_part::attention);
 }
 inline std::uint64_t transformer_layer::other_bytes() const {
-  return detail::skeletal_bytes_of(*this, false, false, true);
+  return detail::skeletal_bytes_of(*this, detail::skeletal_part::other);
 }
 inline std::uint64_t transformer_layer::skeletal_bytes() const {
-  return detail::skeletal_bytes_of(*this, true, true, true);
+  return detail::skeletal_bytes_of(*this, std::nullopt);
 }
 
 }  // namespace memo
