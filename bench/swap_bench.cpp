@@ -52,7 +52,7 @@ int main() {
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
-#include "memo/schedule/device_profile.hpp"
+#include "memo/core/device_profile.hpp"
 #include "memo/schedule/layer_cost.hpp"
 #include "memo/schedule/memo_step.hpp"
 #include "memo/swap/alpha_solver.hpp"
@@ -499,14 +499,14 @@ int main(int argc, char** argv) {
     const double bandwidth = layer_bytes / (1.5 * forward_s);
 
     memo::alpha_problem problem;
-    problem.input_bytes = static_cast<double>(layout[t_input].bytes());
-    problem.attention_output_bytes = static_cast<double>(layout[t_attention].bytes());
-    problem.other_bytes = layer_bytes - problem.input_bytes - problem.attention_output_bytes;
+    problem.input_bytes = layout[t_input].bytes();
+    problem.attention_output_bytes = layout[t_attention].bytes();
+    problem.other_bytes = layout.layer_bytes() - problem.input_bytes - problem.attention_output_bytes;
     problem.bandwidth_bytes_per_second = bandwidth;
     problem.layer_forward_seconds = forward_s;
     problem.layers = shape.layers;
     problem.unswapped_layers = 2;
-    problem.host_budget_bytes = 64.0 * memo::gib;
+    problem.host_budget_bytes = 64 * memo::gib;
     const auto lp = memo::solve_alpha(problem);
 
     // --- 2. run the four configurations, rounds interleaved --------------
@@ -577,10 +577,10 @@ int main(int argc, char** argv) {
     for (const long k_tokens : {16L, 32L, 64L, 128L, 256L, 512L, 1024L}) {
       projected_row row;
       row.tokens = k_tokens * 1024;
-      memo::gpt_layer_shape gpt;
+      memo::transformer_layer gpt;
       gpt.hidden = 4096;
       gpt.heads = 32;
-      gpt.sequence = row.tokens;
+      gpt.tokens = row.tokens;
       gpt.tensor_parallel = 4;
       gpt.context_parallel = 2;
       const auto cost = memo::gpt_layer_cost_of(gpt);

@@ -55,13 +55,13 @@ int main() {
 #if MEMO_HAS_LPSOLVE
   // Equations 1-3: a layer's forward takes 1.5 ms here, so 300 kB may cross the link.
   memo::alpha_problem problem;
-  problem.input_bytes = static_cast<double>(layout[0].bytes());
-  problem.attention_output_bytes = static_cast<double>(layout[1].bytes());
-  problem.other_bytes = static_cast<double>(layout[2].bytes());
+  problem.input_bytes = layout[0].bytes();
+  problem.attention_output_bytes = layout[1].bytes();
+  problem.other_bytes = layout[2].bytes();
   problem.bandwidth_bytes_per_second = options.device_to_host_bytes_per_second;
   problem.layer_forward_seconds = 1.5e-3;
   problem.layers = layers;
-  problem.host_budget_bytes = 64.0 * memo::mib;
+  problem.host_budget_bytes = 64 * memo::mib;
   const memo::alpha_solution solution = memo::solve_alpha(problem);
   alpha = solution.alpha;
   std::printf("alpha from the LP: %.4f (bound by %s)\n", alpha, memo::to_string(solution.binding));

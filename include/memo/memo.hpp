@@ -6,13 +6,16 @@
 // memo::mpi. Include individual headers to keep compile times down.
 #pragma once
 
-// core/: configuration, errors, byte arithmetic, JSON, memory regions, tensor views
+// core/: configuration, errors, byte arithmetic, JSON, memory regions, tensor views,
+// the transformer-layer description and device profiles
 #include "memo/core/bytes.hpp"
 #include "memo/core/config.hpp"
+#include "memo/core/device_profile.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/core/tensor_view.hpp"
+#include "memo/core/transformer_layer.hpp"
 #if MEMO_HAS_LPSOLVE
 #include "memo/core/lp_solve.hpp"
 #endif
@@ -21,6 +24,7 @@
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
 #include "memo/backend/host_backend.hpp"
+#include "memo/backend/host_profile.hpp"
 #include "memo/backend/memory_resource.hpp"
 #include "memo/backend/stream_failure.hpp"
 #if MEMO_HAS_CUDA
@@ -34,8 +38,7 @@
 #include "memo/backend/mpi_check.hpp"
 #endif
 
-// schedule/: stream schedules (execute or simulate), hardware profiles
-#include "memo/schedule/device_profile.hpp"
+// schedule/: stream schedules (execute or simulate), layer cost model
 #include "memo/schedule/layer_cost.hpp"
 #include "memo/schedule/memo_step.hpp"
 #include "memo/schedule/stream_schedule.hpp"
@@ -54,7 +57,6 @@
 #endif
 
 // swap/: skeletal activations through rounding buffers
-#include "memo/swap/host_profile.hpp"
 #include "memo/swap/host_store.hpp"
 #include "memo/swap/rounding_buffers.hpp"
 #include "memo/swap/skeletal_layout.hpp"

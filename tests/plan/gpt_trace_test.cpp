@@ -24,7 +24,7 @@ TEST_CASE("gpt trace: skeletal accounting is MEMO's 16 bsh elements per layer") 
   // 16 [s, h] fp16 activations = 32 s h bytes, plus fp32 statistics:
   // two layernorms ([s, 2] each) and the log-sum-exp [a, s].
   const std::uint64_t s = g.tokens;
-  CHECK(memo::gpt_skeletal_bytes_per_layer(g) == 32 * s * 4096 + 2 * 8 * s + 4 * 32 * s);
+  CHECK(g.skeletal_bytes() == 32 * s * 4096 + 2 * 8 * s + 4 * 32 * s);
   // MEMO section 3.2: 32 layers of 1M tokens at fp16 hold 4096 GB of skeletal
   // activations; the 16bsh part is exactly 4 TiB.
   CHECK(32 * 32 * s * 4096 == (std::uint64_t{4} << 40));
@@ -53,7 +53,7 @@ TEST_CASE("gpt trace: structure, sections and the load at the end of the forward
   const std::uint64_t hidden_bytes = 1000 * 64 * 2;
   const std::int64_t at = t.sections[4].begin;
   CHECK(live_at(t.problem, at - 1) ==
-        3 * memo::gpt_skeletal_bytes_per_layer(g) + hidden_bytes + 1000 * 8);
+        3 * g.skeletal_bytes() + hidden_bytes + 1000 * 8);
   memo::check_problem(t.problem);
 }
 

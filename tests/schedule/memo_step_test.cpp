@@ -151,14 +151,14 @@ TEST_CASE("memo_step: alpha = 1 with transfer longer than a forward stalls by th
 TEST_CASE("memo_step: the 7B layer on the A800 profile, from layer_cost") {
   // 32 layers, h = 4096, TP 4 x CP 2, bf16.
   const auto profile = device_profile::a800_80gb();
-  memo::gpt_layer_shape shape;
+  memo::transformer_layer shape;
   shape.hidden = 4096;
   shape.heads = 32;
   shape.tensor_parallel = 4;
   shape.context_parallel = 2;
 
   SUBCASE("alpha from MEMO's eq. 2 closed form hides the transfer at 32K") {
-    shape.sequence = 32 * 1024;
+    shape.tokens = 32 * 1024;
     const auto cost = memo::gpt_layer_cost_of(shape);
     const double layer_seconds = profile.compute_seconds(cost.forward_flops);
     // (S_in + S_attn + alpha S_others) / B <= T_layer, capped at 1.
@@ -176,7 +176,7 @@ TEST_CASE("memo_step: the 7B layer on the A800 profile, from layer_cost") {
   }
 
   SUBCASE("alpha = 1 at 16K stalls every forward from layer 2 by T_x - T_f") {
-    shape.sequence = 16 * 1024;
+    shape.tokens = 16 * 1024;
     const auto cost = memo::gpt_layer_cost_of(shape);
     const double forward = profile.compute_seconds(cost.forward_flops);
     const double transfer = static_cast<double>(cost.skeletal_bytes) / profile.device_to_host_bytes_per_second;

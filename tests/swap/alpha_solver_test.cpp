@@ -1,12 +1,22 @@
 // Tests of memo/swap/alpha_solver.hpp: the lp_solve answer against the
 // closed form min(1, bandwidth limit, host limit) on many random problems,
-// infeasible ones included, plus hand-worked cases.
+// infeasible ones included, plus hand-worked cases; and the LP's skeletal
+// sizes against the skeletal tensors of the trace the bi-level planner
+// plans for the same model.
 #include "memo/swap/alpha_solver.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <random>
 #include <string>
+#include <vector>
+
+#include "memo/plan/bilevel_planner.hpp"
+#include "memo/plan/gpt_trace.hpp"
+#include "memo/swap/skeletal_layout.hpp"
 
 namespace {
 
@@ -74,8 +84,8 @@ TEST_CASE("alpha_solver: infeasible at alpha = 0 names the constraint and the ex
   CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("bandwidth_bytes_per_second"),
                        memo::error);
   p = hand_problem();
-  p.other_bytes = -1;
-  CHECK_THROWS_AS(memo::solve_alpha(p), memo::error);
+  p.other_bytes = -1;  // wraps to 2^64 - 1: the sizes no longer add up to a byte count
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("overflows 64 bits"), memo::error);
 }
 
 TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems") {
@@ -88,17 +98,18 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
     memo::alpha_problem p;
     // Magnitudes from kilobytes to tens of gigabytes, as sequence length varies.
     const double scale = std::pow(10.0, 3.0 + 7.0 * unit(random));
-    p.input_bytes = scale * unit(random);
-    p.attention_output_bytes = scale * unit(random);
-    p.other_bytes = trial % 50 == 0 ? 0.0 : 14.0 * scale * unit(random);
+    auto bytes = [](double value) { return static_cast<std::uint64_t>(value); };
+    p.input_bytes = bytes(scale * unit(random));
+    p.attention_output_bytes = bytes(scale * unit(random));
+    p.other_bytes = trial % 50 == 0 ? 0 : bytes(14.0 * scale * unit(random));
     p.bandwidth_bytes_per_second = 1e9 * (1.0 + 60.0 * unit(random));
     p.layer_forward_seconds =
-        (p.input_bytes + p.attention_output_bytes + p.other_bytes) / p.bandwidth_bytes_per_second *
-            (0.05 + 2.0 * unit(random)) +
+        static_cast<double>(p.input_bytes + p.attention_output_bytes + p.other_bytes) /
+            p.bandwidth_bytes_per_second * (0.05 + 2.0 * unit(random)) +
         1e-9;
     p.layers = 1 + static_cast<int>(unit(random) * 80);
     p.unswapped_layers = static_cast<int>(unit(random) * 3);
-    p.host_budget_bytes = std::max(0, p.layers - p.unswapped_layers) * scale * 16 * unit(random);
+    p.host_budget_bytes = bytes(std::max(0, p.layers - p.unswapped_layers) * scale * 16 * unit(random));
     CAPTURE(trial);
     bool closed_threw = false;
     memo::alpha_solution expected;
@@ -119,7 +130,7 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
     CHECK(solved.alpha <= 1.0);
     // Both constraints hold at the answer (up to lp_solve's tolerance).
     CHECK(solved.transfer_seconds <= p.layer_forward_seconds * (1 + 1e-6));
-    CHECK(solved.host_bytes <= p.host_budget_bytes * (1 + 1e-6) + 1e-6);
+    CHECK(solved.host_bytes <= static_cast<double>(p.host_budget_bytes) * (1 + 1e-6) + 1e-6);
     if (solved.binding == expected.binding) {
       ++by_bound[static_cast<int>(solved.binding)];
     } else {
@@ -136,18 +147,96 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
 }
 
 TEST_CASE("alpha_solver: a problem from the 7B layer cost on the A800 preset") {
-  memo::gpt_layer_shape shape;
+  memo::transformer_layer shape;
   shape.hidden = 4096;
   shape.heads = 32;
-  shape.sequence = 256 * 1024;
+  shape.tokens = 256 * 1024;
   shape.tensor_parallel = 4;
   shape.context_parallel = 2;
   const auto cost = memo::gpt_layer_cost_of(shape);
   const auto profile = memo::device_profile::a800_80gb();
   const auto p = memo::alpha_problem::from_layer_cost(cost, profile, 32);
   CHECK(p.bandwidth_bytes_per_second == profile.device_to_host_bytes_per_second);
-  CHECK(p.host_budget_bytes == doctest::Approx(2048.0 * memo::gib / 8));
+  CHECK(p.host_budget_bytes == 2048 * memo::gib / 8);
   CHECK(p.layer_forward_seconds == doctest::Approx(cost.forward_flops / (312e12 * 0.55)));
   const auto solved = memo::solve_alpha(p);
   CHECK(solved.alpha == doctest::Approx(memo::alpha_closed_form(p).alpha).epsilon(1e-6));
+}
+
+TEST_CASE("alpha_solver: the LP offloads the skeletal bytes of the trace the planner plans") {
+  struct shape {
+    std::int64_t hidden, heads, kv_heads, ffn, tokens, tp, cp, bytes;
+  };
+  const shape shapes[] = {
+      {64, 4, 0, 0, 512, 1, 1, 2},     // multi-head, f = 4h, one GPU
+      {64, 8, 2, 0, 512, 2, 1, 2},     // grouped-query attention, TP 2
+      {96, 6, 6, 288, 384, 2, 2, 2},   // f = 3h, TP 2 x CP 2
+      {128, 16, 4, 320, 256, 4, 2, 2}, // GQA, f = 2.5h, TP 4 x CP 2
+      {32, 4, 1, 64, 256, 1, 4, 4},    // multi-query, fp32, CP 4
+  };
+  for (const auto& x : shapes) {
+    memo::gpt_shape g;
+    g.hidden = x.hidden;
+    g.heads = x.heads;
+    g.kv_heads = x.kv_heads;
+    g.ffn_hidden = x.ffn;
+    g.tokens = x.tokens;
+    g.tensor_parallel = x.tp;
+    g.context_parallel = x.cp;
+    g.bytes_per_element = x.bytes;
+    g.layers = 3;
+    g.vocab = 100;
+    g.loss_chunk_tokens = 64;
+    CAPTURE(x.hidden);
+    CAPTURE(x.kv_heads);
+    CAPTURE(x.tp);
+    CAPTURE(x.cp);
+
+    // What the LP sees.
+    const auto problem =
+        memo::alpha_problem::from_layer(g, memo::device_profile::a800_80gb(), static_cast<int>(g.layers));
+    const std::uint64_t lp_bytes = problem.whole_bytes() + problem.other_bytes;
+    // What the rounding buffers hold.
+    const memo::skeletal_layout layout(g);
+    CHECK(layout.layer_bytes() == lp_bytes);
+    CHECK(layout.bytes_with(memo::skeletal_policy::offload_whole) == problem.whole_bytes());
+    CHECK(layout.bytes_with(memo::skeletal_policy::offload_fraction) == problem.other_bytes);
+    std::vector<std::uint64_t> layout_sizes;
+    for (const auto& tensor : layout.tensors()) layout_sizes.push_back(tensor.bytes());
+    std::sort(layout_sizes.begin(), layout_sizes.end());
+
+    // What the planner plans: the buffers it sets aside as skeletal (born in
+    // a section, outliving it), grouped by the forward section they are
+    // born in. Layer l's forward makes its skeletal tensors but the input,
+    // which the layer before made, and its output, the next layer's input.
+    const auto trace = memo::make_gpt_trace(g);
+    memo::bilevel_planner<> planner;
+    const auto planned = planner.plan(trace);
+    CHECK(memo::validate(trace.problem, planned.plan).ok);
+    std::map<std::uint64_t, const memo::dsa_buffer*> by_id;
+    for (const auto& b : trace.problem.buffers) by_id[b.id] = &b;
+    for (std::uint64_t l = 0; l < g.layers; ++l) {
+      CAPTURE(l);
+      const std::string forward = "layer " + std::to_string(l) + " forward";
+      const std::string backward = "layer " + std::to_string(l) + " backward";
+      const auto& fwd = *std::find_if(trace.sections.begin(), trace.sections.end(),
+                                      [&](const auto& s) { return s.name == forward; });
+      const auto& bwd = *std::find_if(trace.sections.begin(), trace.sections.end(),
+                                      [&](const auto& s) { return s.name == backward; });
+      std::uint64_t born_here = 0;
+      for (const auto id : planned.skeletal_ids) {
+        const auto& b = *by_id.at(id);
+        if (b.lower >= fwd.begin && b.lower < fwd.end) born_here += b.size_bytes;
+      }
+      CHECK(born_here == lp_bytes);
+      // By lifetime: made before the end of layer l's forward, freed in its
+      // backward (the layer input included, the gradient from above not).
+      std::vector<std::uint64_t> kept;
+      for (const auto& b : trace.problem.buffers) {
+        if (b.lower < fwd.end && b.upper >= bwd.begin && b.upper < bwd.end) kept.push_back(b.size_bytes);
+      }
+      std::sort(kept.begin(), kept.end());
+      CHECK(kept == layout_sizes);
+    }
+  }
 }

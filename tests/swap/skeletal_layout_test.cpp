@@ -23,7 +23,7 @@ memo::skeletal_layout layout() {
 }  // namespace
 
 TEST_CASE("skeletal_layout: validates names, sizes and duplicates") {
-  CHECK_THROWS_AS(memo::skeletal_layout(std::vector<memo::skeletal_tensor_spec>{}), memo::error);
+  CHECK_THROWS_AS(memo::skeletal_layout(std::vector<memo::skeletal_tensor>{}), memo::error);
   CHECK_THROWS_AS(memo::skeletal_layout({{"", 4, 4, skeletal_policy::recompute}}), memo::error);
   CHECK_THROWS_WITH_AS(memo::skeletal_layout({{"a", 4, 4, skeletal_policy::recompute},
                                               {"a", 4, 4, skeletal_policy::recompute}}),
@@ -95,4 +95,26 @@ TEST_CASE("offload_plan: plans compare equal only for the same layout and alpha"
   tensors[2].bytes_per_token = 16;
   CHECK(!(memo::offload_plan(layout(), 0.5) ==
           memo::offload_plan(memo::skeletal_layout(tensors), 0.5)));
+}
+
+TEST_CASE("skeletal_layout: a transformer layer's layout is its skeletal tensors") {
+  memo::transformer_layer layer;
+  layer.hidden = 64;
+  layer.heads = 8;
+  layer.kv_heads = 2;
+  layer.tokens = 512;
+  layer.tensor_parallel = 2;
+  const memo::skeletal_layout from_layer(layer);
+  CHECK(from_layer == memo::skeletal_layout(layer.skeletal_tensors()));
+  CHECK(from_layer.layer_bytes() == layer.skeletal_bytes());
+  CHECK(from_layer.bytes_with(skeletal_policy::offload_whole) ==
+        layer.input_bytes() + layer.attention_output_bytes());
+  CHECK(from_layer.bytes_with(skeletal_policy::offload_fraction) == layer.other_bytes());
+  CHECK(from_layer.bytes_with(skeletal_policy::recompute) == 0);
+  // alpha = 0 offloads the whole tensors only; alpha = 1 everything.
+  CHECK(memo::offload_plan(from_layer, 0.0).offloaded_bytes_per_layer() ==
+        layer.input_bytes() + layer.attention_output_bytes());
+  CHECK(memo::offload_plan(from_layer, 1.0).offloaded_bytes_per_layer() == layer.skeletal_bytes());
+  layer.tensor_parallel = 3;
+  CHECK_THROWS_AS(memo::skeletal_layout{layer}, memo::error);
 }

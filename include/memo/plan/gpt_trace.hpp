@@ -5,27 +5,30 @@
 // for a profiled trace when planning for a configuration one cannot run,
 // and they are the GPT instance family of the planning benchmark.
 //
-// The model: s = tokens * micro_batch tokens, hidden h, heads a, FFN width
-// f (4h by default), elements of `bytes_per_element` bytes, activations
-// split across `tensor_parallel` ranks (sequence-parallel style: every
-// [s, *] activation divided by it; the sizes must divide evenly).
+// The model: `layers` copies of one `transformer_layer` (core/
+// transformer_layer.hpp: tokens s, hidden h, heads a, key/value width h_kv,
+// FFN width f, element bytes e, tensor- and context-parallel degrees t and
+// c), a vocabulary, and the classifier's chunk length. Every size below is
+// what one GPU holds, `transformer_layer::activation_bytes` of the tensor's
+// bytes per token (s / (c t) tokens' worth), so the trace of a split model
+// is the trace one rank records.
 //
-// A layer's forward pass keeps, for its backward pass, the skeletal
-// activations of MEMO Figure 5: its input x, the input layernorm output, q,
-// k, v, the attention output, the residual after attention, the post
-// layernorm output, fc1 and its GELU: 1+1+3+1+1+1+4+4 = 16 [s, h]-sized
-// elements per token (the "16bsh" of MEMO section 3.2), plus the layernorm
-// statistics and the attention log-sum-exp (fp32, [s] and [a, s]). Its
-// transients: the fused QKV projection [s, 3h], the rotary cos/sin tables
-// [s, h/a] fp32, the attention workspace [a, s] fp32, the attention output
-// projection [s, h] and the fc2 output [s, h]. Its output [s, h] is the next
-// layer's input x.
+// A layer's forward pass keeps, for its backward pass, exactly the skeletal
+// tensors `transformer_layer::skeletal_tensors()` lists (MEMO Figure 5's
+// 16 [s, h] elements per token when h_kv = h and f = 4h, plus the two
+// layernorms' statistics and the attention log-sum-exp): the alpha LP and
+// the skeletal layout read the same list, so the planner plans the bytes
+// the LP offloads. The layer input x is the previous layer's output. Its
+// transients: the fused QKV projection [s, h + 2 h_kv], the rotary cos/sin
+// tables [s, h/a] fp32, the attention workspace [a, s] fp32, the attention
+// output projection [s, h] and the fc2 output [s, h]. Its output [s, h] is
+// the next layer's input x.
 //
 // A layer's backward pass receives dy [s, h] from the layer above, makes
 // the gradients d_gelu, d_fc1 [s, f], d_ln2, d_resid [s, h], d_attn,
-// dq, dk, dv [s, h], the attention workspace, d_qkv [s, 3h], d_ln1 [s, h],
-// frees each skeletal tensor once its last user has run, and hands dx [s, h]
-// to the layer below.
+// dq [s, h], dk, dv [s, h_kv], the attention workspace, d_qkv
+// [s, h + 2 h_kv], d_ln1 [s, h], frees each skeletal tensor once its last
+// user has run, and hands dx [s, h] to the layer below.
 //
 // The iteration: `embedding forward` (token ids, x_0), `layer l forward` for
 // l = 0..L-1, `classifier` (final layernorm, logits and their gradient in
@@ -34,32 +37,37 @@
 // the trace, so the bi-level planner sees every layer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/transformer_layer.hpp"
 #include "memo/plan/trace.hpp"
 
 namespace memo {
 
-struct gpt_shape {
-  std::uint64_t hidden = 4096;
-  std::uint64_t heads = 32;
-  std::uint64_t ffn_hidden = 0;  ///< 0: 4 * hidden
-  std::uint64_t vocab = 32000;
+/// A GPT model for the trace: `layers` copies of one transformer layer
+/// between an embedding and a classifier.
+struct gpt_shape : transformer_layer {
   std::uint64_t layers = 32;
-  std::uint64_t tokens = 65536;  ///< sequence length
-  std::uint64_t micro_batch = 1;
-  std::uint64_t tensor_parallel = 1;
-  std::uint64_t bytes_per_element = 2;
+  std::uint64_t vocab = 32000;
   std::uint64_t loss_chunk_tokens = 65536;  ///< the classifier's logits are made this many tokens at a time
-};
 
-/// Bytes of the skeletal activations one layer keeps for its backward pass
-/// (16 [s, h] activations plus fp32 statistics), as the trace allocates them.
-inline std::uint64_t gpt_skeletal_bytes_per_layer(const gpt_shape& shape);
+  /// The layer's checks, then the model's; throws `memo::error`.
+  void check() const {
+    transformer_layer::check();
+    expects(layers > 0 && vocab > 0 && loss_chunk_tokens > 0, [&] {
+      return "gpt shape: layers, vocab and loss_chunk_tokens must be positive, got " +
+             std::to_string(layers) + ", " + std::to_string(vocab) + " and " +
+             std::to_string(loss_chunk_tokens);
+    });
+  }
+};
 
 /// A whole training iteration as a request trace with sections.
 inline memory_trace make_gpt_trace(const gpt_shape& shape);
@@ -68,52 +76,46 @@ inline memory_trace make_gpt_trace(const gpt_shape& shape);
 
 namespace detail {
 
-struct gpt_sizes {
+/// The transient sizes of one layer on one GPU.
+struct gpt_transient_sizes {
   std::uint64_t hidden_bytes;  // [s, h]
   std::uint64_t ffn_bytes;     // [s, f]
-  std::uint64_t qkv_bytes;     // [s, 3h]
+  std::uint64_t qkv_bytes;     // [s, h + 2 h_kv]
+  std::uint64_t kv_bytes;      // [s, h_kv]
   std::uint64_t stats_bytes;   // [s, 2] fp32
-  std::uint64_t lse_bytes;     // [a, s] fp32
+  std::uint64_t heads_bytes;   // [a, s] fp32
   std::uint64_t rope_bytes;    // [s, h/a] fp32
   std::uint64_t ids_bytes;     // [s] int64
 };
 
-inline gpt_sizes gpt_sizes_of(const gpt_shape& g) {
-  expects(g.hidden > 0 && g.heads > 0 && g.layers > 0 && g.tokens > 0 && g.micro_batch > 0 &&
-              g.tensor_parallel > 0 && g.bytes_per_element > 0 && g.vocab > 0 &&
-              g.loss_chunk_tokens > 0,
-          "gpt_shape: every dimension must be positive");
-  expects(g.hidden % g.heads == 0, [&] {
-    return "gpt_shape: hidden " + std::to_string(g.hidden) + " is not a multiple of heads " +
-           std::to_string(g.heads);
-  });
-  const std::uint64_t s = checked_mul(g.tokens, g.micro_batch);
-  expects(s % g.tensor_parallel == 0, [&] {
-    return "gpt_shape: " + std::to_string(s) + " tokens do not split over " +
-           std::to_string(g.tensor_parallel) + " tensor-parallel ranks";
-  });
-  const std::uint64_t local = s / g.tensor_parallel;  // tokens held by one rank
-  const std::uint64_t f = g.ffn_hidden == 0 ? 4 * g.hidden : g.ffn_hidden;
-  gpt_sizes z{};
-  z.hidden_bytes = checked_mul(checked_mul(local, g.hidden), g.bytes_per_element);
-  z.ffn_bytes = checked_mul(checked_mul(local, f), g.bytes_per_element);
-  z.qkv_bytes = checked_mul(3, z.hidden_bytes);
-  z.stats_bytes = checked_mul(local, 8);
-  z.lse_bytes = checked_mul(checked_mul(local, g.heads), 4);
-  z.rope_bytes = checked_mul(checked_mul(local, g.hidden / g.heads), 4);
-  z.ids_bytes = checked_mul(local, 8);
+inline gpt_transient_sizes gpt_transient_sizes_of(const gpt_shape& g) {
+  g.check();
+  const auto e = static_cast<std::uint64_t>(g.bytes_per_element);
+  const auto h = static_cast<std::uint64_t>(g.hidden);
+  const std::uint64_t h_kv = g.kv_width();
+  gpt_transient_sizes z{};
+  z.hidden_bytes = g.activation_bytes(checked_mul(e, h));
+  z.ffn_bytes = g.activation_bytes(checked_mul(e, g.ffn_width()));
+  z.qkv_bytes = g.activation_bytes(checked_mul(e, checked_add(h, checked_mul(2, h_kv))));
+  z.kv_bytes = g.activation_bytes(checked_mul(e, h_kv));
+  z.stats_bytes = g.activation_bytes(8);
+  z.heads_bytes = g.activation_bytes(checked_mul(4, static_cast<std::uint64_t>(g.heads)));
+  z.rope_bytes = g.activation_bytes(checked_mul(4, g.head_dim()));
+  z.ids_bytes = g.activation_bytes(8);
   return z;
 }
 
 }  // namespace detail
 
-inline std::uint64_t gpt_skeletal_bytes_per_layer(const gpt_shape& shape) {
-  const auto z = detail::gpt_sizes_of(shape);
-  return 8 * z.hidden_bytes + 2 * z.ffn_bytes + 2 * z.stats_bytes + z.lse_bytes;
-}
-
 inline memory_trace make_gpt_trace(const gpt_shape& shape) {
-  const auto z = detail::gpt_sizes_of(shape);
+  const auto z = detail::gpt_transient_sizes_of(shape);
+  const std::vector<skeletal_tensor> skeletal = shape.skeletal_tensors();
+  auto skeletal_bytes = [&](std::string_view name) {
+    for (const auto& tensor : skeletal) {
+      if (tensor.name == name) return tensor.bytes();
+    }
+    throw error("gpt trace: the transformer layer has no skeletal tensor '" + std::string(name) + "'");
+  };
   trace_builder t("gpt trace");
   std::uint64_t next_id = 1;
   auto make = [&](std::uint64_t bytes) {
@@ -129,10 +131,12 @@ inline memory_trace make_gpt_trace(const gpt_shape& shape) {
     buffer x, ln1, ln1_stats, q, k, v, attn, lse, resid, ln2, ln2_stats, fc1, gelu;
   };
   std::vector<saved> layers(shape.layers);
+  // Each layer's output (and the embedding's) is the next layer's skeletal input.
+  const std::uint64_t input_bytes = skeletal_bytes("input");
 
   t.begin_section("embedding forward");
   const buffer ids = make(z.ids_bytes);
-  buffer x = make(z.hidden_bytes);  // x_0: the embedding output
+  buffer x = make(input_bytes);  // x_0: the embedding output
   t.end_section("embedding forward");
 
   for (std::uint64_t l = 0; l < shape.layers; ++l) {
@@ -140,30 +144,30 @@ inline memory_trace make_gpt_trace(const gpt_shape& shape) {
     t.begin_section(name);
     saved& s = layers[l];
     s.x = x;
-    s.ln1 = make(z.hidden_bytes);
-    s.ln1_stats = make(z.stats_bytes);
+    s.ln1 = make(skeletal_bytes("input_norm"));
+    s.ln1_stats = make(skeletal_bytes("input_norm_stats"));
     const buffer qkv = make(z.qkv_bytes);
     const buffer cos = make(z.rope_bytes);
     const buffer sin = make(z.rope_bytes);
-    s.q = make(z.hidden_bytes);
-    s.k = make(z.hidden_bytes);
+    s.q = make(skeletal_bytes("q"));
+    s.k = make(skeletal_bytes("k"));
     drop(cos);
     drop(sin);
-    s.v = make(z.hidden_bytes);
+    s.v = make(skeletal_bytes("v"));
     drop(qkv);
-    const buffer workspace = make(z.lse_bytes);
-    s.attn = make(z.hidden_bytes);
-    s.lse = make(z.lse_bytes);
+    const buffer workspace = make(z.heads_bytes);
+    s.attn = make(skeletal_bytes("attention_output"));
+    s.lse = make(skeletal_bytes("attention_lse"));
     drop(workspace);
     const buffer proj = make(z.hidden_bytes);
-    s.resid = make(z.hidden_bytes);
+    s.resid = make(skeletal_bytes("residual"));
     drop(proj);
-    s.ln2 = make(z.hidden_bytes);
-    s.ln2_stats = make(z.stats_bytes);
-    s.fc1 = make(z.ffn_bytes);
-    s.gelu = make(z.ffn_bytes);
+    s.ln2 = make(skeletal_bytes("mlp_input_norm"));
+    s.ln2_stats = make(skeletal_bytes("mlp_input_norm_stats"));
+    s.fc1 = make(skeletal_bytes("fc1_output"));
+    s.gelu = make(skeletal_bytes("activation_output"));
     const buffer fc2 = make(z.hidden_bytes);
-    x = make(z.hidden_bytes);  // the layer output: next layer's input
+    x = make(input_bytes);  // the layer output: next layer's input
     drop(fc2);
     t.end_section(name);
   }
@@ -176,7 +180,8 @@ inline memory_trace make_gpt_trace(const gpt_shape& shape) {
   for (std::uint64_t done = 0; done < local_tokens; done += shape.loss_chunk_tokens) {
     const std::uint64_t chunk = std::min(shape.loss_chunk_tokens, local_tokens - done);
     const buffer logits = make(checked_mul(checked_mul(chunk, shape.vocab), 4));  // fp32
-    const buffer d_logits = make(checked_mul(checked_mul(chunk, shape.vocab), shape.bytes_per_element));
+    const buffer d_logits = make(checked_mul(checked_mul(chunk, shape.vocab),
+                                             static_cast<std::uint64_t>(shape.bytes_per_element)));
     drop(logits);
     drop(d_logits);
   }
@@ -205,9 +210,9 @@ inline memory_trace make_gpt_trace(const gpt_shape& shape) {
     drop(s.resid);
     const buffer d_attn = make(z.hidden_bytes);
     const buffer dq = make(z.hidden_bytes);
-    const buffer dk = make(z.hidden_bytes);
-    const buffer dv = make(z.hidden_bytes);
-    const buffer workspace = make(z.lse_bytes);
+    const buffer dk = make(z.kv_bytes);
+    const buffer dv = make(z.kv_bytes);
+    const buffer workspace = make(z.heads_bytes);
     drop(workspace);
     drop(d_attn);
     drop(s.attn);

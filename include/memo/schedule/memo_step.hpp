@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "memo/core/error.hpp"
-#include "memo/schedule/device_profile.hpp"
+#include "memo/core/device_profile.hpp"
 #include "memo/schedule/layer_cost.hpp"
 #include "memo/schedule/stream_schedule.hpp"
 

@@ -78,7 +78,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
-#include "memo/schedule/device_profile.hpp"
+#include "memo/core/device_profile.hpp"
 
 namespace memo {
 

@@ -7,10 +7,12 @@
 //          (n - u) * (S_input + S_attn + alpha * S_others)  <=  M_cpu    (3)
 //          0 <= alpha <= 1
 //
-// with S_* the skeletal bytes of one layer on one GPU, B the device-to-host
-// bandwidth, T_layer one layer's forward time, n layers of which the last u
-// (u = 2 in the paper) are never swapped, and M_cpu the host memory one GPU
-// may fill (a node's budget divided by its GPUs). Constraint (2) keeps the
+// with S_* the skeletal bytes of one layer on one GPU (whole bytes; for a GPT
+// layer `transformer_layer`'s, the bytes the planner's trace keeps and the
+// rounding buffers hold, S_attn including the attention's log-sum-exp), B
+// the device-to-host bandwidth, T_layer one layer's forward time, n layers
+// of which the last u (u = 2 in the paper) are never swapped, and M_cpu the
+// host memory one GPU may fill (a node's budget divided by its GPUs). Constraint (2) keeps the
 // offload of layer i hidden behind the forward of layer i+1; (3) keeps the
 // host from running out of memory.
 //
@@ -35,26 +37,34 @@
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/lp_solve.hpp"
-#include "memo/schedule/device_profile.hpp"
+#include "memo/core/device_profile.hpp"
+#include "memo/core/transformer_layer.hpp"
 #include "memo/schedule/layer_cost.hpp"
 
 namespace memo {
 
-/// The numbers of equations (2) and (3), per GPU and per layer.
+/// The numbers of equations (2) and (3), per GPU and per layer. Sizes are
+/// whole bytes; a GPT layer's come from `transformer_layer` (`from_layer`),
+/// the description the trace generator and the skeletal layout also read.
 struct alpha_problem {
-  double input_bytes = 0.0;             ///< S_input, offloaded whole
-  double attention_output_bytes = 0.0;  ///< S_attn, offloaded whole
-  double other_bytes = 0.0;             ///< S_others, alpha of it offloaded
-  double bandwidth_bytes_per_second = 0.0;  ///< B, device to host
-  double layer_forward_seconds = 0.0;   ///< T_layer
-  int layers = 0;                       ///< n
-  int unswapped_layers = 2;             ///< u, the last layers never swapped
-  double host_budget_bytes = 0.0;       ///< M_cpu available to this GPU
+  std::uint64_t input_bytes = 0;             ///< S_input, offloaded whole
+  std::uint64_t attention_output_bytes = 0;  ///< S_attn (with its log-sum-exp), offloaded whole
+  std::uint64_t other_bytes = 0;             ///< S_others, alpha of it offloaded
+  double bandwidth_bytes_per_second = 0.0;   ///< B, device to host
+  double layer_forward_seconds = 0.0;        ///< T_layer
+  int layers = 0;                            ///< n
+  int unswapped_layers = 2;                  ///< u, the last layers never swapped
+  std::uint64_t host_budget_bytes = 0;       ///< M_cpu available to this GPU
 
   [[nodiscard]] int swapped_layers() const { return std::max(0, layers - unswapped_layers); }
-  [[nodiscard]] double whole_bytes() const { return input_bytes + attention_output_bytes; }
+  /// S_input + S_attn.
+  [[nodiscard]] std::uint64_t whole_bytes() const {
+    return checked_add(input_bytes, attention_output_bytes);
+  }
   /// Bytes one swapped layer offloads at `alpha`.
-  [[nodiscard]] double offload_bytes(double alpha) const { return whole_bytes() + alpha * other_bytes; }
+  [[nodiscard]] double offload_bytes(double alpha) const {
+    return static_cast<double>(whole_bytes()) + alpha * static_cast<double>(other_bytes);
+  }
   /// Seconds one layer's offload takes at `alpha`.
   [[nodiscard]] double transfer_seconds(double alpha) const {
     return offload_bytes(alpha) / bandwidth_bytes_per_second;
@@ -65,16 +75,12 @@ struct alpha_problem {
   }
 
   void check() const {
-    auto non_negative = [](double value, const char* field) {
-      expects(std::isfinite(value) && value >= 0.0, [&] {
-        return std::string("alpha problem: ") + field + " must be finite and >= 0, got " +
-               std::to_string(value);
-      });
-    };
-    non_negative(input_bytes, "input_bytes");
-    non_negative(attention_output_bytes, "attention_output_bytes");
-    non_negative(other_bytes, "other_bytes");
-    non_negative(host_budget_bytes, "host_budget_bytes");
+    // All three sizes together (alpha = 1) must be a byte count.
+    expects(other_bytes <= std::numeric_limits<std::uint64_t>::max() - whole_bytes(), [&] {
+      return "alpha problem: input_bytes + attention_output_bytes + other_bytes (" +
+             std::to_string(input_bytes) + " + " + std::to_string(attention_output_bytes) + " + " +
+             std::to_string(other_bytes) + ") overflows 64 bits";
+    });
     expects(std::isfinite(bandwidth_bytes_per_second) && bandwidth_bytes_per_second > 0.0, [&] {
       return "alpha problem: bandwidth_bytes_per_second must be positive, got " +
              std::to_string(bandwidth_bytes_per_second);
@@ -95,15 +101,20 @@ struct alpha_problem {
   static alpha_problem from_layer_cost(const gpt_layer_cost& cost, const device_profile& profile,
                                        int layers, int unswapped_layers = 2) {
     alpha_problem problem;
-    problem.input_bytes = static_cast<double>(cost.input_bytes);
-    problem.attention_output_bytes = static_cast<double>(cost.attention_output_bytes);
-    problem.other_bytes = static_cast<double>(cost.other_bytes);
+    problem.input_bytes = cost.input_bytes;
+    problem.attention_output_bytes = cost.attention_output_bytes;
+    problem.other_bytes = cost.other_bytes;
     problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
     problem.layer_forward_seconds = profile.compute_seconds(cost.forward_flops);
     problem.layers = layers;
     problem.unswapped_layers = unswapped_layers;
-    problem.host_budget_bytes = static_cast<double>(profile.host_memory_bytes_per_gpu());
+    problem.host_budget_bytes = profile.host_memory_bytes_per_gpu();
     return problem;
+  }
+  /// `from_layer_cost(gpt_layer_cost_of(layer), ...)`.
+  static alpha_problem from_layer(const transformer_layer& layer, const device_profile& profile,
+                                  int layers, int unswapped_layers = 2) {
+    return from_layer_cost(gpt_layer_cost_of(layer), profile, layers, unswapped_layers);
   }
 };
 
@@ -146,21 +157,26 @@ inline void check_alpha_zero_feasible(const alpha_problem& problem) {
   expects(whole_seconds <= problem.layer_forward_seconds, [&] {
     return "alpha LP infeasible: even alpha = 0 breaks the bandwidth constraint (eq. 2): offloading "
            "the layer input and attention output (" +
-           std::to_string(static_cast<std::uint64_t>(problem.whole_bytes())) + " bytes) takes " +
+           std::to_string(problem.whole_bytes()) + " bytes) takes " +
            std::to_string(whole_seconds) + " s at " +
            std::to_string(problem.bandwidth_bytes_per_second) + " bytes/s, " +
            std::to_string(whole_seconds - problem.layer_forward_seconds) +
            " s longer than the layer forward time of " +
            std::to_string(problem.layer_forward_seconds) + " s";
   });
-  const double host_bytes = problem.host_bytes(0.0);
-  expects(host_bytes <= problem.host_budget_bytes, [&] {
+  // Whole bytes: (n - u) x (S_input + S_attn) <= M_cpu, without rounding.
+  const auto swapped = static_cast<std::uint64_t>(problem.swapped_layers());
+  const std::uint64_t whole = problem.whole_bytes();
+  const bool fits = swapped == 0 || whole <= problem.host_budget_bytes / swapped;
+  expects(fits, [&] {
+    const double host_bytes = problem.host_bytes(0.0);
+    const bool exact = whole <= std::numeric_limits<std::uint64_t>::max() / swapped;
     return "alpha LP infeasible: even alpha = 0 breaks the host-memory constraint (eq. 3): " +
-           std::to_string(problem.swapped_layers()) +
-           " swapped layers x (input + attention output) = " +
-           std::to_string(static_cast<std::uint64_t>(host_bytes)) + " bytes exceeds the budget of " +
-           std::to_string(static_cast<std::uint64_t>(problem.host_budget_bytes)) + " bytes by " +
-           std::to_string(static_cast<std::uint64_t>(host_bytes - problem.host_budget_bytes)) +
+           std::to_string(problem.swapped_layers()) + " swapped layers x (input + attention output) = " +
+           (exact ? std::to_string(swapped * whole) : std::to_string(host_bytes)) +
+           " bytes exceeds the budget of " + std::to_string(problem.host_budget_bytes) + " bytes by " +
+           (exact ? std::to_string(swapped * whole - problem.host_budget_bytes)
+                  : std::to_string(host_bytes - static_cast<double>(problem.host_budget_bytes))) +
            " bytes";
   });
 }
@@ -171,17 +187,17 @@ inline alpha_solution finish_alpha(const alpha_problem& problem, double alpha) {
   solution.transfer_seconds = problem.transfer_seconds(alpha);
   solution.host_bytes = problem.host_bytes(alpha);
   solution.stall_seconds_per_layer = predicted_stall_seconds(problem, alpha);
-  if (alpha >= 1.0 - 1e-9 || problem.other_bytes == 0.0) {
+  if (alpha >= 1.0 - 1e-9 || problem.other_bytes == 0) {
     solution.binding = alpha_bound::everything;
     return solution;
   }
   // Slack of each row in its own unit relative to its right side.
+  const auto budget = static_cast<double>(problem.host_budget_bytes);
   const double bandwidth_slack =
       (problem.layer_forward_seconds - solution.transfer_seconds) / problem.layer_forward_seconds;
   const double host_slack = problem.swapped_layers() == 0
                                 ? std::numeric_limits<double>::infinity()
-                                : (problem.host_budget_bytes - solution.host_bytes) /
-                                      std::max(problem.host_budget_bytes, 1.0);
+                                : (budget - solution.host_bytes) / std::max(budget, 1.0);
   solution.binding = bandwidth_slack <= host_slack ? alpha_bound::bandwidth : alpha_bound::host_memory;
   return solution;
 }
@@ -192,15 +208,16 @@ inline alpha_solution finish_alpha(const alpha_problem& problem, double alpha) {
 inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
   problem.check();
   detail::check_alpha_zero_feasible(problem);
+  const auto whole = static_cast<double>(problem.whole_bytes());
+  const auto other = static_cast<double>(problem.other_bytes);
   double alpha = 1.0;
-  if (problem.other_bytes > 0.0) {
-    alpha = std::min(alpha, (problem.bandwidth_bytes_per_second * problem.layer_forward_seconds -
-                             problem.whole_bytes()) /
-                                problem.other_bytes);
+  if (problem.other_bytes > 0) {
+    alpha = std::min(alpha, (problem.bandwidth_bytes_per_second * problem.layer_forward_seconds - whole) /
+                                other);
     if (problem.swapped_layers() > 0) {
-      alpha = std::min(alpha, (problem.host_budget_bytes / problem.swapped_layers() -
-                               problem.whole_bytes()) /
-                                  problem.other_bytes);
+      const double per_layer = static_cast<double>(problem.host_budget_bytes) /
+                               static_cast<double>(problem.swapped_layers());
+      alpha = std::min(alpha, (per_layer - whole) / other);
     }
   }
   return detail::finish_alpha(problem, std::clamp(alpha, 0.0, 1.0));
@@ -210,23 +227,24 @@ inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
 inline alpha_solution solve_alpha(const alpha_problem& problem) {
   problem.check();
   detail::check_alpha_zero_feasible(problem);
+  const auto other = static_cast<double>(problem.other_bytes);
   lp_model lp(1);
   lp.set_name(0, "alpha");
   lp.set_bounds(0, 0.0, 1.0);
   const int column[] = {0};
   // (2) in seconds: alpha * S_others / B <= T_layer - (S_input + S_attn) / B.
   {
-    const double coefficient[] = {problem.other_bytes / problem.bandwidth_bytes_per_second};
+    const double coefficient[] = {other / problem.bandwidth_bytes_per_second};
     lp.add_row(column, coefficient, lp_sense::less_equal,
                problem.layer_forward_seconds - problem.transfer_seconds(0.0));
   }
   // (3) as a fraction of the budget.
   if (problem.swapped_layers() > 0) {
     const double swapped = static_cast<double>(problem.swapped_layers());
-    const double scale = problem.host_budget_bytes > 0.0 ? problem.host_budget_bytes : 1.0;
-    const double coefficient[] = {swapped * problem.other_bytes / scale};
-    lp.add_row(column, coefficient, lp_sense::less_equal,
-               (problem.host_budget_bytes - problem.host_bytes(0.0)) / scale);
+    const auto budget = static_cast<double>(problem.host_budget_bytes);
+    const double scale = budget > 0.0 ? budget : 1.0;
+    const double coefficient[] = {swapped * other / scale};
+    lp.add_row(column, coefficient, lp_sense::less_equal, (budget - problem.host_bytes(0.0)) / scale);
   }
   const double objective[] = {1.0};
   lp.set_objective(column, objective, true);

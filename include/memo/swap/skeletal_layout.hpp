@@ -3,10 +3,13 @@
 // What one transformer layer keeps for its backward pass, and which of it
 // goes to host memory (MEMO section 3.2 and section 4.1, Figure 6).
 //
-// A `skeletal_layout` lists a layer's skeletal tensors: a name, a token count
-// and the bytes each token occupies. Every tensor is stored token-major
-// ([tokens, bytes_per_token]), so any token range is one contiguous byte
-// range and can be copied with a single call. Each tensor carries a policy:
+// A `skeletal_layout` lists a layer's skeletal tensors (`skeletal_tensor`,
+// core/transformer_layer.hpp): a name, a token count and the bytes each token
+// occupies. Every tensor is stored token-major ([tokens, bytes_per_token]),
+// so any token range is one contiguous byte range and can be copied with a
+// single call. A GPT layer's layout is `skeletal_layout(transformer_layer)`,
+// the same tensors the trace generator and the alpha LP count; tests and
+// small examples list their own. Each tensor carries a policy:
 //
 //   - offload_whole:    always copied to host whole (the layer input and the
 //                       attention output in the paper: recomputing the
@@ -42,30 +45,9 @@
 
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/transformer_layer.hpp"
 
 namespace memo {
-
-enum class skeletal_policy { offload_whole, offload_fraction, recompute };
-
-inline constexpr const char* to_string(skeletal_policy policy) {
-  switch (policy) {
-    case skeletal_policy::offload_whole: return "offload_whole";
-    case skeletal_policy::offload_fraction: return "offload_fraction";
-    case skeletal_policy::recompute: return "recompute";
-  }
-  return "unknown";
-}
-
-/// One skeletal tensor of a layer, stored as [tokens, bytes_per_token].
-struct skeletal_tensor_spec {
-  std::string name;
-  std::size_t tokens = 0;
-  std::size_t bytes_per_token = 0;
-  skeletal_policy policy = skeletal_policy::offload_fraction;
-
-  [[nodiscard]] std::uint64_t bytes() const { return checked_mul(tokens, bytes_per_token); }
-  friend bool operator==(const skeletal_tensor_spec&, const skeletal_tensor_spec&) = default;
-};
 
 /// A half-open token range [begin, end).
 struct token_range {
@@ -80,13 +62,17 @@ struct token_range {
 class skeletal_layout {
  public:
   skeletal_layout() = default;
-  explicit skeletal_layout(std::vector<skeletal_tensor_spec> tensors) : tensors_(std::move(tensors)) {
+  explicit skeletal_layout(std::vector<skeletal_tensor> tensors) : tensors_(std::move(tensors)) {
     validate();
   }
+  /// The skeletal tensors of one GPU's share of `layer`
+  /// (`transformer_layer::skeletal_tensors()`), the bytes the alpha LP and
+  /// the trace generator count.
+  explicit skeletal_layout(const transformer_layer& layer) : skeletal_layout(layer.skeletal_tensors()) {}
 
-  [[nodiscard]] const std::vector<skeletal_tensor_spec>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const std::vector<skeletal_tensor>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] std::size_t size() const noexcept { return tensors_.size(); }
-  [[nodiscard]] const skeletal_tensor_spec& operator[](std::size_t index) const {
+  [[nodiscard]] const skeletal_tensor& operator[](std::size_t index) const {
     expects(index < tensors_.size(), [&] {
       return "skeletal layout: tensor index " + std::to_string(index) + " outside [0, " +
              std::to_string(tensors_.size()) + ")";
@@ -144,7 +130,7 @@ class skeletal_layout {
     }
   }
 
-  std::vector<skeletal_tensor_spec> tensors_;
+  std::vector<skeletal_tensor> tensors_;
 };
 
 /// One alpha applied to a layout: the offloaded and the recomputed token

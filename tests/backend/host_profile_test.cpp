@@ -1,6 +1,6 @@
-// Tests of memo/swap/host_profile.hpp: a measured profile is a valid
+// Tests of memo/backend/host_profile.hpp: a measured profile is a valid
 // profile, reports the backend's capacities, and sees its throttle.
-#include "memo/swap/host_profile.hpp"
+#include "memo/backend/host_profile.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// memo/swap/host_profile.hpp
+// memo/backend/host_profile.hpp
 //
 // A `device_profile` measured on the host backend, so the alpha LP of MEMO
 // section 4.1 can be fed numbers from the machine a run actually uses (the
@@ -28,7 +28,7 @@
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/core/error.hpp"
-#include "memo/schedule/device_profile.hpp"
+#include "memo/core/device_profile.hpp"
 
 namespace memo {
 

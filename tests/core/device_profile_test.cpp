@@ -1,4 +1,4 @@
-#include "memo/schedule/device_profile.hpp"
+#include "memo/core/device_profile.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,11 +1,13 @@
-// memo/schedule/device_profile.hpp
+// memo/core/device_profile.hpp
 //
 // The hardware numbers every planning decision is made from: how fast a GPU
 // computes, how fast bytes cross the host link each way, how much host
 // memory a node can lend to offloaded activations. The alpha LP of MEMO
-// section 4.1 and the stream-schedule simulator both read them from here, so
-// a projection onto a cluster memo is not running on is as good as its
-// profile — and the profile is a plain value a user can print and edit.
+// section 4.1 (swap/) and the stream-schedule simulator (schedule/) read
+// them from here, and so can a pipeline solver above both; that is why they
+// live in core/, where every layer can include them without reaching
+// sideways. A projection onto a cluster memo is not running on is as good as
+// its profile, and the profile is a plain value a user can print and edit.
 //
 // Presets are dense bf16 tensor-core peaks from the vendors' data sheets and
 // effective (not nominal) host-link bandwidths; `efficiency` is the fraction
