@@ -13,8 +13,9 @@
 // next request and ask for the recorded size, a free must return the buffer
 // the trace frees next, and section markers must sit where they were
 // recorded. A malloc that does not match throws a `memo::error` naming the
-// request index, what the trace expected and what it got. A free that does
-// not match cannot throw (frees run in destructors); it makes the replay
+// request index, what the trace expected and what it got (a misplaced
+// section marker throws the same way but leaves the replay usable). A free
+// that does not match cannot throw (frees run in destructors); it makes the replay
 // *failed*: the error is raised by the next malloc and by `end_step()`.
 //
 // Steps: the trace is one step. `end_step()` checks that every request of
@@ -106,8 +107,8 @@ class planned_replay_resource {
     const std::size_t t = cursor_;
     const std::string got = "malloc of " + std::to_string(bytes) + " bytes";
     if (t >= requests.size()) {
-      fail(t, "the step has only " + std::to_string(requests.size()) +
-                  " requests (call end_step() between steps)", got);
+      fail(t, "no request (the step has " + std::to_string(requests.size()) +
+                  "; call end_step() between steps)", got);
     }
     const auto& request = requests[t];
     const std::size_t k = request.buffer;
@@ -298,8 +299,11 @@ class planned_replay_resource {
         break;
       }
     }
-    fail(cursor_, recorded, std::string("section ") + (begin ? "begin" : "end") + " '" +
-                                std::string(name) + "'");
+    // A misplaced marker moves no memory: an error for the caller, not a
+    // failed replay.
+    throw error(describe(cursor_, recorded,
+                         std::string("section ") + (begin ? "begin" : "end") + " '" +
+                             std::string(name) + "'"));
   }
 
   std::shared_ptr<detail::arena_core> core_;
