@@ -6,17 +6,20 @@
 // after the bi-level planner has placed every buffer, several steps over a
 // planned arena (the runtime executor: no allocation at all). The replayed
 // steps must give the reference's bits, allocate nothing from the device,
-// and use exactly the plan's peak.
+// and use exactly the plan's peak. Last, the same plan is laid inside a
+// block someone else owns, sized in two phases.
 //
 // Usage: arena_example
 #include <memo/backend/buffer.hpp>
 #include <memo/backend/host_backend.hpp>
+#include <memo/core/memory_region.hpp>
 #include <memo/plan/bilevel_planner.hpp>
 #include <memo/plan/planned_arena.hpp>
 #include <memo/plan/planned_replay.hpp>
 #include <memo/plan/recording_resource.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -111,17 +114,37 @@ int main() {
                                          reference.size() * sizeof(float)) == 0;
   }
   const auto allocations_during_steps = device.allocation_count() - allocations_before;
+  const std::size_t device_peak = device.peak_bytes();
 
   // A planned buffer can also be used directly, as a typed view.
   const auto first = trace.problem.buffers.front();
   const auto x0 = arena.view<float>(first.id, {tokens, hidden});
+
+  // 5. The same plan inside memory someone else owns: size a workspace and
+  //    the arena together (counting mode), take one block, carve it.
+  constexpr std::size_t workspace_bytes = 4096;
+  memo::region_carver sizing;
+  (void)sizing.take(workspace_bytes, "workspace");
+  (void)memo::planned_arena::take_region(sizing, trace, planned.plan);
+  const std::size_t block_bytes = sizing.required_bytes();
+  void* block = device.allocate(block_bytes);
+  bool carved_ok = false;
+  {
+    memo::region_carver carver({static_cast<std::byte*>(block), block_bytes}, "step memory");
+    const memo::memory_region workspace = carver.take(workspace_bytes, "workspace");
+    memo::planned_arena inner(memo::planned_arena::take_region(carver, trace, planned.plan), trace,
+                              planned.plan);
+    carved_ok = workspace.bytes == workspace_bytes &&
+                inner.region(first.id).data == inner.memory().data + inner.offset(first.id);
+  }
+  device.deallocate(block, block_bytes);
 
   std::printf("requests recorded      %lld (%zu buffers, %zu sections)\n",
               static_cast<long long>(trace.end_time), trace.problem.buffers.size(),
               trace.sections.size());
   std::printf("lower bound            %s\n", memo::format_bytes(planned.flat_lower_bound_bytes).c_str());
   std::printf("bi-level plan peak     %s\n", memo::format_bytes(planned.plan.peak_bytes).c_str());
-  std::printf("device peak (replay)   %s\n", memo::format_bytes(device.peak_bytes()).c_str());
+  std::printf("device peak (replay)   %s\n", memo::format_bytes(device_peak).c_str());
   std::printf("allocations in steps   %llu\n", static_cast<unsigned long long>(allocations_during_steps));
   std::printf("replayed steps         %llu, results %s\n",
               static_cast<unsigned long long>(replay.steps_completed()),
@@ -131,7 +154,10 @@ int main() {
               static_cast<long long>(x0.extent(1)),
               static_cast<unsigned long long>(arena.offset(first.id)));
 
-  const bool ok = identical && allocations_during_steps == 0 &&
-                  device.peak_bytes() == planned.plan.peak_bytes;
+  std::printf("arena over a region     %zu bytes with a %zu-byte workspace: %s\n", block_bytes,
+              workspace_bytes, carved_ok ? "ok" : "WRONG");
+
+  const bool ok = identical && carved_ok && allocations_during_steps == 0 &&
+                  device_peak == planned.plan.peak_bytes;
   return ok ? 0 : 1;
 }
