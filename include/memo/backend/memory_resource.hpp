@@ -121,14 +121,39 @@ class memory_accounting {
   std::uint64_t deallocations_ = 0;
 };
 
-class host_memory_resource {
+namespace detail {
+
+/// The accounting half every memo resource shares: its accessors read the
+/// resource's `memory_accounting`, which the allocating half charges.
+class accounted_resource {
+ public:
+  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
+  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
+  void reset_peak() { accounting_.reset_peak(); }
+  [[nodiscard]] std::optional<std::size_t> capacity_bytes() const {
+    return accounting_.capacity_bytes();
+  }
+  [[nodiscard]] std::uint64_t allocation_count() const { return accounting_.allocation_count(); }
+  [[nodiscard]] std::uint64_t deallocation_count() const {
+    return accounting_.deallocation_count();
+  }
+
+ protected:
+  explicit accounted_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
+      : accounting_(std::move(name), capacity_bytes) {}
+  memory_accounting accounting_;
+};
+
+}  // namespace detail
+
+class host_memory_resource : public detail::accounted_resource {
  public:
   /// Its memory is ordinary host memory: the host may read, write and
   /// memset it (a planned arena poisons dead buffers this way).
   static constexpr bool host_accessible = true;
 
   explicit host_memory_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
-      : accounting_(std::move(name), capacity_bytes) {}
+      : accounted_resource(std::move(name), capacity_bytes) {}
   host_memory_resource(const host_memory_resource&) = delete;
   host_memory_resource& operator=(const host_memory_resource&) = delete;
   ~host_memory_resource() {
@@ -177,23 +202,12 @@ class host_memory_resource {
     accounting_.remove(bytes);
   }
 
-  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
-  void reset_peak() { accounting_.reset_peak(); }
-  [[nodiscard]] std::optional<std::size_t> capacity_bytes() const {
-    return accounting_.capacity_bytes();
-  }
-  [[nodiscard]] std::uint64_t allocation_count() const { return accounting_.allocation_count(); }
-  [[nodiscard]] std::uint64_t deallocation_count() const {
-    return accounting_.deallocation_count();
-  }
 
  private:
   struct block {
     std::size_t bytes;
     std::size_t alignment;
   };
-  memory_accounting accounting_;
   std::mutex mutex_;
   std::unordered_map<void*, block> live_;
 };

@@ -58,12 +58,12 @@
 
 namespace memo {
 
-class planned_replay_resource {
+class planned_replay_resource : public detail::accounted_resource {
  public:
   /// Replays `arena`'s trace over it. The trace must be a request sequence
   /// that frees every buffer it allocates.
   explicit planned_replay_resource(planned_arena& arena)
-      : core_(arena.core_), accounting_("planned replay") {
+      : accounted_resource("planned replay"), core_(arena.core_) {
     expects(core_ != nullptr, "planned_replay_resource: the arena was moved from");
     expects(core_->not_replayable.empty(),
             [&] { return "planned_replay_resource: " + core_->not_replayable; });
@@ -227,14 +227,6 @@ class planned_replay_resource {
     return failure_;
   }
 
-  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
-  void reset_peak() { accounting_.reset_peak(); }
-  [[nodiscard]] std::uint64_t allocation_count() const { return accounting_.allocation_count(); }
-  [[nodiscard]] std::uint64_t deallocation_count() const {
-    return accounting_.deallocation_count();
-  }
-
  private:
   struct alignas(default_alignment_bytes) zero_byte_block {
     std::byte unused;
@@ -307,7 +299,6 @@ class planned_replay_resource {
   }
 
   std::shared_ptr<detail::arena_core> core_;
-  memory_accounting accounting_;
   mutable std::mutex mutex_;  // guards what follows; taken before core_->mutex
   std::vector<std::uint8_t> live_;
   std::size_t live_count_ = 0;

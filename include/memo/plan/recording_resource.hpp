@@ -71,12 +71,12 @@ void mark_section_end(R& resource, std::string_view name) {
 }
 
 template <MemoryResource Upstream>
-class recording_resource {
+class recording_resource : public detail::accounted_resource {
  public:
   /// Records the requests served by `upstream`, which must outlive it.
   /// `source` names the trace in error messages.
   explicit recording_resource(Upstream& upstream, std::string source = "recorded trace")
-      : upstream_(&upstream), accounting_(source), builder_(source) {}
+      : accounted_resource(source), upstream_(&upstream), builder_(source) {}
   recording_resource(const recording_resource&) = delete;
   recording_resource& operator=(const recording_resource&) = delete;
 
@@ -147,20 +147,12 @@ class recording_resource {
     return builder_.now();
   }
 
-  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
-  void reset_peak() { accounting_.reset_peak(); }
-  [[nodiscard]] std::uint64_t allocation_count() const { return accounting_.allocation_count(); }
-  [[nodiscard]] std::uint64_t deallocation_count() const {
-    return accounting_.deallocation_count();
-  }
   [[nodiscard]] Upstream& upstream() const noexcept { return *upstream_; }
 
  private:
   [[nodiscard]] const std::string& builder_source() const noexcept { return accounting_.name(); }
 
   Upstream* upstream_;
-  memory_accounting accounting_;
   mutable std::mutex mutex_;
   trace_builder builder_;
   std::unordered_map<void*, std::uint64_t> live_;  // pointer -> id
