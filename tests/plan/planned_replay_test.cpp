@@ -529,3 +529,58 @@ TEST_CASE("planned_replay: zero-byte requests are served without the plan") {
   }
   CHECK_NOTHROW(replay.end_step());
 }
+
+TEST_CASE("planned_replay: poisoning fills a buffer when handed out and when freed") {
+  // Buffer 2 reuses buffer 0's bytes after 0 is freed.
+  const auto trace =
+      memo::parse_trace("malloc 0 96\nmalloc 1 200\nfree 0 96\nmalloc 2 64\nfree 1 200\nfree 2 64\n");
+  const memo::dsa_plan plan{{0, 256, 0}, 456};
+  memo::host_memory_resource device("device");
+  auto all_poison = [](const void* p, std::size_t bytes) {
+    const auto* b = static_cast<const std::byte*>(p);
+    return std::all_of(b, b + bytes, [](std::byte x) { return x == std::byte{0xFF}; });
+  };
+  SUBCASE("host memory, the default fill") {
+    memo::planned_arena arena(device, trace, plan, poisoning(true));
+    memo::planned_replay_resource replay(arena);
+    void* p0 = replay.allocate(96);
+    CHECK(all_poison(p0, 96));  // a read before the first write sees NaNs
+    std::memset(p0, 0x11, 96);
+    void* p1 = replay.allocate(200);
+    std::memset(p1, 0x22, 200);
+    replay.deallocate(p0, 96);
+    CHECK(all_poison(p0, 96));
+    void* p2 = replay.allocate(64);
+    CHECK(p2 == p0);
+    CHECK(all_poison(p2, 64));  // not buffer 0's leftovers
+    const float* f = static_cast<const float*>(p2);
+    CHECK(std::isnan(f[0]));
+    replay.deallocate(p1, 200);
+    CHECK(all_poison(p1, 200));
+    replay.deallocate(p2, 64);
+    replay.end_step();
+  }
+  SUBCASE("a fill function of the caller's, with the buffers' regions") {
+    std::vector<std::pair<std::size_t, std::size_t>> fills;  // (offset, bytes)
+    memo::arena_options options;
+    options.poison = true;
+    std::byte* base = nullptr;
+    options.fill = [&](memo::memory_region r, std::byte value) {
+      CHECK(value == std::byte{0xFF});
+      fills.emplace_back(static_cast<std::size_t>(r.data - base), r.bytes);
+    };
+    memo::planned_arena arena(device, trace, plan, options);
+    base = arena.memory().data;
+    memo::planned_replay_resource replay(arena);
+    void* p0 = replay.allocate(96);
+    void* p1 = replay.allocate(200);
+    replay.deallocate(p0, 96);
+    void* p2 = replay.allocate(64);
+    replay.deallocate(p1, 200);
+    replay.deallocate(p2, 64);
+    replay.end_step();
+    const std::vector<std::pair<std::size_t, std::size_t>> expected = {
+        {0, 96}, {256, 200}, {0, 96}, {0, 64}, {256, 200}, {0, 64}};
+    CHECK(fills == expected);
+  }
+}

@@ -96,7 +96,7 @@ class planned_replay_resource : public detail::accounted_resource {
       expects(core_->arena_alive, "planned replay: its planned_arena was destroyed");
     }
     if (bytes == 0) {
-      // Not in the trace (nothing to plan): a unique, never dereferenced address.
+      // Not in the trace (nothing to plan): an address never dereferenced.
       expects(alignment <= alignof(zero_byte_block), [&] {
         return "planned replay: a zero-byte request with alignment " + std::to_string(alignment) +
                " (at most " + std::to_string(alignof(zero_byte_block)) + " is supported)";
@@ -105,21 +105,21 @@ class planned_replay_resource : public detail::accounted_resource {
     }
     const auto& requests = core_->requests;
     const std::size_t t = cursor_;
-    const std::string got = "malloc of " + std::to_string(bytes) + " bytes";
+    auto got = [&] { return "malloc of " + std::to_string(bytes) + " bytes"; };
     if (t >= requests.size()) {
       fail(t, "no request (the step has " + std::to_string(requests.size()) +
-                  "; call end_step() between steps)", got);
+                  "; call end_step() between steps)", got());
     }
     const auto& request = requests[t];
     const std::size_t k = request.buffer;
-    if (!request.is_malloc || core_->buffers[k].size_bytes != bytes) fail(t, expected(t), got);
+    if (!request.is_malloc || core_->buffers[k].size_bytes != bytes) fail(t, expected(t), got());
     const memory_region planned = core_->buffer_region(k);
     if (!is_aligned(planned.data, alignment)) {
       fail(t, expected(t) + " at offset " + std::to_string(core_->offsets[k]),
-           got + " aligned to " + std::to_string(alignment) + " (the planned address is not)");
+           got() + " aligned to " + std::to_string(alignment) + " (the planned address is not)");
     }
+    core_->poison_buffer(k);  // before it is handed out: a read before the first write sees it
     void* pointer = accounting_.charge(bytes, [&] { return static_cast<void*>(planned.data); });
-    core_->poison_buffer(k);
     live_[k] = 1;
     ++live_count_;
     ++cursor_;
