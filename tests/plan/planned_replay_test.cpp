@@ -259,7 +259,7 @@ TEST_CASE("planned_replay: record, plan (bi-level and greedy), replay: same bits
     REQUIRE(device.current_bytes() == 0);
     CHECK(plan->peak_bytes < total_bytes);  // the plan reuses memory
     device.reset_peak();
-    memo::planned_arena arena(device, trace, *plan, poisoning(true));
+    memo::planned_arena arena(backend, trace, *plan, poisoning(true));  // its device memory
     const auto allocations = device.allocation_count();
     const auto deallocations = device.deallocation_count();
     {

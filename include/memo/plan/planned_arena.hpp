@@ -188,6 +188,12 @@ class planned_arena {
     }
   }
 
+  /// One allocation from `backend.device_memory()`.
+  template <Backend B>
+  planned_arena(B& backend, const memory_trace& trace, const dsa_plan& plan,
+                arena_options options = {})
+      : planned_arena(backend.device_memory(), trace, plan, std::move(options)) {}
+
   /// Over `region`, which it does not own: at least `plan.peak_bytes` bytes,
   /// aligned to `required_alignment(trace)` (see `take_region`).
   planned_arena(memory_region region, const memory_trace& trace, const dsa_plan& plan,
