@@ -296,8 +296,8 @@ TEST_CASE("planned_replay: a use after free changes the result when poisoning, a
   const auto trace = record(backend, stream, model);
   const auto plan = memo::bilevel_planner<>{}.plan(trace).plan;
 
-  // The id of layer 1's `a`: the fifth request inside "layer 1 forward"
-  // is... found from the trace instead: the second buffer born in that section.
+  // The id of layer 1's `a`, from the trace: the second buffer born in
+  // "layer 1 forward".
   const auto& layer1 = trace.sections[1];
   REQUIRE(layer1.name == "layer 1 forward");
   std::vector<std::uint64_t> born;
