@@ -43,7 +43,7 @@
 #include "memo/schedule/memo_step.hpp"
 #include "memo/schedule/stream_schedule.hpp"
 
-// plan/: static memory planning (offline DSA)
+// plan/: static memory planning (offline DSA), recording, planned arenas and replay
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/dsa_problem.hpp"
@@ -51,6 +51,9 @@
 #include "memo/plan/gpt_trace.hpp"
 #include "memo/plan/greedy.hpp"
 #include "memo/plan/plan_io.hpp"
+#include "memo/plan/planned_arena.hpp"
+#include "memo/plan/planned_replay.hpp"
+#include "memo/plan/recording_resource.hpp"
 #include "memo/plan/trace.hpp"
 #if MEMO_HAS_LPSOLVE
 #include "memo/plan/mip_solver.hpp"

@@ -29,3 +29,17 @@ TEST_CASE("buffer: returns its bytes to the resource on every path") {
   }
   CHECK(resource.current_bytes() == 0);
 }
+
+TEST_CASE("buffer: one allocation per buffer, none for a move") {
+  memo::host_memory_resource resource("device");
+  {
+    memo::buffer<int, memo::host_memory_resource> a(resource, 64);  // [64]
+    CHECK(resource.allocation_count() == 1);
+    auto b = std::move(a);
+    memo::buffer<int, memo::host_memory_resource> c;
+    c = std::move(b);
+    CHECK(resource.allocation_count() == 1);
+    CHECK(resource.deallocation_count() == 0);
+  }
+  CHECK(resource.deallocation_count() == 1);
+}

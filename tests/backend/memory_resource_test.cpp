@@ -1,9 +1,15 @@
 #include "memo/backend/memory_resource.hpp"
 
+#include "memo/backend/concepts.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <new>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -60,4 +66,83 @@ TEST_CASE("memory_resource: concurrent allocation keeps the books straight") {
   CHECK(resource.current_bytes() == 0);
   CHECK(resource.peak_bytes() >= 1000);
   CHECK(resource.peak_bytes() <= 2000);
+}
+
+TEST_CASE("memory_resource: a request near SIZE_MAX is the exhausted error, not bad_alloc") {
+  const std::size_t capacity = 4096;
+  memo::host_memory_resource resource("device", capacity);
+  void* p = resource.allocate(1000);
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() - 10;
+  // `current + huge` wraps to 989 < 4096, which a naive check would let through.
+  const std::string expected =
+      "device exhausted: allocating " + std::to_string(huge) + " bytes with 1000 of 4096 bytes in use";
+  CHECK_THROWS_WITH_AS((void)resource.allocate(huge), doctest::Contains(expected.c_str()),
+                       memo::error);
+  CHECK_THROWS_WITH_AS((void)resource.allocate(3097),
+                       doctest::Contains("allocating 3097 bytes with 1000 of 4096"), memo::error);
+  CHECK(resource.current_bytes() == 1000);
+  void* q = resource.allocate(3096);  // exactly full
+  CHECK(resource.current_bytes() == capacity);
+  resource.deallocate(q, 3096);
+  resource.deallocate(p, 1000);
+  CHECK(resource.current_bytes() == 0);
+  // The failed requests never reached the allocator and are not counted.
+  CHECK(resource.allocation_count() == 2);
+  CHECK(resource.deallocation_count() == 2);
+}
+
+TEST_CASE("memory_resource: without a capacity an overflowing byte count is an error") {
+  memo::memory_accounting accounting("books");
+  accounting.add(100);
+  CHECK_THROWS_WITH_AS(accounting.add(std::numeric_limits<std::size_t>::max() - 10),
+                       doctest::Contains("overflows the byte count"), memo::error);
+  CHECK(accounting.current_bytes() == 100);
+}
+
+TEST_CASE("memory_resource: counts allocate and deallocate calls") {
+  memo::host_memory_resource resource("device");
+  std::mt19937 rng(5);
+  std::vector<std::pair<void*, std::size_t>> live;
+  std::uint64_t allocations = 0, deallocations = 0;  // independent tally
+  for (int step = 0; step < 500; ++step) {
+    if (live.empty() || rng() % 2 == 0) {
+      const std::size_t bytes = rng() % 300;  // zero-byte requests count too
+      live.emplace_back(resource.allocate(bytes), bytes);
+      ++allocations;
+    } else {
+      resource.deallocate(live.back().first, live.back().second);
+      live.pop_back();
+      ++deallocations;
+    }
+    REQUIRE(resource.allocation_count() == allocations);
+    REQUIRE(resource.deallocation_count() == deallocations);
+  }
+  resource.deallocate(nullptr, 0);  // a no-op, not a deallocation
+  CHECK(resource.deallocation_count() == deallocations);
+  for (auto& [pointer, bytes] : live) resource.deallocate(pointer, bytes);
+  CHECK(resource.deallocation_count() == allocations);
+  // Misuse is neither an allocation nor a deallocation.
+  CHECK_THROWS_AS((void)resource.allocate(8, 3), memo::error);
+  int local = 0;
+  CHECK_THROWS_AS(resource.deallocate(&local, 4), memo::error);
+  CHECK(resource.allocation_count() == allocations);
+  CHECK(resource.deallocation_count() == allocations);
+}
+
+TEST_CASE("memory_resource: a failed allocation leaves the books as they were") {
+  memo::memory_accounting accounting("books", 100);
+  CHECK_THROWS_AS((void)accounting.charge(40, []() -> void* { throw std::bad_alloc(); }),
+                  std::bad_alloc);
+  CHECK(accounting.current_bytes() == 0);
+  CHECK(accounting.allocation_count() == 0);
+  CHECK(accounting.deallocation_count() == 0);
+  int slot = 0;
+  CHECK(accounting.charge(40, [&]() -> void* { return &slot; }) == &slot);
+  CHECK(accounting.allocation_count() == 1);
+  CHECK(accounting.peak_bytes() == 40);
+}
+
+TEST_CASE("memory_resource: satisfies MemoryResource") {
+  static_assert(memo::MemoryResource<memo::host_memory_resource>);
+  static_assert(memo::host_memory_resource::host_accessible);
 }

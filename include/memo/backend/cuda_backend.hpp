@@ -58,6 +58,8 @@ class cuda_accounted_resource {
   [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
   [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
   void reset_peak() { accounting_.reset_peak(); }
+  [[nodiscard]] std::uint64_t allocation_count() const { return accounting_.allocation_count(); }
+  [[nodiscard]] std::uint64_t deallocation_count() const { return accounting_.deallocation_count(); }
 
  protected:
   cuda_accounted_resource(std::string name, std::optional<std::size_t> capacity_bytes)

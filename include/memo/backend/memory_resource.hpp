@@ -1,10 +1,16 @@
 // memo/backend/memory_resource.hpp
 //
 // Accounting shared by every memory resource memo hands out: current bytes,
-// peak bytes and an optional capacity. The peak is what the benchmarks
-// compare against a plan ("the measured device peak of a swapped run equals
-// the planned bytes"), so it counts exactly the bytes requested, not what an
-// underlying allocator rounded them to.
+// peak bytes, an optional capacity, and how many allocations and
+// deallocations went through it. The peak is what the benchmarks compare
+// against a plan ("the measured device peak of a swapped run equals the
+// planned bytes"), so it counts exactly the bytes requested, not what an
+// underlying allocator rounded them to. The counts are what a test reads to
+// show that a planned step allocates nothing: take them before and after.
+//
+// The capacity check cannot wrap: a request of nearly SIZE_MAX bytes against
+// a capacity is the "exhausted" error naming the numbers, never a call into
+// the underlying allocator.
 //
 // `host_memory_resource` is the host backend's device and pinned-host
 // memory: aligned operator new, the accounting above, and a table of live
@@ -15,6 +21,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -26,7 +34,7 @@
 
 namespace memo {
 
-/// Thread-safe current/peak/capacity bookkeeping.
+/// Thread-safe current/peak/capacity bookkeeping and allocation counts.
 class memory_accounting {
  public:
   explicit memory_accounting(std::string name, std::optional<std::size_t> capacity_bytes = {})
@@ -35,29 +43,51 @@ class memory_accounting {
   /// Reserves `bytes`; throws when the capacity would be exceeded.
   void add(std::size_t bytes) {
     std::lock_guard lock(mutex_);
-    if (capacity_bytes_ && current_bytes_ + bytes > *capacity_bytes_) {
+    // current <= capacity always holds, so the subtraction cannot wrap.
+    if (capacity_bytes_ && bytes > *capacity_bytes_ - current_bytes_) {
       throw error(name_ + " exhausted: allocating " + std::to_string(bytes) + " bytes with " +
                   std::to_string(current_bytes_) + " of " + std::to_string(*capacity_bytes_) +
                   " bytes in use");
     }
+    expects(bytes <= std::numeric_limits<std::size_t>::max() - current_bytes_, [&] {
+      return name_ + ": allocating " + std::to_string(bytes) + " bytes with " +
+             std::to_string(current_bytes_) + " bytes in use overflows the byte count";
+    });
     current_bytes_ += bytes;
     peak_bytes_ = std::max(peak_bytes_, current_bytes_);
   }
   /// Reserves `bytes`, then runs `allocate()` and returns its pointer; if
   /// `allocate` throws, the reservation is undone before the error leaves.
+  /// Only a successful allocation counts in `allocation_count()`.
   template <class Allocate>
   void* charge(std::size_t bytes, Allocate&& allocate) {
     add(bytes);
+    void* pointer = nullptr;
     try {
-      return allocate();
+      pointer = allocate();
     } catch (...) {
-      remove(bytes);
+      undo(bytes);
       throw;
     }
+    std::lock_guard lock(mutex_);
+    ++allocations_;
+    return pointer;
   }
+  /// Returns `bytes` of a deallocation; counts in `deallocation_count()`.
   void remove(std::size_t bytes) noexcept {
     std::lock_guard lock(mutex_);
     current_bytes_ -= std::min(bytes, current_bytes_);
+    ++deallocations_;
+  }
+  /// Successful allocations so far (every `charge` that returned).
+  [[nodiscard]] std::uint64_t allocation_count() const {
+    std::lock_guard lock(mutex_);
+    return allocations_;
+  }
+  /// Deallocations so far (every `remove`).
+  [[nodiscard]] std::uint64_t deallocation_count() const {
+    std::lock_guard lock(mutex_);
+    return deallocations_;
   }
   [[nodiscard]] std::size_t current_bytes() const {
     std::lock_guard lock(mutex_);
@@ -76,17 +106,54 @@ class memory_accounting {
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
  private:
+  // A reservation whose allocation failed: not a deallocation.
+  void undo(std::size_t bytes) noexcept {
+    std::lock_guard lock(mutex_);
+    current_bytes_ -= std::min(bytes, current_bytes_);
+  }
+
   std::string name_;
   std::optional<std::size_t> capacity_bytes_;
   mutable std::mutex mutex_;
   std::size_t current_bytes_ = 0;
   std::size_t peak_bytes_ = 0;
+  std::uint64_t allocations_ = 0;
+  std::uint64_t deallocations_ = 0;
 };
 
-class host_memory_resource {
+namespace detail {
+
+/// The accounting half every memo resource shares: its accessors read the
+/// resource's `memory_accounting`, which the allocating half charges.
+class accounted_resource {
  public:
-  explicit host_memory_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
+  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
+  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
+  void reset_peak() { accounting_.reset_peak(); }
+  [[nodiscard]] std::optional<std::size_t> capacity_bytes() const {
+    return accounting_.capacity_bytes();
+  }
+  [[nodiscard]] std::uint64_t allocation_count() const { return accounting_.allocation_count(); }
+  [[nodiscard]] std::uint64_t deallocation_count() const {
+    return accounting_.deallocation_count();
+  }
+
+ protected:
+  explicit accounted_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
       : accounting_(std::move(name), capacity_bytes) {}
+  memory_accounting accounting_;
+};
+
+}  // namespace detail
+
+class host_memory_resource : public detail::accounted_resource {
+ public:
+  /// Its memory is ordinary host memory: the host may read, write and
+  /// memset it (a planned arena poisons dead buffers this way).
+  static constexpr bool host_accessible = true;
+
+  explicit host_memory_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
+      : accounted_resource(std::move(name), capacity_bytes) {}
   host_memory_resource(const host_memory_resource&) = delete;
   host_memory_resource& operator=(const host_memory_resource&) = delete;
   ~host_memory_resource() {
@@ -135,19 +202,12 @@ class host_memory_resource {
     accounting_.remove(bytes);
   }
 
-  [[nodiscard]] std::size_t current_bytes() const { return accounting_.current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return accounting_.peak_bytes(); }
-  void reset_peak() { accounting_.reset_peak(); }
-  [[nodiscard]] std::optional<std::size_t> capacity_bytes() const {
-    return accounting_.capacity_bytes();
-  }
 
  private:
   struct block {
     std::size_t bytes;
     std::size_t alignment;
   };
-  memory_accounting accounting_;
   std::mutex mutex_;
   std::unordered_map<void*, block> live_;
 };
