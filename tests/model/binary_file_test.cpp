@@ -2,9 +2,6 @@
 
 #include <doctest/doctest.h>
 
-#include <sys/resource.h>
-
-#include <csignal>
 #include <cstddef>
 #include <filesystem>
 #include <string>
@@ -28,31 +25,6 @@ std::vector<unsigned char> as_uchar(const std::vector<std::byte>& bytes) {
   for (std::size_t i = 0; i < bytes.size(); ++i) out[i] = std::to_integer<unsigned char>(bytes[i]);
   return out;
 }
-
-/// Caps the size of files this process may write (RLIMIT_FSIZE) for the scope,
-/// so a write past the cap fails with EFBIG (SIGXFSZ ignored) like a full disk.
-class file_size_cap {
- public:
-  explicit file_size_cap(rlim_t bytes) {
-    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    getrlimit(RLIMIT_FSIZE, &previous_);
-    rlimit capped = previous_;
-    capped.rlim_cur = bytes;
-    ok_ = setrlimit(RLIMIT_FSIZE, &capped) == 0;
-  }
-  file_size_cap(const file_size_cap&) = delete;
-  file_size_cap& operator=(const file_size_cap&) = delete;
-  ~file_size_cap() {
-    setrlimit(RLIMIT_FSIZE, &previous_);
-    std::signal(SIGXFSZ, previous_handler_);
-  }
-  [[nodiscard]] bool ok() const { return ok_; }
-
- private:
-  rlimit previous_{};
-  void (*previous_handler_)(int) = nullptr;
-  bool ok_ = false;
-};
 
 }  // namespace
 
@@ -118,7 +90,7 @@ TEST_CASE("binary_file: a write that fails part-way keeps the existing file") {
   }
   std::string message;
   {
-    file_size_cap cap(4096);
+    memo_test::file_size_cap cap(4096);
     REQUIRE(cap.ok());
     message = error_of([&] {
       memo::atomic_file_writer out(path);

@@ -3,7 +3,10 @@
 // of the memo::error an action raises.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -83,5 +86,30 @@ std::string error_of(Action&& action) {
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
+
+/// Caps the size of files this process may write (RLIMIT_FSIZE) for the scope,
+/// so a write past the cap fails with EFBIG (SIGXFSZ ignored) like a full disk.
+class file_size_cap {
+ public:
+  explicit file_size_cap(rlim_t bytes) {
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &previous_);
+    rlimit capped = previous_;
+    capped.rlim_cur = bytes;
+    ok_ = setrlimit(RLIMIT_FSIZE, &capped) == 0;
+  }
+  file_size_cap(const file_size_cap&) = delete;
+  file_size_cap& operator=(const file_size_cap&) = delete;
+  ~file_size_cap() {
+    setrlimit(RLIMIT_FSIZE, &previous_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+  [[nodiscard]] bool ok() const { return ok_; }
+
+ private:
+  rlimit previous_{};
+  void (*previous_handler_)(int) = nullptr;
+  bool ok_ = false;
+};
 
 }  // namespace memo_test
