@@ -138,6 +138,12 @@ TEST_CASE("binary_file: reading names the file, the missing bytes and the offset
   });
   CHECK(contains(header_message, "truncated token file: 10 bytes, the header alone needs 1024"));
 
+  in.require_size(10, "ten bytes");
+  CHECK(contains(error_of([&] { in.require_size(12, "six values"); }),
+                 "truncated: 10 bytes, but its header (six values) needs 12"));
+  CHECK(contains(error_of([&] { in.require_size(7, "seven bytes"); }),
+                 "3 trailing bytes after what its header (seven bytes) describes"));
+
   const auto missing = error_of([&] { memo::binary_file_reader r(dir / "absent.bin"); });
   CHECK(contains(missing, (dir / "absent.bin").string()));
   CHECK(contains(missing, "cannot open"));

@@ -134,6 +134,23 @@ class binary_file_reader {
     position_ += got;
   }
 
+  /// Throws unless the file is exactly `expected_bytes` long, the size its
+  /// header promises for `contents` (e.g. "98 tokens"): a shorter file is
+  /// truncated, a longer one has trailing bytes.
+  void require_size(std::uint64_t expected_bytes, std::string_view contents) const {
+    if (size_bytes_ < expected_bytes) {
+      throw error(detail::quoted(path_) + ": truncated: " + std::to_string(size_bytes_) +
+                  " bytes, but its header (" + std::string(contents) + ") needs " +
+                  std::to_string(expected_bytes));
+    }
+    if (size_bytes_ > expected_bytes) {
+      throw error(detail::quoted(path_) + ": " + std::to_string(size_bytes_ - expected_bytes) +
+                  " trailing bytes after what its header (" + std::string(contents) +
+                  ") describes (" + std::to_string(expected_bytes) + " bytes expected, file has " +
+                  std::to_string(size_bytes_) + ")");
+    }
+  }
+
   /// Reads and decodes llm.c's 1024-byte header, saying so if the file is
   /// too short to hold one.
   llmc_header read_header(std::string_view kind) {

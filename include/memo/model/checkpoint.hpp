@@ -98,18 +98,8 @@ inline gpt2_checkpoint_info read_gpt2_header(binary_file_reader& file,
   // bytes() cannot overflow: validate() bounds the total below 2^59.
   const std::uint64_t expected = llmc_header_bytes + table.bytes(gpt2_bytes_per_element(info.storage));
   const char* kind = info.storage == gpt2_storage::bf16 ? "bf16" : "fp32";
-  if (info.file_bytes < expected) {
-    throw error(name + ": truncated: " + std::to_string(info.file_bytes) + " bytes, but its header (" +
-                gpt2_field_text(info.config) + ", " + std::to_string(table.total) + " " + kind +
-                " parameters) needs " + std::to_string(expected));
-  }
-  if (info.file_bytes > expected) {
-    throw error(name + ": " + std::to_string(info.file_bytes - expected) +
-                " trailing bytes after the " + std::to_string(table.total) + " " + kind +
-                " parameters its header (" + gpt2_field_text(info.config) + ") describes (" +
-                std::to_string(expected) + " bytes expected, file has " +
-                std::to_string(info.file_bytes) + ")");
-  }
+  file.require_size(expected, gpt2_field_text(info.config) + ", " + std::to_string(table.total) +
+                                  " " + kind + " parameters");
   if (context) {
     if (*context <= 0 || *context > info.config.max_seq_len) {
       throw error(name + ": context length " + std::to_string(*context) +

@@ -101,17 +101,7 @@ inline std::vector<std::uint16_t> read_token_file(const std::filesystem::path& p
   }
   const std::uint64_t count = static_cast<std::uint64_t>(h[2]);
   const std::uint64_t expected = llmc_header_bytes + 2 * count;
-  if (file.size_bytes() < expected) {
-    throw error(name + ": truncated: header counts " + std::to_string(count) + " tokens (" +
-                std::to_string(expected) + " bytes), the file has " +
-                std::to_string(file.size_bytes()) + " bytes");
-  }
-  if (file.size_bytes() > expected) {
-    throw error(name + ": " + std::to_string(file.size_bytes() - expected) +
-                " trailing bytes after the " + std::to_string(count) +
-                " tokens its header counts (" + std::to_string(expected) +
-                " bytes expected, file has " + std::to_string(file.size_bytes()) + ")");
-  }
+  file.require_size(expected, std::to_string(count) + " tokens");
   std::vector<std::byte> bytes(static_cast<std::size_t>(2 * count));
   file.read(bytes, "tokens");
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
