@@ -121,6 +121,36 @@ inline gpt2_checkpoint_info read_gpt2_checkpoint_info(const std::filesystem::pat
   return detail::read_gpt2_header(file, context);
 }
 
+namespace detail {
+
+/// Reads the parameters that follow a checked header into `parameters`.
+inline void read_gpt2_payload(binary_file_reader& file, const gpt2_checkpoint_info& info,
+                              std::span<float> parameters) {
+  expects(parameters.size() == info.parameter_count, [&] {
+    return quoted(file.path()) + ": holds " + std::to_string(info.parameter_count) +
+           " parameters (" + gpt2_field_text(info.config) + "), the buffer given holds " +
+           std::to_string(parameters.size());
+  });
+  // Read in blocks so a bf16 file needs no second full-size buffer.
+  constexpr std::size_t block = std::size_t{1} << 16;  // elements
+  const std::size_t width = gpt2_bytes_per_element(info.storage);
+  std::vector<std::byte> bytes(std::min<std::size_t>(block, parameters.size()) * width);
+  for (std::size_t first = 0; first < parameters.size(); first += block) {
+    const std::size_t n = std::min(block, parameters.size() - first);
+    const std::span<std::byte> chunk(bytes.data(), n * width);
+    file.read(chunk, "parameters");
+    for (std::size_t i = 0; i < n; ++i) {
+      // A bf16 value is the upper half of the fp32 with the same leading bits.
+      const std::uint32_t bits =
+          width == 4 ? load_little_endian<std::uint32_t>(&chunk[4 * i])
+                     : static_cast<std::uint32_t>(load_little_endian<std::uint16_t>(&chunk[2 * i])) << 16;
+      parameters[first + i] = std::bit_cast<float>(bits);
+    }
+  }
+}
+
+}  // namespace detail
+
 /// Reads the parameters of the checkpoint at `path` into `parameters` (fp32,
 /// llm.c's order), which must hold exactly the checkpoint's parameter count,
 /// e.g. a buffer already sized for the expected configuration. Returns the
@@ -130,37 +160,18 @@ inline gpt2_checkpoint_info read_gpt2_parameters(const std::filesystem::path& pa
                                                  std::optional<std::int64_t> context = {}) {
   binary_file_reader file(path);
   const gpt2_checkpoint_info info = detail::read_gpt2_header(file, context);
-  expects(parameters.size() == info.parameter_count, [&] {
-    return detail::quoted(path) + ": holds " + std::to_string(info.parameter_count) +
-           " parameters (" + detail::gpt2_field_text(info.config) + "), the buffer given holds " +
-           std::to_string(parameters.size());
-  });
-  // Read in blocks so a bf16 file needs no second full-size buffer.
-  constexpr std::size_t block = std::size_t{1} << 16;  // elements
-  const std::size_t width = detail::gpt2_bytes_per_element(info.storage);
-  std::vector<std::byte> bytes(std::min<std::size_t>(block, parameters.size()) * width);
-  for (std::size_t first = 0; first < parameters.size(); first += block) {
-    const std::size_t n = std::min(block, parameters.size() - first);
-    const std::span<std::byte> chunk(bytes.data(), n * width);
-    file.read(chunk, "parameters");
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t bits =
-          width == 4 ? detail::load_little_endian<std::uint32_t>(&chunk[4 * i])
-                     : static_cast<std::uint32_t>(detail::load_little_endian<std::uint16_t>(&chunk[2 * i]))
-                           << 16;
-      parameters[first + i] = std::bit_cast<float>(bits);
-    }
-  }
+  detail::read_gpt2_payload(file, info, parameters);
   return info;
 }
 
 /// Reads the whole checkpoint at `path`.
 inline gpt2_checkpoint read_gpt2_checkpoint(const std::filesystem::path& path,
                                             std::optional<std::int64_t> context = {}) {
-  const gpt2_checkpoint_info info = read_gpt2_checkpoint_info(path, context);
+  binary_file_reader file(path);
+  const gpt2_checkpoint_info info = detail::read_gpt2_header(file, context);
   gpt2_checkpoint checkpoint{info.config, info.storage, {}};
   checkpoint.parameters.resize(static_cast<std::size_t>(info.parameter_count));
-  read_gpt2_parameters(path, checkpoint.parameters, context);
+  detail::read_gpt2_payload(file, info, checkpoint.parameters);
   return checkpoint;
 }
 
