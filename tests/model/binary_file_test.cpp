@@ -60,6 +60,18 @@ TEST_CASE("binary_file: a committed write replaces the target and leaves no temp
   }
   CHECK(memo_test::file_bytes(path) == as_uchar(bytes));
   CHECK(dir.entries() == std::vector<std::string>{"data.bin"});
+  {
+    memo::atomic_file_writer out(path);
+    out.commit();
+    // A committed writer is finished: writing again is an error, not a write
+    // to a closed file.
+    CHECK(contains(error_of([&] { out.write(bytes); }), "write after the file was committed"));
+    CHECK(contains(error_of([&] { out.commit(); }), "commit after the file was committed"));
+  }
+  CHECK(memo_test::file_bytes(path).empty());
+  memo::atomic_file_writer again(path);
+  again.write(bytes);
+  again.commit();
   memo::binary_file_reader in(path);
   CHECK(in.size_bytes() == 5000);
   std::vector<std::byte> back(5000);
@@ -149,6 +161,9 @@ TEST_CASE("binary_file: reading names the file, the missing bytes and the offset
   CHECK(contains(missing, "cannot open"));
   const auto directory = error_of([&] { memo::binary_file_reader r(dir.path()); });
   CHECK(contains(directory, "not a regular file"));
+  const auto no_directory = error_of([&] { memo::atomic_file_writer w(dir / "absent" / "x.bin"); });
+  CHECK(contains(no_directory, (dir / "absent" / "x.bin").string()));
+  CHECK(contains(no_directory, "No such file or directory"));
   const auto into_directory = error_of([&] { memo::atomic_file_writer w(dir.path()); });
   CHECK(contains(into_directory, "is a directory"));
 }
