@@ -123,6 +123,25 @@ TEST_CASE("gpt2_config: views address each tensor at its offset with its shape")
   CHECK(cv.fcprojw(1, 3, 17) == 5.0f);
 }
 
+TEST_CASE("gpt2_config: a layer's views are its rows of the per-layer tensors") {
+  const auto config = tiny();
+  std::vector<float> buffer(memo::gpt2_parameter_layout(config).total);
+  const auto v = memo::view_gpt2_parameters(config, std::span<float>(buffer));
+  CHECK(v.layers() == 2);
+  const auto layer1 = v.layer(1);
+  // Layer 1 of qkvw [2, 24, 8] starts 24 * 8 elements into the tensor (offset 256).
+  CHECK(layer1.qkvw.data() == buffer.data() + 256 + 24 * 8);
+  CHECK(layer1.qkvw.extents() == std::array<std::int64_t, 2>{24, 8});
+  CHECK(layer1.fcprojw.extents() == std::array<std::int64_t, 2>{8, 32});
+  CHECK(layer1.fcb.extents() == std::array<std::int64_t, 1>{32});
+  CHECK(layer1.ln2b.data() == buffer.data() + 848 + 8);
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 32; ++j) CHECK(&layer1.fcprojw(i, j) == &v.fcprojw(1, i, j));
+  CHECK(v.layer(0).attprojb.data() == buffer.data() + 816);
+  CHECK(contains(error_of([&] { (void)v.layer(2); }), "layer 2 does not exist; the model has 2 layers"));
+  CHECK(contains(error_of([&] { (void)v.layer(-1); }), "layer -1 does not exist"));
+}
+
 TEST_CASE("gpt2_config: a buffer of the wrong size is an error naming both counts") {
   std::vector<float> buffer(1983);
   const auto message = error_of([&] { (void)memo::view_gpt2_parameters(tiny(), std::span<float>(buffer)); });

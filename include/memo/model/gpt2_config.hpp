@@ -17,8 +17,8 @@
 // dimension. `gpt2_parameter_layout` turns a configuration into the table of
 // element counts and offsets (64-bit, every product checked for overflow);
 // `view_gpt2_parameters` turns a base pointer into typed tensor views of the
-// sixteen tensors, so the same table serves the parameters, their gradients
-// and the optimiser moments.
+// sixteen tensors (and `layer(l)` one layer's slice of them), so the same
+// table serves the parameters, their gradients and the optimiser moments.
 //
 // A configuration is checked before anything is derived from it:
 // `gpt2_config::problem` reports the first field that is wrong (a checker
@@ -218,6 +218,35 @@ template <class T>
 concept gpt2_parameter_element = std::is_trivially_copyable_v<std::remove_const_t<T>> &&
                                  !std::is_pointer_v<T> && !std::is_void_v<T>;
 
+/// One layer's slice of the twelve per-layer tensors (the leading L dropped).
+template <gpt2_parameter_element T>
+struct gpt2_layer_views {
+  tensor_view<T, 1> ln1w;      // [C]
+  tensor_view<T, 1> ln1b;      // [C]
+  tensor_view<T, 2> qkvw;      // [3C, C]
+  tensor_view<T, 1> qkvb;      // [3C]
+  tensor_view<T, 2> attprojw;  // [C, C]
+  tensor_view<T, 1> attprojb;  // [C]
+  tensor_view<T, 1> ln2w;      // [C]
+  tensor_view<T, 1> ln2b;      // [C]
+  tensor_view<T, 2> fcw;       // [4C, C]
+  tensor_view<T, 1> fcb;       // [4C]
+  tensor_view<T, 2> fcprojw;   // [C, 4C]
+  tensor_view<T, 1> fcprojb;   // [C]
+};
+
+namespace detail {
+
+/// Row `l` of a contiguous view, as a view of one rank less.
+template <class T, std::size_t Rank>
+tensor_view<T, Rank - 1> layer_row(const tensor_view<T, Rank>& all, std::int64_t l) {
+  typename tensor_view<T, Rank - 1>::extents_type extents{};
+  for (std::size_t d = 1; d < Rank; ++d) extents[d - 1] = all.extent(d);
+  return tensor_view<T, Rank - 1>::contiguous(all.data() + l * all.stride(0), extents);
+}
+
+}  // namespace detail
+
 /// Typed views of the sixteen tensors over one flat buffer of `T`.
 template <gpt2_parameter_element T>
 struct gpt2_parameter_views {
@@ -237,6 +266,20 @@ struct gpt2_parameter_views {
   tensor_view<T, 2> fcprojb;   // [L, C]
   tensor_view<T, 1> lnfw;      // [C]
   tensor_view<T, 1> lnfb;      // [C]
+
+  [[nodiscard]] std::int64_t layers() const noexcept { return ln1w.extent(0); }
+
+  /// Layer `l`'s parameters; an error unless 0 <= l < L.
+  [[nodiscard]] gpt2_layer_views<T> layer(std::int64_t l) const {
+    expects(l >= 0 && l < layers(), [&] {
+      return "GPT-2 layer " + std::to_string(l) + " does not exist; the model has " +
+             std::to_string(layers()) + " layers";
+    });
+    using detail::layer_row;
+    return {layer_row(ln1w, l), layer_row(ln1b, l), layer_row(qkvw, l), layer_row(qkvb, l),
+            layer_row(attprojw, l), layer_row(attprojb, l), layer_row(ln2w, l), layer_row(ln2b, l),
+            layer_row(fcw, l), layer_row(fcb, l), layer_row(fcprojw, l), layer_row(fcprojb, l)};
+  }
 };
 
 /// Views of the sixteen tensors of `config` over `buffer`, which must hold
