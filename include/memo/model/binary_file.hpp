@@ -16,7 +16,8 @@
 // file and leaves an existing target exactly as it was. A target that exists
 // and is not a regular file (a device such as /dev/full or /dev/null, a FIFO)
 // cannot be replaced by a rename and is written in place; its failures are
-// still reported.
+// still reported. A symbolic link at the target is replaced, not written
+// through.
 #pragma once
 
 #include <array>
