@@ -67,3 +67,10 @@
 #if MEMO_HAS_LPSOLVE
 #include "memo/swap/alpha_solver.hpp"
 #endif
+
+// model/: GPT-2 in llm.c's formats: configuration and parameter table, checkpoints, token files, built-in data
+#include "memo/model/binary_file.hpp"
+#include "memo/model/builtin_data.hpp"
+#include "memo/model/checkpoint.hpp"
+#include "memo/model/gpt2_config.hpp"
+#include "memo/model/token_data.hpp"

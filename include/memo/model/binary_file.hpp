@@ -1,0 +1,297 @@
+// memo/model/binary_file.hpp
+//
+// Reading and writing the little binary files llm.c's ecosystem uses
+// (checkpoints and token files: a 256 x int32 little-endian header, then
+// packed little-endian values), with every failure a `memo::error` that names
+// the file.
+//
+// Reading: `binary_file_reader` knows the file's size up front, so a header
+// can be checked against it before a byte of payload is read, and a short
+// read says how many bytes were missing.
+//
+// Writing: `atomic_file_writer` writes to a new temporary file in the target's
+// directory and renames it over the target only after every write, the flush,
+// the sync to disk and the close succeeded. A failed or abandoned write (a
+// full disk, a size limit, an exception in between) removes the temporary
+// file and leaves an existing target exactly as it was. A target that exists
+// and is not a regular file (a device such as /dev/full or /dev/null, a FIFO)
+// cannot be replaced by a rename and is written in place; its failures are
+// still reported. A symbolic link at the target is replaced, not written
+// through.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+
+#include <unistd.h>  // fsync (POSIX)
+
+#include "memo/core/error.hpp"
+
+namespace memo {
+
+/// llm.c's file header: 256 little-endian int32 values.
+inline constexpr std::size_t llmc_header_ints = 256;
+inline constexpr std::size_t llmc_header_bytes = llmc_header_ints * sizeof(std::int32_t);
+using llmc_header = std::array<std::int32_t, llmc_header_ints>;
+
+namespace detail {
+
+template <class U>
+  requires std::is_unsigned_v<U>
+inline U load_little_endian(const std::byte* p) noexcept {
+  U value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i) {
+    value |= static_cast<U>(static_cast<U>(std::to_integer<unsigned>(p[i])) << (8 * i));
+  }
+  return value;
+}
+
+template <class U>
+  requires std::is_unsigned_v<U>
+inline void store_little_endian(std::byte* p, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i) {
+    p[i] = static_cast<std::byte>((value >> (8 * i)) & 0xffu);
+  }
+}
+
+inline std::string errno_text(int code) { return std::generic_category().message(code); }
+
+inline std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
+
+}  // namespace detail
+
+/// Decodes a header from its 1024 little-endian bytes.
+inline llmc_header decode_llmc_header(std::span<const std::byte, llmc_header_bytes> bytes) {
+  llmc_header header{};
+  for (std::size_t i = 0; i < llmc_header_ints; ++i) {
+    header[i] = std::bit_cast<std::int32_t>(detail::load_little_endian<std::uint32_t>(&bytes[4 * i]));
+  }
+  return header;
+}
+
+/// Encodes a header as its 1024 little-endian bytes.
+inline std::array<std::byte, llmc_header_bytes> encode_llmc_header(const llmc_header& header) {
+  std::array<std::byte, llmc_header_bytes> bytes{};
+  for (std::size_t i = 0; i < llmc_header_ints; ++i) {
+    detail::store_little_endian(&bytes[4 * i], std::bit_cast<std::uint32_t>(header[i]));
+  }
+  return bytes;
+}
+
+/// A regular file opened for reading, with its size known.
+class binary_file_reader {
+ public:
+  explicit binary_file_reader(std::filesystem::path path) : path_(std::move(path)) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path_, ec);
+    if (ec || !std::filesystem::exists(status)) {
+      throw error(detail::quoted(path_) + ": cannot open for reading: " +
+                  (ec ? ec.message() : std::string("no such file")));
+    }
+    if (!std::filesystem::is_regular_file(status)) {
+      throw error(detail::quoted(path_) + ": is not a regular file");
+    }
+    size_bytes_ = std::filesystem::file_size(path_, ec);
+    if (ec) throw error(detail::quoted(path_) + ": cannot read its size: " + ec.message());
+    file_ = std::fopen(path_.c_str(), "rb");
+    if (file_ == nullptr) {
+      throw error(detail::quoted(path_) + ": cannot open for reading: " + detail::errno_text(errno));
+    }
+  }
+  binary_file_reader(const binary_file_reader&) = delete;
+  binary_file_reader& operator=(const binary_file_reader&) = delete;
+  ~binary_file_reader() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] std::uint64_t size_bytes() const noexcept { return size_bytes_; }
+  [[nodiscard]] std::uint64_t position_bytes() const noexcept { return position_; }
+
+  /// Reads exactly `out.size()` bytes; `what` names them in the error.
+  void read(std::span<std::byte> out, std::string_view what) {
+    const std::size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), file_);
+    if (got != out.size()) {
+      const bool failed = std::ferror(file_) != 0;
+      throw error(detail::quoted(path_) + ": " + (failed ? "read error" : "truncated") +
+                  " while reading " + std::string(what) + ": got " + std::to_string(got) +
+                  " of " + std::to_string(out.size()) + " bytes at offset " +
+                  std::to_string(position_) + " (file size " + std::to_string(size_bytes_) +
+                  " bytes)");
+    }
+    position_ += got;
+  }
+
+  /// Throws unless the file is exactly `expected_bytes` long, the size its
+  /// header promises for `contents` (e.g. "98 tokens"): a shorter file is
+  /// truncated, a longer one has trailing bytes.
+  void require_size(std::uint64_t expected_bytes, std::string_view contents) const {
+    if (size_bytes_ < expected_bytes) {
+      throw error(detail::quoted(path_) + ": truncated: " + std::to_string(size_bytes_) +
+                  " bytes, but its header (" + std::string(contents) + ") needs " +
+                  std::to_string(expected_bytes));
+    }
+    if (size_bytes_ > expected_bytes) {
+      throw error(detail::quoted(path_) + ": " + std::to_string(size_bytes_ - expected_bytes) +
+                  " trailing bytes after what its header (" + std::string(contents) +
+                  ") describes (" + std::to_string(expected_bytes) + " bytes expected, file has " +
+                  std::to_string(size_bytes_) + ")");
+    }
+  }
+
+  /// Reads and decodes llm.c's 1024-byte header, saying so if the file is
+  /// too short to hold one.
+  llmc_header read_header(std::string_view kind) {
+    if (size_bytes_ < llmc_header_bytes) {
+      throw error(detail::quoted(path_) + ": truncated " + std::string(kind) + ": " +
+                  std::to_string(size_bytes_) + " bytes, the header alone needs " +
+                  std::to_string(llmc_header_bytes));
+    }
+    std::array<std::byte, llmc_header_bytes> bytes;
+    read(bytes, std::string(kind) + " header");
+    return decode_llmc_header(bytes);
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t size_bytes_ = 0;
+  std::uint64_t position_ = 0;
+};
+
+/// Writes a file so that it either appears complete or not at all (see the
+/// top of this header). Call `commit()` after the last write; destroying an
+/// uncommitted writer discards what was written.
+class atomic_file_writer {
+ public:
+  explicit atomic_file_writer(std::filesystem::path target) : target_(std::move(target)) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(target_, ec);
+    in_place_ = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+    if (in_place_) {
+      if (std::filesystem::is_directory(status)) {
+        throw error(detail::quoted(target_) + ": is a directory, cannot write a file there");
+      }
+      open_or_throw(target_, "wb");
+      return;
+    }
+    // A fresh name in the same directory (so the rename stays on one file
+    // system); "x" refuses to reuse a name someone else just created.
+    static std::atomic<std::uint64_t> counter{0};
+    const auto stamp = static_cast<std::uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      const std::uint64_t n = stamp ^ (counter.fetch_add(1) * 0x9e3779b97f4a7c15ull) ^
+                              static_cast<std::uint64_t>(::getpid());
+      temporary_ = target_;
+      temporary_ += ".tmp-" + std::to_string(n % 1000000007u);
+      file_ = std::fopen(temporary_.c_str(), "wbx");
+      if (file_ != nullptr) return;
+      if (errno != EEXIST) break;
+    }
+    throw error(detail::quoted(target_) + ": cannot create a temporary file " +
+                detail::quoted(temporary_) + " beside it: " + detail::errno_text(errno));
+  }
+  atomic_file_writer(const atomic_file_writer&) = delete;
+  atomic_file_writer& operator=(const atomic_file_writer&) = delete;
+  ~atomic_file_writer() { discard(); }
+
+  [[nodiscard]] const std::filesystem::path& target() const noexcept { return target_; }
+  [[nodiscard]] std::uint64_t written_bytes() const noexcept { return written_; }
+
+  /// Appends `bytes`; a short write is an error naming the file and the cause.
+  void write(std::span<const std::byte> bytes) {
+    expects(file_ != nullptr, [&] {
+      return detail::quoted(target_) + ": write after the file was committed or discarded";
+    });
+    if (bytes.empty()) return;
+    const std::size_t put = std::fwrite(bytes.data(), 1, bytes.size(), file_);
+    written_ += put;
+    if (put != bytes.size()) {
+      const int code = errno;
+      discard();
+      throw error(detail::quoted(target_) + ": write failed after " + std::to_string(written_) +
+                  " bytes: " + detail::errno_text(code));
+    }
+  }
+
+  /// Flushes, syncs and closes the file, then renames it over the target.
+  void commit() {
+    expects(file_ != nullptr, [&] {
+      return detail::quoted(target_) + ": commit after the file was committed or discarded";
+    });
+    if (std::fflush(file_) != 0) fail_and_throw("flushing");
+    // Devices such as /dev/null do not support fsync (EINVAL); only a real
+    // file's data must reach the disk before the rename makes it visible.
+    if (!in_place_ && ::fsync(::fileno(file_)) != 0) fail_and_throw("syncing to disk");
+    std::FILE* f = file_;
+    file_ = nullptr;
+    if (std::fclose(f) != 0) {
+      const int code = errno;
+      remove_temporary();
+      throw error(detail::quoted(target_) + ": closing after " + std::to_string(written_) +
+                  " bytes failed: " + detail::errno_text(code));
+    }
+    if (in_place_) return;
+    std::error_code ec;
+    std::filesystem::rename(temporary_, target_, ec);
+    if (ec) {
+      remove_temporary();
+      throw error(detail::quoted(target_) + ": cannot replace it with " +
+                  detail::quoted(temporary_) + ": " + ec.message());
+    }
+    temporary_.clear();
+  }
+
+ private:
+  void open_or_throw(const std::filesystem::path& path, const char* mode) {
+    file_ = std::fopen(path.c_str(), mode);
+    if (file_ == nullptr) {
+      throw error(detail::quoted(path) + ": cannot open for writing: " + detail::errno_text(errno));
+    }
+  }
+
+  [[noreturn]] void fail_and_throw(const char* doing) {
+    const int code = errno;
+    discard();
+    throw error(detail::quoted(target_) + ": " + doing + " after " + std::to_string(written_) +
+                " bytes failed: " + detail::errno_text(code));
+  }
+
+  void discard() noexcept {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+      file_ = nullptr;
+    }
+    remove_temporary();
+  }
+
+  void remove_temporary() noexcept {
+    if (!temporary_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary_, ignored);
+      temporary_.clear();
+    }
+  }
+
+  std::filesystem::path target_;
+  std::filesystem::path temporary_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t written_ = 0;
+  bool in_place_ = false;
+};
+
+}  // namespace memo

@@ -1,0 +1,169 @@
+#include "memo/model/binary_file.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io_test_support.hpp"
+
+namespace {
+
+using memo_test::contains;
+using memo_test::error_of;
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> bytes(n);
+  for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+  return bytes;
+}
+
+std::vector<unsigned char> as_uchar(const std::vector<std::byte>& bytes) {
+  std::vector<unsigned char> out(bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) out[i] = std::to_integer<unsigned char>(bytes[i]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("binary_file: headers encode as 256 little-endian int32") {
+  memo::llmc_header h{};
+  h[0] = 20240326;
+  h[1] = -7;
+  h[255] = 0x01020304;
+  const auto bytes = memo::encode_llmc_header(h);
+  std::vector<unsigned char> raw(bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) raw[i] = std::to_integer<unsigned char>(bytes[i]);
+  CHECK(raw.size() == 1024);
+  CHECK(memo_test::int32_at(raw, 0) == 20240326);
+  CHECK(memo_test::int32_at(raw, 4) == -7);
+  CHECK(raw[1020] == 0x04);
+  CHECK(raw[1023] == 0x01);
+  CHECK(memo::decode_llmc_header(bytes) == h);
+}
+
+TEST_CASE("binary_file: a committed write replaces the target and leaves no temporary") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "data.bin";
+  memo_test::write_bytes(path, {1, 2, 3});
+  const auto bytes = pattern(5000, 3);
+  {
+    memo::atomic_file_writer out(path);
+    out.write(std::span<const std::byte>(bytes).first(1000));
+    // Until the commit the old content is still in place.
+    CHECK(memo_test::file_bytes(path) == std::vector<unsigned char>{1, 2, 3});
+    out.write(std::span<const std::byte>(bytes).subspan(1000));
+    CHECK(out.written_bytes() == 5000);
+    out.commit();
+  }
+  CHECK(memo_test::file_bytes(path) == as_uchar(bytes));
+  CHECK(dir.entries() == std::vector<std::string>{"data.bin"});
+  {
+    memo::atomic_file_writer out(path);
+    out.commit();
+    // A committed writer is finished: writing again is an error, not a write
+    // to a closed file.
+    CHECK(contains(error_of([&] { out.write(bytes); }), "write after the file was committed"));
+    CHECK(contains(error_of([&] { out.commit(); }), "commit after the file was committed"));
+  }
+  CHECK(memo_test::file_bytes(path).empty());
+  memo::atomic_file_writer again(path);
+  again.write(bytes);
+  again.commit();
+  memo::binary_file_reader in(path);
+  CHECK(in.size_bytes() == 5000);
+  std::vector<std::byte> back(5000);
+  in.read(back, "everything");
+  CHECK(back == bytes);
+}
+
+TEST_CASE("binary_file: an abandoned write leaves the existing file and no temporary") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "good.bin";
+  memo_test::write_bytes(path, {9, 8, 7});
+  {
+    memo::atomic_file_writer out(path);
+    out.write(pattern(100, 1));
+  }  // destroyed without commit, e.g. by an exception
+  CHECK(memo_test::file_bytes(path) == std::vector<unsigned char>{9, 8, 7});
+  CHECK(dir.entries() == std::vector<std::string>{"good.bin"});
+}
+
+TEST_CASE("binary_file: a write that fails part-way keeps the existing file") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "checkpoint.bin";
+  const auto old_bytes = pattern(3000, 5);
+  {
+    memo::atomic_file_writer out(path);
+    out.write(old_bytes);
+    out.commit();
+  }
+  std::string message;
+  {
+    memo_test::file_size_cap cap(4096);
+    REQUIRE(cap.ok());
+    message = error_of([&] {
+      memo::atomic_file_writer out(path);
+      const auto big = pattern(1 << 16, 9);
+      for (int i = 0; i < 4; ++i) out.write(big);
+      out.commit();
+    });
+  }
+  CHECK(contains(message, path.string()));
+  CHECK(contains(message, "File too large"));
+  CHECK(memo_test::file_bytes(path) == as_uchar(old_bytes));
+  CHECK(dir.entries() == std::vector<std::string>{"checkpoint.bin"});
+}
+
+TEST_CASE("binary_file: writing to a full device is an error naming the device") {
+  if (!std::filesystem::exists("/dev/full")) {
+    MESSAGE("no /dev/full on this system");
+    return;
+  }
+  const auto message = error_of([] {
+    memo::atomic_file_writer out("/dev/full");
+    out.write(pattern(1024, 2));
+    out.commit();
+  });
+  CHECK(contains(message, "'/dev/full'"));
+  CHECK(contains(message, "No space left on device"));
+  // The device is written in place, never replaced by a rename.
+  CHECK(std::filesystem::is_character_file("/dev/full"));
+}
+
+TEST_CASE("binary_file: reading names the file, the missing bytes and the offset") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "short.bin";
+  memo_test::write_bytes(path, std::vector<unsigned char>(10, 1));
+  memo::binary_file_reader in(path);
+  std::vector<std::byte> first(4), rest(8);
+  in.read(first, "a prefix");
+  const auto message = error_of([&] { in.read(rest, "the payload"); });
+  CHECK(contains(message, path.string()));
+  CHECK(contains(message, "truncated while reading the payload: got 6 of 8 bytes at offset 4"));
+
+  const auto header_message = error_of([&] {
+    memo::binary_file_reader again(path);
+    (void)again.read_header("token file");
+  });
+  CHECK(contains(header_message, "truncated token file: 10 bytes, the header alone needs 1024"));
+
+  in.require_size(10, "ten bytes");
+  CHECK(contains(error_of([&] { in.require_size(12, "six values"); }),
+                 "truncated: 10 bytes, but its header (six values) needs 12"));
+  CHECK(contains(error_of([&] { in.require_size(7, "seven bytes"); }),
+                 "3 trailing bytes after what its header (seven bytes) describes"));
+
+  const auto missing = error_of([&] { memo::binary_file_reader r(dir / "absent.bin"); });
+  CHECK(contains(missing, (dir / "absent.bin").string()));
+  CHECK(contains(missing, "cannot open"));
+  const auto directory = error_of([&] { memo::binary_file_reader r(dir.path()); });
+  CHECK(contains(directory, "not a regular file"));
+  const auto no_directory = error_of([&] { memo::atomic_file_writer w(dir / "absent" / "x.bin"); });
+  CHECK(contains(no_directory, (dir / "absent" / "x.bin").string()));
+  CHECK(contains(no_directory, "No such file or directory"));
+  const auto into_directory = error_of([&] { memo::atomic_file_writer w(dir.path()); });
+  CHECK(contains(into_directory, "is a directory"));
+}
