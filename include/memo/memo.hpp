@@ -62,3 +62,12 @@
 #if MEMO_HAS_LPSOLVE
 #include "memo/swap/alpha_solver.hpp"
 #endif
+
+// model/: the reference GPT-2's operators (row and element math, host and device)
+#include "memo/model/ops/adamw.hpp"
+#include "memo/model/ops/common.hpp"
+#include "memo/model/ops/cross_entropy.hpp"
+#include "memo/model/ops/elementwise.hpp"
+#include "memo/model/ops/encoder.hpp"
+#include "memo/model/ops/layernorm.hpp"
+#include "memo/model/ops/online_softmax.hpp"
