@@ -156,8 +156,8 @@ struct world {
   std::vector<float> params = random_floats(n * c, 8), m = std::vector<float>(n * c, 0.0f),
                      v = std::vector<float>(n * c, 0.0f);
   std::vector<float> scores = random_floats(n * 2 * seq, 9, 3.0f), values = random_floats(2 * seq * dim, 10),
-                     rmax = std::vector<float>(n, -HUGE_VALF), rsum = std::vector<float>(n, 0.0f),
-                     acc = std::vector<float>(n * dim, 0.0f), lse = std::vector<float>(n),
+                     rmax = std::vector<float>(n, 1.0f), rsum = std::vector<float>(n, 2.0f),
+                     acc = std::vector<float>(n * dim, 3.0f), lse = std::vector<float>(n),
                      delta = std::vector<float>(n), dscores = random_floats(n * 2 * seq, 11);
 
   world() {
@@ -214,6 +214,8 @@ struct world {
     exec(ops::make_adamw_update<float>(v1<float>(b, params), v1<float>(b, m), v1<float>(b, v),
                                       v1<const float>(b, dinp), ops::adamw_config{.weight_decay = 0.1}, 3));
     // Attention pieces: n queries at positions 6..17 against 12 keys, two tiles of 6.
+    exec(ops::attention_tile_start<float>{.max = v1<float>(b, rmax), .sum = v1<float>(b, rsum),
+                                          .acc = v2<float>(b, acc, n, dim)});
     for (std::int64_t tile = 0; tile < 2; ++tile) {
       std::vector<float>& s = scores;
       auto all = v2<float>(b, s, n, 2 * seq);

@@ -93,7 +93,10 @@ TEST_CASE("online softmax: the GEMM-split tile operators give causal attention")
   const auto v = random_vector<double>(keys * dim, 6);
   for (bool causal : {true, false}) {
     CAPTURE(causal);
-    std::vector<double> max(queries, -HUGE_VAL), sum(queries, 0.0), acc(queries * dim, 0.0), lse(queries);
+    // Garbage first: attention_tile_start must reset it.
+    std::vector<double> max(queries, 5.0), sum(queries, 9.0), acc(queries * dim, 3.0), lse(queries);
+    ops::run_on_host(ops::attention_tile_start<double>{.max = view1(max), .sum = view1(sum),
+                                                       .acc = view2<double>(acc, queries, dim)});
     for (std::int64_t key_first = 0; key_first < keys; key_first += tile) {
       const std::int64_t n = std::min(tile, keys - key_first);
       std::vector<double> p(queries * n);

@@ -17,7 +17,8 @@
 //
 // - `online_softmax_update`: one row, one tile, including the product with
 //   the tile's values (the reference, and what a simple kernel runs);
-// - `attention_tile_softmax` + GEMM + `attention_tile_finish`: the same
+// - `attention_tile_start`, then per key tile `attention_tile_softmax` +
+//   GEMM, then `attention_tile_finish`: the same
 //   math split at the GEMM. The row operator turns a [queries, keys] score
 //   tile into P = exp(s - m') in place and rescales acc rows by
 //   exp(m - m'); the caller's GEMM then adds P V into acc (beta = 1).
@@ -126,9 +127,34 @@ MEMO_HOST_DEVICE T online_softmax_finish(const online_softmax_state<T>& state,
   return state.max + detail::ops_log(state.sum);
 }
 
+/// Resets the running state of a query tile before its first key tile:
+/// max = -inf, sum = 0, acc = 0. One index per query row.
+template <ops_scalar T>
+struct attention_tile_start {
+  tensor_view<T, 1> max;  // [queries]
+  tensor_view<T, 1> sum;  // [queries]
+  tensor_view<T, 2> acc;  // [queries, head_dim]
+
+  MEMO_HOST_DEVICE std::int64_t size() const { return acc.extent(0); }
+  MEMO_HOST_DEVICE void operator()(std::int64_t r) const {
+    max(r) = -detail::ops_infinity<T>();
+    sum(r) = T(0);
+    for (std::int64_t d = 0; d < acc.extent(1); ++d) acc(r, d) = T(0);
+  }
+
+  void validate() const {
+    const char* op = "attention_tile_start";
+    const std::int64_t q = acc.extent(0);
+    detail::expect_view(acc, {q, acc.extent(1)}, op, "acc");
+    detail::expect_view(max, {q}, op, "max");
+    detail::expect_view(sum, {q}, op, "sum");
+  }
+};
+
 /// The GEMM-composed forward step for a tile: per query row, scores -> P in
 /// place, (max, sum) updated, acc row rescaled. Then the caller adds P V
-/// into acc. One index per query row.
+/// into acc. One index per query row; the state starts from
+/// `attention_tile_start`.
 template <ops_scalar T>
 struct attention_tile_softmax {
   tensor_view<T, 2> scores;  // [queries, keys]: scaled scores in, P out
