@@ -159,6 +159,28 @@ TEST_CASE("encoder: fp32 backward is bit-identical to the sequential scatter, in
   CHECK(shuffled == seq_wte);
 }
 
+TEST_CASE("encoder: position gradients over row chunks with offsets equal one pass bit for bit") {
+  const auto dout = random_vector<float>(tokens_n * channels, 8);
+  std::vector<float> whole(max_positions * channels, 0.0f), chunked = whole;
+  ops::run_on_host(ops::encoder_backward_positions<float>{.dwpe = view2<float>(whole, max_positions, channels),
+                                                          .dout = cview2(dout, tokens_n, channels),
+                                                          .sequence_length = seq});
+  // Rows [0, 3) start at position 0; rows [3, 10) start at position 3 and
+  // wrap into the second sequence.
+  for (auto [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 3}, {3, 7}}) {
+    ops::run_on_host(ops::encoder_backward_positions<float>{
+        .dwpe = view2<float>(chunked, max_positions, channels),
+        .dout = cview2(dout, tokens_n, channels).slice(first, count),
+        .sequence_length = seq,
+        .position_offset = first % seq});
+  }
+  CHECK(chunked == whole);
+  std::vector<float> naive(max_positions * channels, 0.0f);
+  for (std::int64_t r = 0; r < tokens_n; ++r)
+    for (std::int64_t c = 0; c < channels; ++c) naive[(r % seq) * channels + c] += dout[r * channels + c];
+  CHECK(whole == naive);
+}
+
 TEST_CASE("encoder: token buckets group rows by token in ascending row order") {
   bucket_storage storage;
   const auto buckets = storage.build();
