@@ -74,3 +74,12 @@
 #include "memo/model/checkpoint.hpp"
 #include "memo/model/gpt2_config.hpp"
 #include "memo/model/token_data.hpp"
+
+// model/: the reference GPT-2's operators (row and element math, host and device)
+#include "memo/model/ops/adamw.hpp"
+#include "memo/model/ops/common.hpp"
+#include "memo/model/ops/cross_entropy.hpp"
+#include "memo/model/ops/elementwise.hpp"
+#include "memo/model/ops/encoder.hpp"
+#include "memo/model/ops/layernorm.hpp"
+#include "memo/model/ops/online_softmax.hpp"
