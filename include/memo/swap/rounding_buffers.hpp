@@ -333,6 +333,21 @@ class rounding_buffers {
     handed.state_.reset();
   }
 
+  /// Records every guard on `on` anew. For a user that drained all its
+  /// streams after an abandoned step: a guard recorded after a failed task
+  /// would otherwise hand that failure to the next acquire of its buffer.
+  /// Every lease must be released.
+  void refresh_guards(stream_type& on) {
+    std::lock_guard lock(state_->mutex);
+    for (std::size_t b = 0; b < count_; ++b) {
+      expects(state_->slots[b].state != detail::rounding_state::holder::leased, [&] {
+        return "rounding buffers: refresh_guards while layer " + std::to_string(state_->slots[b].layer) +
+               " still holds buffer " + std::to_string(b);
+      });
+    }
+    for (auto& guard : guards_) backend_->record(guard, on);
+  }
+
   /// Claims these buffers for `user` (a swapper); a second claim while the
   /// first `exclusive_use` lives is an error naming both users.
   [[nodiscard]] exclusive_use claim(std::string user) {

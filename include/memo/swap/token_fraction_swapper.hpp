@@ -319,6 +319,10 @@ class token_fraction_swapper {
       }
     }
     release_held_leases();
+    if (claim_.buffers_alive()) {
+      buffers_->refresh_guards(*compute_);
+      backend_->synchronize(*compute_);
+    }
     next_ = 0;
     in_layer_ = false;
     shared_holder_.reset();
