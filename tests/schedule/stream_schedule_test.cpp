@@ -21,6 +21,8 @@
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
 
+#include "../support/recording_backend.hpp"
+
 using memo::collective_kind;
 using memo::copy_kind;
 using memo::device_profile;
@@ -614,4 +616,126 @@ TEST_CASE("stream_schedule: a copy the backend rejects fails execute after earli
   CHECK_THROWS_WITH_AS(static_cast<void>(schedule.execute(backend)), doctest::Contains("overlap"),
                        memo::error);
   CHECK(backend.device_memory().current_bytes() == 0);
+}
+
+namespace {
+
+// Six layers of forward/offload and backward/prefetch, copies without
+// pointers (instance scratch), every compute op counting its runs.
+stream_schedule counted_step(std::atomic<int>& ran) {
+  stream_schedule schedule;
+  schedule.add_stream("compute");
+  schedule.add_stream("offload");
+  schedule.add_stream("prefetch");
+  for (int layer = 0; layer < 6; ++layer) {
+    std::vector<op_id> after;
+    if (layer >= 2) after.push_back(schedule.find("offload " + std::to_string(layer - 2)));
+    const op_id forward = schedule.add_compute("forward " + std::to_string(layer), "compute",
+                                               {.flops = 1000.0, .work = [&ran](memo::native_stream_ref) { ++ran; }},
+                                               after);
+    schedule.add_copy("offload " + std::to_string(layer), "offload", copy_kind::device_to_host, {.bytes = 4096},
+                      {forward});
+  }
+  for (int layer = 5; layer >= 0; --layer) {
+    const op_id prefetch = schedule.add_copy("prefetch " + std::to_string(layer), "prefetch",
+                                             copy_kind::host_to_device, {.bytes = 2048},
+                                             {schedule.find("offload " + std::to_string(layer))});
+    schedule.add_compute("backward " + std::to_string(layer), "compute",
+                         {.flops = 2000.0, .work = [&ran](memo::native_stream_ref) { ++ran; }}, {prefetch});
+  }
+  return schedule;
+}
+
+}  // namespace
+
+TEST_CASE("stream_schedule: an instance launched every step creates no stream, event or allocation") {
+  host_backend inner(throttled(64e6));
+  memo::testing::recording_backend<host_backend> backend(inner);
+  std::atomic<int> ran{0};
+  const stream_schedule schedule = counted_step(ran);
+  auto instance = schedule.instantiate(backend);
+  // Instantiation: three streams; an origin, a start and an end per op and a
+  // tail per stream; one device and one pinned scratch block.
+  CHECK(backend.streams_made() == 3);
+  CHECK(backend.events_made() == 1 + 2 * schedule.size() + 3);
+  CHECK(backend.allocations() == 2);
+  CHECK(inner.device_memory().current_bytes() == 4096 + 2048);  // one part per copy stream
+
+  backend.clear_calls();
+  instance.launch();
+  instance.synchronize();
+  const auto first = backend.calls();
+  backend.clear_calls();
+  constexpr int more = 4;
+  for (int i = 0; i < more; ++i) instance.launch();  // queued back to back
+  instance.synchronize();
+  CHECK(ran == 12 * (1 + more));
+  CHECK(instance.launches() == 1 + more);
+  CHECK(backend.streams_made() == 3);
+  CHECK(backend.events_made() == 1 + 2 * schedule.size() + 3);
+  CHECK(backend.allocations() == 2);
+  // Each later launch issues the first one's calls plus a join of the
+  // compute stream on the other two streams' tails.
+  CHECK(backend.calls().size() == more * (first.size() + 2));
+  const auto waits = std::count_if(first.begin(), first.end(), [](const memo::testing::recorded_call& call) {
+    return call.kind == memo::testing::call_kind::wait;
+  });
+  // Origin x 2; forward 2..5 on offloads; offload i on forward i; prefetch
+  // i on offload i; backward i on prefetch i.
+  CHECK(waits == 2 + 4 + 6 + 6 + 6);
+  // The calls of one launch, replayed into ops (each copy or enqueue named
+  // by the op whose start event its stream recorded last: event 1 + 2 i is
+  // op i's start), give the schedule's op order per stream and its
+  // happens-before relation.
+  std::vector<std::string> names(first.size());
+  std::map<std::size_t, std::size_t> last_start;  // stream -> op
+  for (std::size_t c = 0; c < first.size(); ++c) {
+    const auto& call = first[c];
+    if (call.kind == memo::testing::call_kind::record && call.event % 2 == 1 && call.event < 1 + 2 * schedule.size()) {
+      last_start[call.stream] = (call.event - 1) / 2;
+    }
+    if (call.kind == memo::testing::call_kind::copy || call.kind == memo::testing::call_kind::enqueue) {
+      names[c] = schedule.ops()[last_start.at(call.stream)].name;
+    }
+  }
+  const auto replayed = memo::testing::replay(first, 3, [&](const memo::testing::recorded_call& call) {
+    return names[static_cast<std::size_t>(&call - first.data())];
+  });
+  const auto expected = memo::testing::ops_of(schedule);
+  CHECK(replayed.order == expected.order);
+  CHECK(memo::testing::happens_before(replayed) == memo::testing::happens_before(expected));
+  const auto executed = instance.last_timeline();
+  const auto difference = executed.op_order_difference(schedule.simulate(unit_profile()));
+  CHECK_MESSAGE(difference.empty(), difference);
+}
+
+TEST_CASE("stream_schedule: copy scratch carved from regions the caller owns") {
+  host_backend backend(throttled(64e6));
+  std::atomic<int> ran{0};
+  const stream_schedule schedule = counted_step(ran);
+  // (offload, device_to_host) 4096 bytes, then (prefetch, host_to_device)
+  // 2048 bytes at offset 4096, on each side.
+  const auto bytes = memo::schedule_instance<host_backend>::required_scratch(schedule);
+  CHECK(bytes.device == 4096 + 2048);
+  CHECK(bytes.pinned == 4096 + 2048);
+  memo::buffer<std::byte, memo::host_memory_resource> device(backend.device_memory(), bytes.device);  // [bytes]
+  memo::buffer<std::byte, memo::host_memory_resource> pinned(backend.pinned_memory(), bytes.pinned);  // [bytes]
+  const memo::memory_region device_region{device.data(), device.size()};
+  const memo::memory_region pinned_region{pinned.data(), pinned.size()};
+  {
+    auto instance = schedule.instantiate(backend, device_region, pinned_region);
+    instance.launch();
+    instance.launch();
+    instance.synchronize();
+    CHECK(ran == 24);
+    CHECK(backend.device_memory().peak_bytes() == bytes.device);  // the caller's region only
+    CHECK(backend.pinned_memory().peak_bytes() == bytes.pinned);
+  }
+  CHECK_THROWS_WITH_AS(static_cast<void>(schedule.instantiate(backend, device_region.subregion(0, bytes.device - 1),
+                                                              pinned_region)),
+                       doctest::Contains("scratch of stream 'prefetch'"), memo::error);
+  // Nothing launched yet: no timeline to read.
+  auto idle = schedule.instantiate(backend, device_region, pinned_region);
+  CHECK_THROWS_WITH_AS(static_cast<void>(idle.last_timeline()), doctest::Contains("nothing was launched"),
+                       memo::error);
 }

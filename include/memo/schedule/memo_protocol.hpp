@@ -11,7 +11,7 @@
 //   - `build_memo_step` (schedule/memo_step.hpp) turns it into the
 //     `stream_schedule` that the simulator runs.
 //
-// So what is simulated is what runs; tests/swap/memo_protocol_test.cpp
+// So what is simulated is what runs; tests/swap/token_fraction_swapper_test.cpp
 // records a real swapper's backend calls and checks that they produce the
 // schedule's op order on every stream and its happens-before relation.
 //
