@@ -7,8 +7,11 @@
 // against an independent description (the simulated schedule), and the
 // counters to check that a steady-state step creates nothing.
 //
-// Forwarding a member the Backend concept adds later is one line: unwrap the
-// stream (`on.inner`) and call `inner_->member(...)`; log it if it matters.
+// Compute on a stream (parallel_for, gemm, gemm_strided_batched, memset_async)
+// is forwarded generically: whatever arguments the inner backend takes, with
+// this backend's streams unwrapped, logged as an enqueue on that stream. A
+// member the Backend concept adds under another name is one more line of
+// MEMO_TESTING_FORWARD_STREAM_CALL below.
 #pragma once
 
 #include <atomic>
@@ -142,6 +145,33 @@ class recording_backend {
     inner_->enqueue(on.inner, std::forward<Work>(work));
   }
 
+  // --- compute on a stream, forwarded whatever its signature ------------------
+
+  // This backend's streams and events become the inner ones; anything else
+  // passes through.
+  template <class T>
+  static decltype(auto) unwrap(T&& value) {
+    using bare = std::remove_cvref_t<T>;
+    if constexpr (std::is_same_v<bare, stream> || std::is_same_v<bare, event>) {
+      return (value.inner);
+    } else {
+      return std::forward<T>(value);
+    }
+  }
+
+#define MEMO_TESTING_FORWARD_STREAM_CALL(member)                                              \
+  template <class... Args>                                                                    \
+    requires requires(Inner& b, Args&&... args) { b.member(unwrap(std::forward<Args>(args))...); } \
+  decltype(auto) member(Args&&... args) {                                                     \
+    log_stream_call(args...);                                                                 \
+    return inner_->member(unwrap(std::forward<Args>(args))...);                               \
+  }
+  MEMO_TESTING_FORWARD_STREAM_CALL(parallel_for)
+  MEMO_TESTING_FORWARD_STREAM_CALL(gemm)
+  MEMO_TESTING_FORWARD_STREAM_CALL(gemm_strided_batched)
+  MEMO_TESTING_FORWARD_STREAM_CALL(memset_async)
+#undef MEMO_TESTING_FORWARD_STREAM_CALL
+
   // --- what the tests read ----------------------------------------------------
 
   /// Every later call carries `label` (e.g. "forward 3") until changed.
@@ -171,6 +201,25 @@ class recording_backend {
   Inner& inner() noexcept { return *inner_; }
 
  private:
+  template <class... Args>
+  void log_stream_call(const Args&... args) {
+    std::size_t on = static_cast<std::size_t>(-1);
+    ((on = on == static_cast<std::size_t>(-1) && is_stream(args) ? stream_id(args) : on), ...);
+    if (on != static_cast<std::size_t>(-1)) log({on, call_kind::enqueue});
+  }
+  template <class T>
+  static constexpr bool is_stream(const T&) noexcept {
+    return std::is_same_v<T, stream>;
+  }
+  template <class T>
+  static std::size_t stream_id(const T& value) noexcept {
+    if constexpr (std::is_same_v<T, stream>) {
+      return value.id();
+    } else {
+      return static_cast<std::size_t>(-1);
+    }
+  }
+
   void log(recorded_call call) {
     std::lock_guard lock(mutex_);
     call.label = label_;

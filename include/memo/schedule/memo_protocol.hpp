@@ -15,9 +15,10 @@
 // records a real swapper's backend calls and checks that they produce the
 // schedule's op order on every stream and its happens-before relation.
 //
-// For n layers, K rounding buffers and R resident last layers (R <= K; the
-// paper keeps the last two), layer i uses buffer i % K and is *swapped* when
-// i < n - R. Issue order and waits:
+// For n layers, K rounding buffers and `resident_last_layers` layers kept
+// resident at the end (at most K; the paper keeps the last two), layer i
+// uses buffer i % K and is *swapped* when i < n - resident_last_layers.
+// Issue order and waits:
 //
 //   forward i     (compute)   after offload i-K (the last user of buffer i % K)
 //   offload i     (offload)   after forward i; swapped layers only
@@ -49,7 +50,7 @@ namespace memo {
 struct memo_protocol_options {
   std::size_t layers = 0;                ///< n
   std::size_t rounding_buffers = 2;      ///< K
-  std::size_t resident_last_layers = 2;  ///< R: never swapped; R <= K and R <= n
+  std::size_t resident_last_layers = 2;  ///< never swapped; at most K and at most n
   /// Swapped layers have token ranges to recompute (0 < alpha < 1).
   bool recompute_swapped = false;
   /// Some tensors live in the shared region (nothing of them is offloaded).
