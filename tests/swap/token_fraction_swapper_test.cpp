@@ -541,3 +541,41 @@ TEST_CASE("token_fraction_swapper: an abandoned step is reset and the next steps
     CHECK(checker.mismatched == 0);
   }
 }
+
+TEST_CASE("token_fraction_swapper: over rounding buffers and a host store built on caller regions") {
+  host_backend::options config;
+  config.host_to_device_bytes_per_second = 4e6;
+  config.device_to_host_bytes_per_second = 4e6;
+  host_backend backend(config);
+  auto compute = backend.make_stream("compute");
+  const std::size_t layers = 5;
+  for (const double alpha : {0.0, 0.5, 1.0}) {
+    CAPTURE(alpha);
+    const memo::offload_plan plan(test_layout(), alpha);
+    using buffers_type = memo::rounding_buffers<host_backend>;
+    using store_type = memo::host_store<host_backend>;
+    const auto slots = memo::host_slots_for(plan, layers - 2);
+    memo::buffer<std::byte, memo::host_memory_resource> device_arena(backend.device_memory(),
+                                                                     buffers_type::required_bytes(plan, 2));
+    memo::buffer<std::byte, memo::host_memory_resource> host_arena(backend.pinned_memory(),
+                                                                   store_type::required_bytes(slots));
+    const auto device_before = backend.device_memory().current_bytes();
+    const auto pinned_before = backend.pinned_memory().current_bytes();
+    backend.device_memory().reset_peak();
+    buffers_type buffers(backend, plan, 2, memo::memory_region{device_arena.data(), device_arena.size()});
+    store_type store(backend, memo::memory_region{host_arena.data(), host_arena.size()});
+    {
+      swapper_type swapper(backend, compute, buffers, store, {layers, 2, 0});
+      CHECK(store.used_bytes() == host_arena.size());  // the region holds exactly the plan's slots
+      step_checker checker(layers, test_layout().size());
+      for (std::size_t step = 0; step < 2; ++step) checker.step(swapper, backend, compute, step);
+      swapper.synchronize();
+      CHECK(checker.checked == 2 * layers * test_layout().layer_bytes());
+      CHECK(checker.mismatched == 0);
+    }
+    // Nothing was allocated beyond the two regions.
+    CHECK(backend.device_memory().current_bytes() == device_before);
+    CHECK(backend.pinned_memory().current_bytes() == pinned_before);
+    CHECK(backend.device_memory().peak_bytes() == device_before);
+  }
+}
