@@ -186,7 +186,11 @@ class token_fraction_swapper {
     // Errors are reported by synchronize(), which callers use.
     drain();
     release_held_leases();
-    if (!reservation_.empty()) store_->release(reservation_);
+    try {
+      if (!reservation_.empty()) store_->release(reservation_);
+    } catch (...) {
+      // Only a store that lost the reservation some other way gets here.
+    }
   }
 
   [[nodiscard]] const offload_plan& plan() const noexcept { return buffers_->plan(); }
