@@ -20,9 +20,7 @@
 #include "memo/backend/host_backend.hpp"
 #include "schedule_test_helpers.hpp"
 
-using memo::collective_kind;
 using memo::copy_kind;
-using memo::device_profile;
 using memo::host_backend;
 using memo::op_id;
 using memo::stream_schedule;

@@ -6,27 +6,16 @@
 
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
-#include <map>
-#include <numeric>
-#include <stdexcept>
 #include <string>
-#include <vector>
 
-#include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "schedule_test_helpers.hpp"
 
-using memo::collective_kind;
 using memo::copy_kind;
-using memo::device_profile;
 using memo::host_backend;
 using memo::op_id;
 using memo::stream_schedule;
 using memo::testing::message_of;
-using memo::testing::throttled;
 using memo::testing::unit_profile;
 
 TEST_CASE("stream_schedule: a cycle across streams is an error naming its ops") {

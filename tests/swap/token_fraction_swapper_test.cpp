@@ -16,6 +16,7 @@
 #include "memo/backend/host_backend.hpp"
 #include "memo/schedule/memo_step.hpp"
 
+#include "../schedule/schedule_test_helpers.hpp"
 #include "../support/recording_backend.hpp"
 
 namespace {
@@ -122,6 +123,17 @@ struct step_checker {
   std::vector<std::vector<std::vector<std::byte>>> expected;  // [layer][tensor] what the forward wrote
   std::size_t mismatched = 0;
   std::size_t checked = 0;
+};
+
+// A backend, a compute stream, and rounding buffers (K = 2) and a 1 MiB host
+// store for test_layout() at `alpha`.
+struct swap_setup {
+  explicit swap_setup(double alpha) : plan(test_layout(), alpha) {}
+  host_backend backend;
+  host_backend::stream compute = backend.make_stream("compute");
+  memo::offload_plan plan;
+  memo::rounding_buffers<host_backend> buffers{backend, plan};
+  memo::host_store<host_backend> store{backend, memo::mib};
 };
 
 struct run_result {
@@ -431,16 +443,7 @@ TEST_CASE("token_fraction_swapper: its backend calls are the simulated memo step
           CHECK(executed.order == simulated.order);
           CHECK(memo::testing::happens_before(executed) == memo::testing::happens_before(simulated));
           // The simulator runs every stream in that order too.
-          const auto unit = [] {
-            memo::device_profile profile;
-            profile.name = "unit";
-            profile.peak_flops = 1000.0;
-            profile.efficiency = 1.0;
-            profile.host_to_device_bytes_per_second = 1000.0;
-            profile.device_to_host_bytes_per_second = 1000.0;
-            return profile;
-          }();
-          CHECK(step.schedule.simulate(unit).op_order_per_stream() == simulated.order);
+          CHECK(step.schedule.simulate(memo::testing::unit_profile()).op_order_per_stream() == simulated.order);
           ++runs;
         }
       }
@@ -451,11 +454,8 @@ TEST_CASE("token_fraction_swapper: its backend calls are the simulated memo step
 }
 
 TEST_CASE("token_fraction_swapper: a destroyed swapper returns its host slots and its buffers") {
-  host_backend backend;
-  auto compute = backend.make_stream("compute");
-  memo::offload_plan plan(test_layout(), 0.5);
-  memo::rounding_buffers<host_backend> buffers(backend, plan);
-  memo::host_store<host_backend> store(backend, memo::mib);
+  swap_setup setup(0.5);
+  auto& [backend, compute, plan, buffers, store] = setup;
   {
     swapper_type first(backend, compute, buffers, store, {5, 2, 0});
     CHECK(store.slot_count() == 3 * 4);
@@ -480,11 +480,8 @@ TEST_CASE("token_fraction_swapper: a destroyed swapper returns its host slots an
 }
 
 TEST_CASE("token_fraction_swapper: two swappers over one set of rounding buffers are refused") {
-  host_backend backend;
-  auto compute = backend.make_stream("compute");
-  memo::offload_plan plan(test_layout(), 0.5);
-  memo::rounding_buffers<host_backend> buffers(backend, plan);
-  memo::host_store<host_backend> store(backend, memo::mib);
+  swap_setup setup(0.5);
+  auto& [backend, compute, plan, buffers, store] = setup;
   swapper_type first(backend, compute, buffers, store, {4, 2, 0});
   const auto used = store.used_bytes();
   CHECK_THROWS_WITH_AS((swapper_type(backend, compute, buffers, store, {4, 2, 100})),
