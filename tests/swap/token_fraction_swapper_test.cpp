@@ -576,3 +576,32 @@ TEST_CASE("token_fraction_swapper: over rounding buffers and a host store built 
     CHECK(backend.device_memory().peak_bytes() == device_before);
   }
 }
+
+TEST_CASE("token_fraction_swapper: a step simulated from its protocol options matches it when alpha rounds to zero") {
+  // alpha = 0.01 of 64 tokens is no token: the swapper's plan shares the
+  // fraction tensors (as at alpha = 0), while a config read from alpha alone
+  // would model a partial recompute. Taking the shape from the swapper
+  // removes the difference.
+  swap_setup setup(0.01);
+  auto& [backend, compute, plan, buffers, store] = setup;
+  swapper_type swapper(backend, compute, buffers, store, {5, 2, 0});
+  CHECK(swapper.protocol_options().recompute_shared);
+  CHECK_FALSE(swapper.protocol_options().recompute_swapped);
+  memo::memo_step_config config;
+  config.layers = 5;
+  config.alpha = 0.01;
+  config.layer_forward_flops = 1000.0;
+  config.recompute_flops = 500.0;
+  CHECK(config.protocol_options().recompute_swapped);  // the model from alpha alone
+  config.protocol = swapper.protocol_options();
+  const auto step = memo::build_memo_step(config);
+  std::vector<std::string> actions;
+  for (const auto& action : swapper.protocol()) actions.push_back(action.name());
+  std::vector<std::string> ops;
+  for (const auto& action : step.protocol) ops.push_back(action.name());
+  CHECK(ops == actions);
+  CHECK(step.recompute[3].has_value());  // resident layer 3 rebuilds its shared tensors
+  config.protocol->layers = 6;
+  CHECK_THROWS_WITH_AS(static_cast<void>(memo::build_memo_step(config)),
+                       doctest::Contains("the given protocol is for 6 layers"), memo::error);
+}

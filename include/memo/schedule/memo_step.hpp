@@ -78,6 +78,12 @@ struct memo_step_config {
   std::string offload_stream = "offload";
   std::string prefetch_stream = "prefetch";
 
+  /// Which layers recompute, when taken from a real swapper
+  /// (`token_fraction_swapper::protocol_options()`, whose plan may round a
+  /// small alpha to zero tokens) instead of from alpha; its layers, K and
+  /// resident_last_layers must equal the fields above.
+  std::optional<memo_protocol_options> protocol{};
+
   /// Throws `memo::error` naming the first field out of range.
   void check() const {
     expects(layers >= 1, [&] { return "memo step: layers must be >= 1, got " + std::to_string(layers); });
@@ -123,6 +129,19 @@ struct memo_step_config {
   /// The step's shape for memo_step_protocol: swapped layers recompute
   /// their tail at 0 < alpha < 1; at alpha = 0 the other tensors are shared.
   [[nodiscard]] memo_protocol_options protocol_options() const {
+    if (protocol) {
+      expects(protocol->layers == static_cast<std::size_t>(layers) &&
+                  protocol->rounding_buffers == static_cast<std::size_t>(rounding_buffers) &&
+                  protocol->resident_last_layers == static_cast<std::size_t>(resident_last_layers),
+              [&] {
+                return "memo step: the given protocol is for " + std::to_string(protocol->layers) + " layers, K = " +
+                       std::to_string(protocol->rounding_buffers) + ", " +
+                       std::to_string(protocol->resident_last_layers) + " resident, but the config says " +
+                       std::to_string(layers) + ", " + std::to_string(rounding_buffers) + ", " +
+                       std::to_string(resident_last_layers);
+              });
+      return *protocol;
+    }
     memo_protocol_options options;
     options.layers = static_cast<std::size_t>(layers);
     options.rounding_buffers = static_cast<std::size_t>(rounding_buffers);
