@@ -1,30 +1,34 @@
 // bench/swap_bench.cpp
 //
 // MEMO section 4.1 on the host backend, and projected onto the paper's 7B
-// setting.
+// setting. Everything that swaps, plans and predicts is the library's:
+// rounding_buffers, host_store, token_fraction_swapper (which walks the same
+// step protocol the simulator runs), solve_alpha and simulate_memo_step. The
+// bench only supplies a layer to swap and a stopwatch.
 //
-// Part 1 (measured). A synthetic transformer layer whose compute is real
-// fp32 work through Eigen — RMSNorm, QKV, causal softmax attention, output
-// projection, MLP with GELU; a backward of about twice the forward FLOPs that
-// reads every skeletal tensor — writes its ten skeletal tensors (Figure 5)
-// into the rounding buffers. The layer's forward is timed first, then the
-// host backend's copy engine is throttled so that offloading a whole layer
-// takes 1.5x that forward (a GPU-like ratio of PCIe to compute time). One
-// step of an n-layer model is then run, rounds interleaved, with
-//   - no offload (every layer's skeletal tensors stay on device),
+// Part 1 (measured). A synthetic layer writes MEMO's ten skeletal tensors
+// (Figure 5) into the rounding buffers: the layer input, an attention output
+// whose cost grows with a causal window over the sequence (so, as at long
+// context, attention dominates the layer), and eight token-wise functions of
+// those two (recomputable per token). Its backward reads every skeletal
+// tensor and costs about twice the forward. The layer's forward is profiled
+// as it runs when swapped, then the copy engine is throttled so that
+// offloading a whole layer takes 1.5x that forward (a GPU-like ratio of PCIe
+// to compute time). Configurations run one step each per round, rounds
+// interleaved (at least 5):
+//   - no offload (every layer keeps its skeletal tensors on device),
 //   - alpha from the LP (equations 1-3, lp_solve),
 //   - alpha = 1 (everything offloaded: the LP predicts a stall),
 //   - alpha = 0 (input and attention output offloaded, the rest recomputed),
-// and each step time is reported as a ratio to no offload, next to the ratio
-// the stream-schedule simulator predicts from the measured layer times, and
-// to the device peak (measured by the backend's accounting, and planned).
+// and each step is reported as median and min-max over rounds, as a ratio to
+// the same round's no-offload step, beside the ratio and stall that the
+// simulated MEMO step predicts from the layer times measured in the run.
 //
-// Part 2 (simulated). The 7B GPT of the paper (32 layers, hidden 4096, 32
-// heads) on 8 A800-80GB GPUs with TP 4 x CP 2, for 64K..1M tokens: alpha
-// from the LP, the layer's forward time, the per-layer transfer time, the
-// host memory per node and the stall of the simulated step.
+// Part 2 (simulated). The 7B GPT of the paper (32 layers, hidden 4096) on 8
+// A800-80GB GPUs with TP 4 x CP 2, 16K..1M tokens: alpha from the LP, the
+// transfer per layer, host memory per node and the simulated step's stall.
 //
-// --json prints one JSON object; --quick runs a small model in seconds.
+// --json prints one JSON object (memo::json_writer); --quick runs in seconds.
 #include "memo/core/config.hpp"
 
 #if !MEMO_HAS_LPSOLVE
@@ -35,24 +39,20 @@ int main() {
 }
 #else
 
-#include <Eigen/Dense>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/core/device_profile.hpp"
+#include "memo/core/json.hpp"
 #include "memo/schedule/layer_cost.hpp"
 #include "memo/schedule/memo_step.hpp"
 #include "memo/swap/alpha_solver.hpp"
@@ -63,480 +63,313 @@ int main() {
 namespace {
 
 using memo::host_backend;
-using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using matrix_map = Eigen::Map<matrix>;
-using device_floats = memo::buffer<float, memo::host_memory_resource>;
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+struct spread {
+  double median = 0.0, min = 0.0, max = 0.0;
+};
+spread spread_of(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  return {values[values.size() / 2], values.front(), values.back()};
+}
 
 struct bench_shape {
   int layers = 8;
-  int tokens = 3072;  // long-context regime: attention dominates, as in MEMO
+  int tokens = 4096;
   int hidden = 32;
-  int rounds = 6;  // measured rounds after one warm-up round
+  int window = 512;  // causal attention window: the non-token-wise cost
+  int rounds = 6;    // measured rounds after one warm-up round
 };
 
+// Skeletal tensors of one layer, [tokens, width floats] each: input and
+// attention output whole, the rest token-wise functions of those two.
+constexpr std::size_t kInput = 0;
+constexpr std::size_t kAttention = 1;
 memo::skeletal_layout synthetic_layout(const bench_shape& shape) {
   const auto s = static_cast<std::size_t>(shape.tokens);
   const auto h = static_cast<std::size_t>(shape.hidden) * sizeof(float);
-  const auto f = 4 * h;
   using memo::skeletal_policy;
   return memo::skeletal_layout({
       {"input", s, h, skeletal_policy::offload_whole},
+      {"attention_output", s, h, skeletal_policy::offload_whole},
       {"input_norm", s, h, skeletal_policy::offload_fraction},
       {"q", s, h, skeletal_policy::offload_fraction},
       {"k", s, h, skeletal_policy::offload_fraction},
       {"v", s, h, skeletal_policy::offload_fraction},
-      {"attention_output", s, h, skeletal_policy::offload_whole},
       {"residual", s, h, skeletal_policy::offload_fraction},
       {"mlp_input_norm", s, h, skeletal_policy::offload_fraction},
-      {"fc1_output", s, f, skeletal_policy::offload_fraction},
-      {"activation_output", s, f, skeletal_policy::offload_fraction},
+      {"fc1_output", s, 4 * h, skeletal_policy::offload_fraction},
+      {"activation_output", s, 4 * h, skeletal_policy::offload_fraction},
   });
 }
 
-enum tensor_index : std::size_t {
-  t_input, t_input_norm, t_q, t_k, t_v, t_attention, t_residual, t_mlp_norm, t_fc1, t_act
-};
-
-float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); }
-float gelu_grad(float x) {
-  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
-  const float t = std::tanh(u);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
-// One GPT-like layer with weights shared by every layer (the bench measures
-// time and memory, not learning). Weights, gradients and transients live in
-// the backend's device memory, so its peak counts everything.
-class synthetic_model {
+// The synthetic layer. Its state (the hidden activations passed between
+// layers and a gradient) lives in the backend's device memory, so the
+// backend's peak counts it.
+class synthetic_layer {
  public:
-  synthetic_model(host_backend& backend, const bench_shape& shape)
-      : s_(shape.tokens), h_(shape.hidden), f_(4 * shape.hidden) {
-    auto& device = backend.device_memory();
-    const auto hh = static_cast<std::size_t>(h_ * h_);
-    const auto hf = static_cast<std::size_t>(h_ * f_);
-    for (auto* w : {&wq_, &wk_, &wv_, &wo_, &dwq_, &dwk_, &dwv_, &dwo_}) *w = device_floats(device, hh);
-    for (auto* w : {&w1_, &w2_, &dw1_, &dw2_}) *w = device_floats(device, hf);
-    const auto sh = static_cast<std::size_t>(s_ * h_);
-    const auto ss = static_cast<std::size_t>(s_) * static_cast<std::size_t>(s_);
-    for (auto* t : {&hidden_, &grad_, &dres_, &dq_, &dk_, &dv_}) *t = device_floats(device, sh);
-    for (auto* t : {&scores_, &dscores_}) *t = device_floats(device, ss);
-    for (auto* t : {&dact_}) *t = device_floats(device, static_cast<std::size_t>(s_ * f_));
-    std::mt19937 random(7);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (auto* w : {&wq_, &wk_, &wv_, &wo_}) {
-      for (auto& x : w->span()) x = normal(random) / std::sqrt(static_cast<float>(h_));
-    }
-    for (auto& x : w1_.span()) x = normal(random) / std::sqrt(static_cast<float>(h_));
-    for (auto& x : w2_.span()) x = normal(random) / std::sqrt(static_cast<float>(f_));
-    reset_input();
-  }
+  synthetic_layer(host_backend& backend, const bench_shape& shape)
+      : s_(static_cast<std::size_t>(shape.tokens)), h_(static_cast<std::size_t>(shape.hidden)),
+        window_(static_cast<std::size_t>(shape.window)),
+        hidden_(backend.device_memory(), s_ * h_), grad_(backend.device_memory(), s_ * h_) {}
 
   void reset_input() {
-    std::mt19937 random(11);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (auto& x : hidden_.span()) x = normal(random);
-    for (auto& x : grad_.span()) x = normal(random) * 0.01f;
-  }
-
-  // Rebuilds every "other" tensor of tokens [begin, end) from the layer input
-  // and the attention output: the token-wise part of the forward.
-  void tokenwise(const memo::skeletal_views& v, int begin, int end) const {
-    const int rows = end - begin;
-    if (rows <= 0) return;
-    auto rows_of = [&](std::size_t t, int width) {
-      return matrix_map(v[t].as<float>() + static_cast<std::ptrdiff_t>(begin) * width, rows, width);
-    };
-    auto input = rows_of(t_input, h_);
-    auto norm = rows_of(t_input_norm, h_);
-    rms_norm(input, norm);
-    rows_of(t_q, h_).noalias() = norm * map(wq_, h_, h_);
-    rows_of(t_k, h_).noalias() = norm * map(wk_, h_, h_);
-    rows_of(t_v, h_).noalias() = norm * map(wv_, h_, h_);
-    auto residual = rows_of(t_residual, h_);
-    residual = input;
-    residual.noalias() += rows_of(t_attention, h_) * map(wo_, h_, h_);
-    auto mlp_norm = rows_of(t_mlp_norm, h_);
-    rms_norm(residual, mlp_norm);
-    auto fc1 = rows_of(t_fc1, f_);
-    fc1.noalias() = mlp_norm * map(w1_, h_, f_);
-    rows_of(t_act, f_) = fc1.unaryExpr([](float x) { return gelu(x); });
+    for (std::size_t i = 0; i < s_ * h_; ++i) hidden_.data()[i] = std::sin(0.01f * static_cast<float>(i));
+    std::fill(grad_.span().begin(), grad_.span().end(), 0.0f);
   }
 
   void forward(const memo::skeletal_views& v) {
-    auto input = slice(v, t_input, h_);
-    input = map(hidden_, s_, h_);
-    tokenwise_part_attention(v);
+    float* input = v[kInput].as<float>();
+    float* attention = v[kAttention].as<float>();
+    std::copy(hidden_.data(), hidden_.data() + s_ * h_, input);
+    window_mix(input, attention);
     tokenwise(v, 0, s_);
-    // The layer output (fc2) is not skeletal: it becomes the next input.
-    auto hidden = map(hidden_, s_, h_);
-    hidden = slice(v, t_residual, h_);
-    hidden.noalias() += slice(v, t_act, f_) * map(w2_, f_, h_);
-    hidden *= 1.0f / std::max(1.0f, hidden.norm() / std::sqrt(static_cast<float>(hidden.size())));
+    // The layer output (not skeletal) feeds the next layer.
+    for (std::size_t i = 0; i < s_ * h_; ++i) hidden_.data()[i] = 0.5f * (input[i] + attention[i]);
   }
 
   void recompute(const memo::recompute_request& request) const {
-    if (request.items.empty()) return;
-    // Every recomputed tensor shares one token range (one alpha, one layout).
-    const auto range = request.items.front().tokens;
-    tokenwise(request.views, static_cast<int>(range.begin), static_cast<int>(range.end));
+    for (const auto& item : request.items) tokenwise_tensor(request.views, item.tensor, item.tokens.begin, item.tokens.end);
   }
 
   void backward(const memo::skeletal_views& v) {
-    auto g = map(grad_, s_, h_);
-    auto dact = map(dact_, s_, f_);
-    dact.noalias() = g * map(w2_, f_, h_).transpose();
-    map(dw2_, f_, h_).noalias() += slice(v, t_act, f_).transpose() * g;
-    dact = dact.cwiseProduct(slice(v, t_fc1, f_).unaryExpr([](float x) { return gelu_grad(x); }));
-    auto dres = map(dres_, s_, h_);
-    dres = g;
-    dres.noalias() += dact * map(w1_, h_, f_).transpose();
-    map(dw1_, h_, f_).noalias() += slice(v, t_mlp_norm, h_).transpose() * dact;
-    // Attention backward (FlashAttention-style: the probabilities are
-    // recomputed from q and k).
-    auto dattn = map(dq_, s_, h_);  // reused as scratch until dq is formed
-    dattn.noalias() = dres * map(wo_, h_, h_).transpose();
-    map(dwo_, h_, h_).noalias() += slice(v, t_attention, h_).transpose() * dres;
-    auto p = probabilities(v);
-    auto dp = map(dscores_, s_, s_);
-    dp.noalias() = dattn * slice(v, t_v, h_).transpose();
-    auto dv = map(dv_, s_, h_);
-    dv.noalias() = p.transpose() * dattn;
-    const Eigen::VectorXf row_dot = dp.cwiseProduct(p).rowwise().sum();
-    dp = p.cwiseProduct(dp.colwise() - row_dot);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(h_));
-    auto dq = map(dq_, s_, h_);
-    dq.noalias() = scale * (dp * slice(v, t_k, h_));
-    auto dk = map(dk_, s_, h_);
-    dk.noalias() = scale * (dp.transpose() * slice(v, t_q, h_));
-    const auto norm = slice(v, t_input_norm, h_);
-    map(dwq_, h_, h_).noalias() += norm.transpose() * dq;
-    map(dwk_, h_, h_).noalias() += norm.transpose() * dk;
-    map(dwv_, h_, h_).noalias() += norm.transpose() * dv;
-    g = dres;
-    g.noalias() += dq * map(wq_, h_, h_).transpose();
-    g.noalias() += dk * map(wk_, h_, h_).transpose();
-    g.noalias() += dv * map(wv_, h_, h_).transpose();
-    g *= 1.0f / std::max(1.0f, g.norm() / std::sqrt(static_cast<float>(g.size())));
-  }
-
-  /// Device bytes of weights, gradients and transients.
-  [[nodiscard]] std::uint64_t fixed_bytes() const {
-    std::uint64_t total = 0;
-    for (const auto* b : {&wq_, &wk_, &wv_, &wo_, &w1_, &w2_, &dwq_, &dwk_, &dwv_, &dwo_, &dw1_,
-                          &dw2_, &hidden_, &grad_, &dres_, &dq_, &dk_, &dv_, &scores_, &dscores_, &dact_}) {
-      total += b->size_bytes();
+    // Reads every skeletal tensor, and mixes the gradient back over the
+    // window twice (about twice the forward's attention cost).
+    float sum = 0.0f;
+    for (std::size_t t = 2; t < v.size(); ++t) {
+      const float* data = v[t].as<float>();
+      for (std::size_t i = 0; i < v[t].bytes() / sizeof(float); ++i) sum += data[i];
     }
-    return total;
+    // Three passes of the forward's windowed mixing (the gradients of the
+    // attention output and of the input): about twice the forward, whose
+    // token-wise part is a third of it.
+    window_mix(v[kAttention].as<float>(), grad_.data());
+    window_mix(v[kInput].as<float>(), grad_.data());
+    window_mix(v[kAttention].as<float>(), grad_.data());
+    grad_.data()[0] += 1e-12f * sum;
   }
 
-  [[nodiscard]] double forward_flops() const {
-    const double s = s_, h = h_, f = f_;
-    return s * (2 * h * 3 * h + 2 * h * h + 4 * h * f) + 4 * s * s * h;
-  }
+  [[nodiscard]] std::uint64_t state_bytes() const { return hidden_.size_bytes() + grad_.size_bytes(); }
 
  private:
-  static matrix_map map(device_floats& b, int rows, int cols) { return matrix_map(b.data(), rows, cols); }
-  static matrix_map map(const device_floats& b, int rows, int cols) {
-    return matrix_map(const_cast<float*>(b.data()), rows, cols);
-  }
-  matrix_map slice(const memo::skeletal_views& v, std::size_t t, int width) const {
-    return matrix_map(v[t].as<float>(), s_, width);
-  }
-  static void rms_norm(const matrix_map& in, matrix_map& out) {
-    const Eigen::VectorXf inv =
-        ((in.cwiseProduct(in).rowwise().sum() / static_cast<float>(in.cols())).array() + 1e-5f).rsqrt();
-    out = inv.asDiagonal() * in;
-  }
-  // softmax(q k^T / sqrt(h)) with a causal mask, into scores_.
-  matrix_map probabilities(const memo::skeletal_views& v) {
-    auto p = map(scores_, s_, s_);
-    p.noalias() = (1.0f / std::sqrt(static_cast<float>(h_))) * (slice(v, t_q, h_) * slice(v, t_k, h_).transpose());
-    for (int i = 0; i < s_; ++i) {
-      auto row = p.row(i);
-      const float top = row.head(i + 1).maxCoeff();
-      row.head(i + 1) = (row.head(i + 1).array() - top).exp();
-      row.head(i + 1) /= row.head(i + 1).sum();
-      row.tail(s_ - i - 1).setZero();
+  // out[t] = mean over the causal window u in (t - window, t] of
+  // in[u] * in[u] (elementwise): O(s window h), not token-wise.
+  void window_mix(const float* in, float* out) const {
+    for (std::size_t t = 0; t < s_; ++t) {
+      float* o = out + t * h_;
+      std::fill(o, o + h_, 0.0f);
+      const std::size_t first = t >= window_ ? t - window_ + 1 : 0;
+      for (std::size_t u = first; u <= t; ++u) {
+        const float* row = in + u * h_;
+        for (std::size_t j = 0; j < h_; ++j) o[j] += row[j] * row[j];
+      }
+      const float scale = 1.0f / static_cast<float>(t - first + 1);
+      for (std::size_t j = 0; j < h_; ++j) o[j] *= scale;
     }
-    return p;
-  }
-  void tokenwise_part_attention(const memo::skeletal_views& v) {
-    // q, k, v of every token are needed before attention: the token-wise
-    // QKV part runs here for all tokens, then attention, then the rest.
-    auto input = slice(v, t_input, h_);
-    auto norm = slice(v, t_input_norm, h_);
-    rms_norm(input, norm);
-    slice(v, t_q, h_).noalias() = norm * map(wq_, h_, h_);
-    slice(v, t_k, h_).noalias() = norm * map(wk_, h_, h_);
-    slice(v, t_v, h_).noalias() = norm * map(wv_, h_, h_);
-    auto p = probabilities(v);
-    slice(v, t_attention, h_).noalias() = p * slice(v, t_v, h_);
   }
 
-  int s_, h_, f_;
-  device_floats wq_, wk_, wv_, wo_, w1_, w2_;        // [h,h] x 4, [h,f], [f,h]
-  device_floats dwq_, dwk_, dwv_, dwo_, dw1_, dw2_;  // gradients, same shapes
-  device_floats hidden_, grad_, dres_, dq_, dk_, dv_;  // [s,h]
-  device_floats scores_, dscores_;                   // [s,s]
-  device_floats dact_;                               // [s,f]
+  // Tensor t (>= 2) of tokens [begin, end) from the input and the attention output.
+  static void tokenwise_tensor(const memo::skeletal_views& v, std::size_t t, std::size_t begin, std::size_t end) {
+    const std::size_t h = v[kInput].bytes_per_token / sizeof(float);
+    const std::size_t width = v[t].bytes_per_token / sizeof(float);
+    for (std::size_t token = begin; token < end; ++token) {
+      const float* x = v[kInput].as<float>() + token * h;
+      const float* a = v[kAttention].as<float>() + token * h;
+      float* out = v[t].as<float>() + token * width;
+      for (std::size_t j = 0; j < width; ++j) {
+        const float z = x[j % h] * static_cast<float>(t) + a[(j * 7) % h];
+        out[j] = z / (1.0f + std::fabs(z));
+      }
+    }
+  }
+  void tokenwise(const memo::skeletal_views& v, std::size_t begin, std::size_t end) const {
+    for (std::size_t t = 2; t < v.size(); ++t) tokenwise_tensor(v, t, begin, end);
+  }
+
+  std::size_t s_, h_, window_;
+  memo::buffer<float, memo::host_memory_resource> hidden_;  // [s, h]
+  memo::buffer<float, memo::host_memory_resource> grad_;    // [s, h]
 };
 
-// One configuration: its own backend (own throttle and accounting), model,
+// One configuration: its own backend (throttle and accounting), layer,
 // rounding buffers, host store and swapper.
 struct config_run {
   std::string name;
-  double alpha = 1.0;
+  double alpha;
   std::unique_ptr<host_backend> backend;
   std::optional<host_backend::stream> compute;
-  std::unique_ptr<synthetic_model> model;
+  std::unique_ptr<synthetic_layer> layer;
   std::unique_ptr<memo::rounding_buffers<host_backend>> buffers;
   std::unique_ptr<memo::host_store<host_backend>> store;
   std::unique_ptr<memo::token_fraction_swapper<host_backend>> swapper;
-  double alpha_effective = 1.0;
-  std::vector<double> step_seconds;
-  std::vector<double> forward_per_layer;    // in-run compute times, per step
-  std::vector<double> backward_per_layer;
-  std::vector<double> recompute_per_layer;  // scaled to a whole-layer recompute
-  std::vector<double> stall_seconds;        // step - compute busy time
-  double step_forward_s = 0, step_backward_s = 0, step_recompute_s = 0, step_other_s = 0;
-  int step_recompute_calls = 0;
   std::uint64_t planned_device_bytes = 0;
+  // Per measured round.
+  std::vector<double> step_s, stall_s, forward_s, backward_s, recompute_s;
+  // Written by compute-stream tasks, read after synchronize.
+  double busy_forward = 0, busy_backward = 0, busy_recompute = 0;
+  int recompute_calls = 0;
 
-  config_run(std::string label, const bench_shape& shape, double a, std::size_t k,
-             std::size_t resident, double bandwidth)
+  config_run(std::string label, const bench_shape& shape, double a, std::size_t k, std::size_t resident,
+             double bandwidth)
       : name(std::move(label)), alpha(a) {
     host_backend::options options;
     options.device_to_host_bytes_per_second = bandwidth;
     options.host_to_device_bytes_per_second = bandwidth;
     backend = std::make_unique<host_backend>(options);
     compute.emplace(backend->make_stream("compute"));
-    model = std::make_unique<synthetic_model>(*backend, shape);
-    memo::offload_plan plan(synthetic_layout(shape), alpha, 16);
+    layer = std::make_unique<synthetic_layer>(*backend, shape);
+    const memo::offload_plan plan(synthetic_layout(shape), alpha, 16);
     buffers = std::make_unique<memo::rounding_buffers<host_backend>>(*backend, plan, k);
     store = std::make_unique<memo::host_store<host_backend>>(*backend, 64 * memo::gib);
     swapper = std::make_unique<memo::token_fraction_swapper<host_backend>>(
         *backend, *compute, *buffers, *store,
-        memo::swap_options{static_cast<std::size_t>(shape.layers), resident, 0});
-    planned_device_bytes = model->fixed_bytes() + buffers->planned_device_bytes();
-    alpha_effective = plan.effective_alpha();
+        memo::swap_options{.layers = static_cast<std::size_t>(shape.layers), .resident_last_layers = resident});
+    planned_device_bytes = layer->state_bytes() + buffers->planned_device_bytes();
   }
 
-  // Runs one step; the compute stream also times its forward, backward and
-  // recompute work (read after synchronize, so no race).
-  double run_step(std::size_t layers, bool measured) {
-    step_forward_s = step_backward_s = step_recompute_s = 0.0;
-    step_recompute_calls = 0;
-    const auto start = std::chrono::steady_clock::now();
-    auto* m = model.get();
-    auto* self = this;
-    backend->enqueue(*compute, [m, self] {
-      const auto t0 = std::chrono::steady_clock::now();
-      m->reset_input();
-      self->step_other_s = since(t0);
-    });
-    for (std::size_t layer = 0; layer < layers; ++layer) {
-      auto views = swapper->begin_forward(layer);
-      backend->enqueue(*compute, [m, self, views] {
-        const auto t0 = std::chrono::steady_clock::now();
-        m->forward(views);
-        self->step_forward_s += since(t0);
+  // One step; its compute tasks time themselves.
+  void run_step(bool measured) {
+    busy_forward = busy_backward = busy_recompute = 0.0;
+    recompute_calls = 0;
+    const auto start = clock_type::now();
+    auto* l = layer.get();
+    backend->enqueue(*compute, [l] { l->reset_input(); });
+    const std::size_t n = swapper->layers();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto views = swapper->begin_forward(i);
+      backend->enqueue(*compute, [this, l, views] {
+        const auto t0 = clock_type::now();
+        l->forward(views);
+        busy_forward += since(t0);
       });
-      swapper->end_forward(layer);
+      swapper->end_forward(i);
     }
-    auto recompute = [m, self](host_backend::native_stream, const memo::recompute_request& request) {
-      const auto t0 = std::chrono::steady_clock::now();
-      m->recompute(request);
-      self->step_recompute_s += since(t0);
-      ++self->step_recompute_calls;
+    auto recompute = [this, l](host_backend::native_stream, const memo::recompute_request& request) {
+      const auto t0 = clock_type::now();
+      l->recompute(request);
+      busy_recompute += since(t0);
+      ++recompute_calls;
     };
-    for (std::size_t layer = layers; layer-- > 0;) {
-      auto views = swapper->begin_backward(layer, recompute);
-      backend->enqueue(*compute, [m, self, views] {
-        const auto t0 = std::chrono::steady_clock::now();
-        m->backward(views);
-        self->step_backward_s += since(t0);
+    for (std::size_t i = n; i-- > 0;) {
+      const auto views = swapper->begin_backward(i, recompute);
+      backend->enqueue(*compute, [this, l, views] {
+        const auto t0 = clock_type::now();
+        l->backward(views);
+        busy_backward += since(t0);
       });
-      swapper->end_backward(layer);
+      swapper->end_backward(i);
     }
     swapper->synchronize();
+    if (!measured) return;
     const double seconds = since(start);
-    if (measured) {
-      step_seconds.push_back(seconds);
-      // Whatever of the step the compute stream did not spend computing, it
-      // spent waiting (for copies, or for the host to enqueue work).
-      stall_seconds.push_back(
-          seconds - (step_forward_s + step_backward_s + step_recompute_s + step_other_s));
-      const auto count = static_cast<double>(layers);
-      forward_per_layer.push_back(step_forward_s / count);
-      backward_per_layer.push_back(step_backward_s / count);
-      if (step_recompute_calls > 0) {
-        recompute_per_layer.push_back(step_recompute_s / step_recompute_calls / (1.0 - alpha_effective));
-      }
-    }
-    return seconds;
-  }
-
-  static double since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  static double median(std::vector<double> values) {
-    if (values.empty()) return 0.0;
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
-  }
-
-  [[nodiscard]] double best_seconds() const {
-    return *std::min_element(step_seconds.begin(), step_seconds.end());
-  }
-  [[nodiscard]] double median_seconds() const {
-    auto sorted = step_seconds;
-    std::sort(sorted.begin(), sorted.end());
-    return sorted[sorted.size() / 2];
+    step_s.push_back(seconds);
+    // What the compute stream did not spend computing, it spent waiting.
+    stall_s.push_back(seconds - busy_forward - busy_backward - busy_recompute);
+    forward_s.push_back(busy_forward / static_cast<double>(n));
+    backward_s.push_back(busy_backward / static_cast<double>(n));
+    if (recompute_calls > 0) recompute_s.push_back(busy_recompute / recompute_calls);
   }
 };
 
-
-struct measured_row {
-  std::string name;
-  double alpha;
-  double step_ms;
-  double ratio;       // median over rounds of step / same round's no-offload step
-  double best_ratio;  // best step / best no-offload step
-  double predicted_ratio;
-  double stall_ms;
-  double predicted_stall_ms;
-  std::uint64_t device_peak_bytes;
-  std::uint64_t planned_device_bytes;
-};
-
-struct projected_row {
-  long tokens;
-  bool feasible;
-  std::string note;
-  double alpha = 0;
-  std::string binding;
-  double layer_forward_ms = 0;
-  double transfer_ms = 0;
-  double transfer_alpha1_ms = 0;
-  double host_gib_per_node = 0;
-  double host_gib_per_node_alpha1 = 0;
-  double stall_ms = 0;
-  double stall_alpha1_ms = 0;
-  double slowdown = 0;
-  double slowdown_alpha1 = 0;
-};
-
-std::string json_number(double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.6g", value);
-  return text;
+void write_spread(memo::json_writer& json, std::string_view key, spread s, double scale = 1.0) {
+  json.key(key).begin_object();
+  json.field("median", s.median * scale).field("min", s.min * scale).field("max", s.max * scale);
+  json.end_object();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool json = false;
-  bool quick = false;
-  std::optional<bench_shape> custom;
-  auto usage = [&] {
-    std::fprintf(stderr,
-                 "usage: %s [--json] [--quick] [--layers N] [--tokens N] [--hidden N] [--rounds N]\n",
-                 argv[0]);
-    return 2;
-  };
+int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quick) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--json") {
       json = true;
     } else if (arg == "--quick") {
       quick = true;
-    } else if ((arg == "--layers" || arg == "--tokens" || arg == "--hidden" || arg == "--rounds") &&
+      shape = {5, 1024, 32, 256, 5};
+    } else if ((arg == "--layers" || arg == "--tokens" || arg == "--hidden" || arg == "--window" ||
+                arg == "--rounds") &&
                i + 1 < argc) {
       char* end = nullptr;
       const long value = std::strtol(argv[++i], &end, 10);
       if (end == argv[i] || *end != '\0' || value < 1 || value > 1'000'000) {
-        std::fprintf(stderr, "swap_bench: %s needs a positive integer, got '%s'\n", arg.c_str(),
-                     argv[i]);
+        std::fprintf(stderr, "swap_bench: %s needs a positive integer, got '%s'\n", arg.c_str(), argv[i]);
         return 2;
       }
-      if (!custom) custom = bench_shape{};
-      int& field = arg == "--layers"   ? custom->layers
-                   : arg == "--tokens" ? custom->tokens
-                   : arg == "--hidden" ? custom->hidden
-                                       : custom->rounds;
+      int& field = arg == "--layers" ? shape.layers
+                   : arg == "--tokens" ? shape.tokens
+                   : arg == "--hidden" ? shape.hidden
+                   : arg == "--window" ? shape.window
+                                       : shape.rounds;
       field = static_cast<int>(value);
     } else {
-      return usage();
+      std::fprintf(stderr,
+                   "usage: %s [--json] [--quick] [--layers N] [--tokens N] [--hidden N] [--window N] [--rounds N]\n",
+                   argv[0]);
+      return 2;
     }
   }
-  try {
-    bench_shape shape;
-    if (quick) shape = {5, 768, 32, 4};
-    if (custom) shape = *custom;
-    memo::expects(shape.layers >= 3, "swap_bench: --layers must be at least 3 (two are never swapped)");
+  return 0;
+}
 
-    // --- 1. profile the layer, then throttle the copy engine -------------
-    // The profile is taken right before the measured rounds (a job
-    // profiler's view, section 4.3.2), so the bandwidth is set for the
-    // machine as loaded now. It runs the layer as it runs when swapped:
-    // writing into two rounding buffers, with unthrottled copies. (On a CPU
-    // a layer writing into two reused buffers runs faster than one writing
-    // a fresh region per layer, because its output stays in cache; the LP
-    // needs the forward time of the layer it will actually run.)
-    memo::skeletal_layout layout = synthetic_layout(shape);
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench_shape shape;
+  bool json = false;
+  bool quick = false;
+  if (const int status = parse_args(argc, argv, shape, json, quick); status != 0) return status;
+  try {
+    memo::expects(shape.layers >= 3, "swap_bench: --layers must be at least 3 (two are never swapped)");
+    memo::expects(shape.rounds >= 5, "swap_bench: --rounds must be at least 5");
     const auto n = static_cast<std::size_t>(shape.layers);
-    double forward_s = 0.0;
-    double backward_s = 0.0;
+    const memo::skeletal_layout layout = synthetic_layout(shape);
+    const double layer_bytes = static_cast<double>(layout.layer_bytes());
+
+    // --- 1. profile the layer as it runs when swapped, then throttle ------
+    double profiled_forward_s = 0.0;
     {
       config_run profile("profile", shape, 1.0, 2, 2, 0.0);
-      for (int step = 0; step < 3; ++step) profile.run_step(n, step > 0);
-      forward_s = config_run::median(profile.forward_per_layer);
-      backward_s = config_run::median(profile.backward_per_layer);
+      for (int step = 0; step < 3; ++step) profile.run_step(step > 0);
+      profiled_forward_s = spread_of(profile.forward_s).median;
     }
-    std::vector<std::unique_ptr<config_run>> runs;
-    runs.push_back(std::make_unique<config_run>("no offload", shape, 1.0, n, n, 0.0));
-    const double layer_bytes = static_cast<double>(layout.layer_bytes());
-    const double bandwidth = layer_bytes / (1.5 * forward_s);
+    const double bandwidth = layer_bytes / (1.5 * profiled_forward_s);
 
     memo::alpha_problem problem;
-    problem.input_bytes = layout[t_input].bytes();
-    problem.attention_output_bytes = layout[t_attention].bytes();
+    problem.input_bytes = layout[kInput].bytes();
+    problem.attention_output_bytes = layout[kAttention].bytes();
     problem.other_bytes = layout.layer_bytes() - problem.input_bytes - problem.attention_output_bytes;
     problem.bandwidth_bytes_per_second = bandwidth;
-    problem.layer_forward_seconds = forward_s;
+    problem.layer_forward_seconds = profiled_forward_s;
     problem.layers = shape.layers;
-    problem.unswapped_layers = 2;
+    problem.resident_last_layers = 2;
     problem.host_budget_bytes = 64 * memo::gib;
     const auto lp = memo::solve_alpha(problem);
 
-    // --- 2. run the four configurations, rounds interleaved --------------
+    // --- 2. the configurations, rounds interleaved ------------------------
+    std::vector<std::unique_ptr<config_run>> runs;
+    runs.push_back(std::make_unique<config_run>("no offload", shape, 1.0, n, n, 0.0));
     runs.push_back(std::make_unique<config_run>("alpha from LP", shape, lp.alpha, 2, 2, bandwidth));
     runs.push_back(std::make_unique<config_run>("alpha = 1", shape, 1.0, 2, 2, bandwidth));
     runs.push_back(std::make_unique<config_run>("alpha = 0", shape, 0.0, 2, 2, bandwidth));
     for (int round = 0; round <= shape.rounds; ++round) {
-      for (auto& run : runs) {
-        const double seconds = run->run_step(n, round > 0);  // round 0 warms up
-        if (std::getenv("MEMO_BENCH_VERBOSE") != nullptr) {
-          std::fprintf(stderr, "round %d %-14s %.1f ms  fwd %.1f bwd %.1f rec %.1f other %.1f\n", round,
-                       run->name.c_str(), seconds * 1e3, run->step_forward_s * 1e3, run->step_backward_s * 1e3,
-                       run->step_recompute_s * 1e3, run->step_other_s * 1e3);
-        }
-      }
+      for (auto& run : runs) run->run_step(round > 0);  // round 0 warms up
     }
 
-    // The simulator's prediction from the measured layer times.
-    memo::device_profile host_profile;
-    host_profile.name = "host (measured layer)";
-    host_profile.peak_flops = 1e12;
-    host_profile.efficiency = 1.0;
-    host_profile.device_to_host_bytes_per_second = bandwidth;
-    host_profile.host_to_device_bytes_per_second = bandwidth;
-    // Layer times as they were during the run (the machine's load may have
-    // changed since the probe): forward/backward of the no-offload model,
-    // recompute of the alpha = 0 model.
-    const double run_forward_s = config_run::median(runs[0]->forward_per_layer);
-    const double run_backward_s = config_run::median(runs[0]->backward_per_layer);
-    const double run_recompute_s = config_run::median(runs[3]->recompute_per_layer);
+    // The prediction: the simulated MEMO step from the layer times of this
+    // run (forward/backward of the no-offload model, recompute of alpha = 0).
+    const double run_forward_s = spread_of(runs[0]->forward_s).median;
+    const double run_backward_s = spread_of(runs[0]->backward_s).median;
+    const double run_recompute_s = spread_of(runs[3]->recompute_s).median;
+    memo::device_profile host;
+    host.name = "host (measured layer)";
+    host.peak_flops = 1e12;  // unused: every compute op has a measured duration
+    host.efficiency = 1.0;
+    host.device_to_host_bytes_per_second = bandwidth;
+    host.host_to_device_bytes_per_second = bandwidth;
     auto predict = [&](double alpha) {
       memo::memo_step_config config;
       config.layers = shape.layers;
@@ -544,170 +377,115 @@ int main(int argc, char** argv) {
       config.layer_forward_seconds = run_forward_s;
       config.layer_backward_seconds = run_backward_s;
       config.recompute_seconds = run_recompute_s;
-      config.input_bytes = layout[t_input].bytes();
-      config.attention_output_bytes = layout[t_attention].bytes();
+      config.input_bytes = layout[kInput].bytes();
+      config.attention_output_bytes = layout[kAttention].bytes();
       config.other_bytes = static_cast<std::uint64_t>(problem.other_bytes);
-      return memo::simulate_memo_step(config, host_profile);
+      return memo::simulate_memo_step(config, host);
     };
-
-    std::vector<measured_row> measured;
-    const double baseline = runs[0]->best_seconds();
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      const auto& run = *runs[i];
-      // Each round's step over the same round's no-offload step: pairing
-      // neighbours in time cancels slow changes in the machine's load.
-      std::vector<double> paired;
-      for (std::size_t r = 0; r < run.step_seconds.size(); ++r) {
-        paired.push_back(run.step_seconds[r] / runs[0]->step_seconds[r]);
-      }
-      measured_row row{run.name, run.alpha, run.median_seconds() * 1e3, config_run::median(paired),
-                       run.best_seconds() / baseline, 1.0, config_run::median(run.stall_seconds) * 1e3, 0.0,
-                       run.backend->device_memory().peak_bytes(), run.planned_device_bytes};
-      if (i > 0) {
-        const auto projection = predict(run.alpha);
-        row.predicted_ratio = projection.slowdown();
-        row.predicted_stall_ms = projection.compute_stall_seconds * 1e3;
-      }
-      measured.push_back(row);
-    }
 
     // --- 3. the paper's 7B setting on the A800 preset ---------------------
     const auto a800 = memo::device_profile::a800_80gb();
-    std::vector<projected_row> projected;
+
+    // --- output -------------------------------------------------------------
+    memo::json_writer out;
+    out.begin_object().field("bench", "swap_bench").field("quick", quick);
+    out.key("shape").begin_object().field("layers", shape.layers).field("tokens", shape.tokens);
+    out.field("hidden", shape.hidden).field("window", shape.window).field("rounds", shape.rounds).end_object();
+    double load_average = -1.0;
+    if (getloadavg(&load_average, 1) != 1) load_average = -1.0;
+    out.field("load_average", load_average);
+    out.key("layer").begin_object().field("profiled_forward_ms", profiled_forward_s * 1e3);
+    out.field("run_forward_ms", run_forward_s * 1e3).field("run_backward_ms", run_backward_s * 1e3);
+    out.field("run_recompute_all_ms", run_recompute_s * 1e3).field("skeletal_bytes", layout.layer_bytes());
+    out.field("bandwidth_bytes_per_second", bandwidth);
+    out.field("whole_offload_to_forward", layer_bytes / bandwidth / run_forward_s).end_object();
+    out.key("lp").begin_object().field("alpha", lp.alpha).field("binding", memo::to_string(lp.binding)).end_object();
+
+    if (!json) {
+      std::printf("swap_bench: synthetic layer, %d layers x %d tokens x hidden %d, window %d (fp32)\n",
+                  shape.layers, shape.tokens, shape.hidden, shape.window);
+      std::printf("  layer forward %.2f ms profiled, %.2f ms in the run; backward %.2f ms; full recompute %.2f ms\n",
+                  profiled_forward_s * 1e3, run_forward_s * 1e3, run_backward_s * 1e3, run_recompute_s * 1e3);
+      std::printf("  skeletal bytes per layer %s; copies throttled to %.1f MB/s (whole offload = %.2fx forward)\n",
+                  memo::format_bytes(layout.layer_bytes()).c_str(), bandwidth / 1e6,
+                  layer_bytes / bandwidth / run_forward_s);
+      std::printf("  LP (eq. 1-3): alpha = %.4f, bound by %s\n\n", lp.alpha, memo::to_string(lp.binding));
+      std::printf("  %-14s %7s %22s %20s %9s %9s %10s %11s %11s\n", "config", "alpha", "step ms med [min-max]",
+                  "ratio med [min-max]", "predicted", "stall ms", "pred stall", "device peak", "planned");
+    }
+    out.key("measured").begin_array();
+    for (const auto& run : runs) {
+      std::vector<double> ratios;
+      for (std::size_t r = 0; r < run->step_s.size(); ++r) ratios.push_back(run->step_s[r] / runs[0]->step_s[r]);
+      const auto step = spread_of(run->step_s);
+      const auto ratio = spread_of(ratios);
+      const auto stall = spread_of(run->stall_s);
+      const bool offloads = run.get() != runs[0].get();
+      std::optional<memo::memo_step_projection> projection;
+      if (offloads) projection = predict(run->alpha);
+      const double predicted_ratio = projection ? projection->slowdown() : 1.0;
+      const double predicted_stall = projection ? projection->compute_stall_seconds : 0.0;
+      const auto peak = run->backend->device_memory().peak_bytes();
+      out.begin_object().field("config", run->name).field("alpha", run->alpha);
+      write_spread(out, "step_ms", step, 1e3);
+      write_spread(out, "ratio", ratio);
+      out.field("predicted_ratio", predicted_ratio);
+      write_spread(out, "stall_ms", stall, 1e3);
+      out.field("predicted_stall_ms", predicted_stall * 1e3);
+      out.field("device_peak_bytes", peak).field("planned_device_bytes", run->planned_device_bytes).end_object();
+      if (!json) {
+        std::printf("  %-14s %7.4f %8.1f [%5.1f-%5.1f] %8.3f [%.3f-%.3f] %9.3f %9.1f %10.1f %11s %11s\n",
+                    run->name.c_str(), run->alpha, step.median * 1e3, step.min * 1e3, step.max * 1e3, ratio.median,
+                    ratio.min, ratio.max, predicted_ratio, stall.median * 1e3, predicted_stall * 1e3,
+                    memo::format_bytes(peak).c_str(), memo::format_bytes(run->planned_device_bytes).c_str());
+      }
+    }
+    out.end_array();
+    if (!json) {
+      std::printf("  (%d interleaved rounds; ratio = each round's step over the same round's no-offload step;\n"
+                  "   predicted = simulated MEMO step from the in-run layer times; stall = step - compute busy;\n"
+                  "   load average %.2f)\n\n",
+                  shape.rounds, load_average);
+      std::printf("7B GPT (32 layers, hidden 4096), 8 x A800-80GB, TP 4 x CP 2, per GPU; host memory per node:\n");
+      std::printf("  %7s %7s %-34s %9s %9s %10s %10s %10s\n", "tokens", "alpha", "binding", "fwd ms", "xfer ms",
+                  "host GiB", "stall ms", "stall(a=1)");
+    }
+    out.key("projection_7b_a800").begin_array();
     for (const long k_tokens : {16L, 32L, 64L, 128L, 256L, 512L, 1024L}) {
-      projected_row row;
-      row.tokens = k_tokens * 1024;
       memo::transformer_layer gpt;
       gpt.hidden = 4096;
       gpt.heads = 32;
-      gpt.tokens = row.tokens;
+      gpt.tokens = k_tokens * 1024;
       gpt.tensor_parallel = 4;
       gpt.context_parallel = 2;
       const auto cost = memo::gpt_layer_cost_of(gpt);
       const auto p = memo::alpha_problem::from_layer_cost(cost, a800, 32);
-      row.layer_forward_ms = p.layer_forward_seconds * 1e3;
-      row.transfer_alpha1_ms = p.transfer_seconds(1.0) * 1e3;
-      row.host_gib_per_node_alpha1 = p.host_bytes(1.0) * a800.gpus_per_node / memo::gib;
       auto simulate = [&](double alpha) {
-        auto config = memo::memo_step_config::from_layer_cost(cost, 32, alpha);
-        return memo::simulate_memo_step(config, a800);
+        return memo::simulate_memo_step(memo::memo_step_config::from_layer_cost(cost, 32, alpha), a800);
       };
-      const auto all = simulate(1.0);
-      row.stall_alpha1_ms = all.compute_stall_seconds * 1e3;
-      row.slowdown_alpha1 = all.slowdown();
+      const double stall_alpha1 = simulate(1.0).compute_stall_seconds;
+      out.begin_object().field("tokens", gpt.tokens).field("layer_forward_ms", p.layer_forward_seconds * 1e3);
+      out.field("stall_alpha1_ms", stall_alpha1 * 1e3);
       try {
         const auto solution = memo::solve_alpha(p);
-        row.feasible = true;
-        row.alpha = solution.alpha;
-        row.binding = solution.binding == memo::alpha_bound::bandwidth     ? "bandwidth"
-                      : solution.binding == memo::alpha_bound::host_memory ? "host memory"
-                                                                           : "none (alpha=1)";
-        row.transfer_ms = solution.transfer_seconds * 1e3;
-        row.host_gib_per_node = solution.host_bytes * a800.gpus_per_node / memo::gib;
-        const auto at = simulate(solution.alpha);
-        row.stall_ms = at.compute_stall_seconds * 1e3;
-        row.slowdown = at.slowdown();
-      } catch (const memo::error& e) {
-        row.feasible = false;
-        row.note = e.message();
-      }
-      projected.push_back(row);
-    }
-
-    double load_average = 0.0;
-    if (getloadavg(&load_average, 1) != 1) load_average = -1.0;
-
-    // --- output ------------------------------------------------------------
-    if (json) {
-      std::string out = "{\"bench\":\"swap_bench\",\"quick\":" + std::string(quick ? "true" : "false");
-      out += ",\"shape\":{\"layers\":" + std::to_string(shape.layers) + ",\"tokens\":" +
-             std::to_string(shape.tokens) + ",\"hidden\":" + std::to_string(shape.hidden) +
-             ",\"rounds\":" + std::to_string(shape.rounds) + "}";
-      out += ",\"load_average\":" + json_number(load_average);
-      out += ",\"layer\":{\"forward_ms\":" + json_number(forward_s * 1e3) + ",\"backward_ms\":" +
-             json_number(backward_s * 1e3) +
-             ",\"skeletal_bytes\":" + std::to_string(layout.layer_bytes()) +
-             ",\"bandwidth_bytes_per_second\":" + json_number(bandwidth) + ",\"whole_offload_to_forward\":" +
-             json_number(layer_bytes / bandwidth / forward_s) + "}";
-      out += ",\"in_run\":{\"forward_ms\":" + json_number(run_forward_s * 1e3) + ",\"backward_ms\":" +
-             json_number(run_backward_s * 1e3) + ",\"recompute_all_ms\":" +
-             json_number(run_recompute_s * 1e3) + ",\"whole_offload_to_forward\":" +
-             json_number(layer_bytes / bandwidth / run_forward_s) + "}";
-      out += ",\"lp\":{\"alpha\":" + json_number(lp.alpha) + ",\"binding\":\"" + memo::to_string(lp.binding) +
-             "\",\"predicted_stall_per_layer_alpha1_ms\":" +
-             json_number(memo::predicted_stall_seconds(problem, 1.0) * 1e3) + "}";
-      out += ",\"measured\":[";
-      for (std::size_t i = 0; i < measured.size(); ++i) {
-        const auto& r = measured[i];
-        out += std::string(i ? "," : "") + "{\"config\":\"" + r.name + "\",\"alpha\":" + json_number(r.alpha) +
-               ",\"step_ms\":" + json_number(r.step_ms) + ",\"ratio\":" + json_number(r.ratio) +
-               ",\"best_ratio\":" + json_number(r.best_ratio) +
-               ",\"predicted_ratio\":" + json_number(r.predicted_ratio) + ",\"stall_ms\":" +
-               json_number(r.stall_ms) + ",\"predicted_stall_ms\":" +
-               json_number(r.predicted_stall_ms) + ",\"device_peak_bytes\":" +
-               std::to_string(r.device_peak_bytes) + ",\"planned_device_bytes\":" +
-               std::to_string(r.planned_device_bytes) + "}";
-      }
-      out += "],\"projection_7b_a800\":[";
-      for (std::size_t i = 0; i < projected.size(); ++i) {
-        const auto& r = projected[i];
-        out += std::string(i ? "," : "") + "{\"tokens\":" + std::to_string(r.tokens) +
-               ",\"feasible\":" + (r.feasible ? "true" : "false");
-        if (r.feasible) {
-          out += ",\"alpha\":" + json_number(r.alpha) + ",\"binding\":\"" + r.binding + "\"";
+        const double stall = simulate(solution.alpha).compute_stall_seconds;
+        const double host_gib = solution.host_bytes * a800.gpus_per_node / memo::gib;
+        out.field("feasible", true).field("alpha", solution.alpha).field("binding", memo::to_string(solution.binding));
+        out.field("transfer_ms", solution.transfer_seconds * 1e3).field("host_gib_per_node", host_gib);
+        out.field("stall_ms", stall * 1e3);
+        if (!json) {
+          std::printf("  %6ldK %7.4f %-34s %9.1f %9.1f %10.1f %10.1f %10.1f\n", k_tokens, solution.alpha,
+                      memo::to_string(solution.binding), p.layer_forward_seconds * 1e3,
+                      solution.transfer_seconds * 1e3, host_gib, stall * 1e3, stall_alpha1 * 1e3);
         }
-        out += ",\"layer_forward_ms\":" + json_number(r.layer_forward_ms) + ",\"transfer_ms\":" +
-               json_number(r.transfer_ms) + ",\"transfer_alpha1_ms\":" + json_number(r.transfer_alpha1_ms) +
-               ",\"host_gib_per_node\":" + json_number(r.host_gib_per_node) +
-               ",\"host_gib_per_node_alpha1\":" + json_number(r.host_gib_per_node_alpha1) +
-               ",\"stall_ms\":" + json_number(r.stall_ms) + ",\"stall_alpha1_ms\":" +
-               json_number(r.stall_alpha1_ms) + ",\"slowdown\":" + json_number(r.slowdown) +
-               ",\"slowdown_alpha1\":" + json_number(r.slowdown_alpha1) + "}";
+      } catch (const memo::error& e) {
+        out.field("feasible", false).field("note", e.message());
+        if (!json) std::printf("  %6ldK infeasible: %s\n", k_tokens, e.message().c_str());
       }
-      out += "]}";
-      std::printf("%s\n", out.c_str());
-      return 0;
+      out.end_object();
     }
-
-    std::printf("swap_bench: synthetic layer, %d layers x %d tokens x hidden %d (fp32, Eigen)%s\n",
-                shape.layers, shape.tokens, shape.hidden, quick ? " [quick]" : "");
-    std::printf("  profiled (swapped layout, unthrottled copies) before the rounds: layer forward %.2f ms, backward %.2f ms\n",
-                forward_s * 1e3, backward_s * 1e3);
-    std::printf("  skeletal bytes per layer %s; copy engine throttled to %.1f MB/s each way\n",
-                memo::format_bytes(layout.layer_bytes()).c_str(), bandwidth / 1e6);
-    std::printf("  => offloading a whole layer takes %.2fx the profiled forward\n", layer_bytes / bandwidth / forward_s);
-    std::printf("  during the run (medians): forward %.2f ms, backward %.2f ms, recompute %.2f ms;\n"
-                "    whole offload / forward = %.2f\n",
-                run_forward_s * 1e3, run_backward_s * 1e3, run_recompute_s * 1e3,
-                layer_bytes / bandwidth / run_forward_s);
-    std::printf("  LP (eq. 1-3): alpha = %.4f, bound by %s; alpha = 1 predicts %.2f ms stall per layer\n\n",
-                lp.alpha, memo::to_string(lp.binding), memo::predicted_stall_seconds(problem, 1.0) * 1e3);
-    std::printf("  %-14s %7s %9s %7s %7s %9s %9s %10s %12s %12s\n", "config", "alpha", "step ms", "ratio",
-                "best", "predicted", "stall ms", "pred stall", "device peak", "planned");
-    for (const auto& r : measured) {
-      std::printf("  %-14s %7.4f %9.1f %7.3f %7.3f %9.3f %9.1f %10.1f %12s %12s\n", r.name.c_str(), r.alpha,
-                  r.step_ms, r.ratio, r.best_ratio, r.predicted_ratio, r.stall_ms, r.predicted_stall_ms,
-                  memo::format_bytes(r.device_peak_bytes).c_str(),
-                  memo::format_bytes(r.planned_device_bytes).c_str());
-    }
-    std::printf("  (step = median over %d interleaved rounds; ratio = median of each round's step over\n"
-                "   the same round's no-offload step; best = best step / best no-offload step;\n"
-                "   predicted = stream-schedule simulation from the in-run layer times;\n"
-                "   stall = step - compute-stream busy time (median), pred stall = the simulated one;\n"
-                "   load average during the run %.2f on %u hardware threads)\n\n",
-                shape.rounds, load_average, std::thread::hardware_concurrency());
-    std::printf("7B GPT (32 layers, hidden 4096), 8 x A800-80GB, TP 4 x CP 2, per GPU; host memory per node:\n");
-    std::printf("  %7s %7s %-14s %9s %11s %11s %10s %10s %10s %10s\n", "tokens", "alpha", "binding", "fwd ms",
-                "xfer ms", "xfer(a=1)", "host GiB", "host(a=1)", "stall ms", "stall(a=1)");
-    for (const auto& r : projected) {
-      if (!r.feasible) {
-        std::printf("  %6ldK infeasible: %s\n", r.tokens / 1024, r.note.c_str());
-        continue;
-      }
-      std::printf("  %6ldK %7.4f %-14s %9.1f %11.1f %11.1f %10.1f %10.1f %10.1f %10.1f\n", r.tokens / 1024,
-                  r.alpha, r.binding.c_str(), r.layer_forward_ms, r.transfer_ms, r.transfer_alpha1_ms,
-                  r.host_gib_per_node, r.host_gib_per_node_alpha1, r.stall_ms, r.stall_alpha1_ms);
-    }
+    out.end_array().end_object();
+    if (json) std::printf("%s\n", out.str().c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "swap_bench: %s\n", e.what());

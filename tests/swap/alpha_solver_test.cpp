@@ -28,7 +28,7 @@ memo::alpha_problem hand_problem() {
   p.bandwidth_bytes_per_second = 1000;
   p.layer_forward_seconds = 1.0;  // 1000 bytes fit: alpha = 800 / 1400
   p.layers = 12;
-  p.unswapped_layers = 2;
+  p.resident_last_layers = 2;
   p.host_budget_bytes = 1e9;
   return p;
 }
@@ -108,8 +108,8 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
             p.bandwidth_bytes_per_second * (0.05 + 2.0 * unit(random)) +
         1e-9;
     p.layers = 1 + static_cast<int>(unit(random) * 80);
-    p.unswapped_layers = static_cast<int>(unit(random) * 3);
-    p.host_budget_bytes = bytes(std::max(0, p.layers - p.unswapped_layers) * scale * 16 * unit(random));
+    p.resident_last_layers = static_cast<int>(unit(random) * 3);
+    p.host_budget_bytes = bytes(std::max(0, p.layers - p.resident_last_layers) * scale * 16 * unit(random));
     CAPTURE(trial);
     bool closed_threw = false;
     memo::alpha_solution expected;

@@ -109,3 +109,50 @@ TEST_CASE("host_store: host_slots_for lists every offloaded range of every layer
   CHECK(slots[1].key == memo::host_slot_key{0, 1, {0, 5}});
   CHECK(slots[5].key == memo::host_slot_key{2, 1, {0, 5}});
 }
+
+TEST_CASE("host_store: a released batch frees its bytes and its keys") {
+  host_backend backend;
+  store_type store(backend, 4096);
+  const auto first = store.reserve({{{0, 0, {0, 8}}, 2048}});
+  const auto second = store.reserve({{{1, 0, {0, 8}}, 2048}});
+  fill(store.slot({1, 0, {0, 8}}), 2048, 5);
+  CHECK_THROWS_AS(store.reserve({{{2, 0, {0, 8}}, 1}}), memo::error);  // full
+  store.release(first);
+  CHECK(store.used_bytes() == 2048);
+  CHECK(!store.contains({0, 0, {0, 8}}));
+  CHECK(backend.pinned_memory().current_bytes() == 2048);
+  CHECK(holds(store.slot({1, 0, {0, 8}}), 2048, 5));  // the other batch is untouched
+  store.reserve({{{0, 0, {0, 8}}, 2048}});            // the same key again
+  CHECK_THROWS_WITH_AS(store.release(first), doctest::Contains("not held"), memo::error);
+  store.release(second);
+  CHECK(store.slot_count() == 1);
+}
+
+TEST_CASE("host_store: built over a region it does not own") {
+  host_backend backend;
+  const std::vector<memo::host_slot_request> batch{{{0, 0, {0, 30}}, 300}, {{0, 1, {0, 10}}, 1000}};
+  // 300 bytes pad to 512: 512 + 1000 = 1512, the same as an owning store uses.
+  CHECK(store_type::required_bytes(batch) == 1512);
+  memo::buffer<std::byte, memo::host_memory_resource> arena(backend.pinned_memory(), 4096);  // [4096]
+  store_type store(backend, memo::memory_region{arena.data(), arena.size()});
+  CHECK(store.over_region());
+  CHECK(store.budget_bytes() == 4096);
+  const auto placed = store.reserve(batch);
+  CHECK(store.slot({0, 0, {0, 30}}) == arena.data());
+  CHECK(store.slot({0, 1, {0, 10}}) == arena.data() + 512);
+  CHECK(backend.pinned_memory().current_bytes() == 4096);  // only the arena
+  // A second batch goes after the first, aligned: [1536, 3584).
+  const auto next = store.reserve({{{1, 0, {0, 8}}, 2048}});
+  CHECK(store.slot({1, 0, {0, 8}}) == arena.data() + 1536);
+  // Over the budget: the numbers, and nothing changes.
+  CHECK_THROWS_WITH_AS(store.reserve({{{2, 0, {0, 8}}, 1024}}),
+                       doctest::Contains("exceeding the host-memory budget of 4096 bytes"), memo::error);
+  // Releasing the first batch frees its gap for a batch that fits in it.
+  store.release(placed);
+  store.reserve({{{2, 0, {0, 8}}, 1024}});
+  CHECK(store.slot({2, 0, {0, 8}}) == arena.data());
+  store.release(next);
+  CHECK(store.used_bytes() == 1024);
+  // A misaligned region is refused.
+  CHECK_THROWS_AS(store_type(backend, memo::memory_region{arena.data() + 8, 1024}), memo::error);
+}

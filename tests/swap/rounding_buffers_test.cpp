@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "memo/backend/host_backend.hpp"
@@ -159,4 +160,61 @@ TEST_CASE("rounding_buffers: the next holder's work waits for the previous last 
   CHECK(host_lease["input"].data[slice.bytes() - 1] == std::byte{0x11});
   buffers.release(std::move(host_lease), consumer);
   backend.synchronize();
+}
+
+TEST_CASE("rounding_buffers: built over a region they do not own") {
+  host_backend backend;
+  const memo::offload_plan plan(layout(), 0.5);
+  // Buffer 0 [0, 576), buffer 1 at 768 (aligned) [768, 1344), shared [1536, 1600).
+  const std::size_t bytes = buffers_type::required_bytes(plan, 2);
+  CHECK(bytes == 1600);
+  memo::buffer<std::byte, memo::host_memory_resource> arena(backend.device_memory(), bytes);  // [bytes]
+  const memo::memory_region region{arena.data(), arena.size()};
+  {
+    buffers_type buffers(backend, plan, 2, region);
+    CHECK(backend.device_memory().current_bytes() == bytes);  // nothing beyond the arena
+    auto stream = backend.make_stream("s");
+    auto first = buffers.acquire(0, stream);
+    auto second = buffers.acquire(1, stream);
+    CHECK(first["input"].data == arena.data());
+    CHECK(first["mlp"].data == arena.data() + 256);
+    CHECK(second["input"].data == arena.data() + 768);
+    CHECK(first["norm"].data == arena.data() + 1536);
+    CHECK(second["norm"].data == first["norm"].data);
+    buffers.release(std::move(first), stream);
+    buffers.release(std::move(second), stream);
+    backend.synchronize();
+  }
+  // One byte short is an error naming the part, before anything is handed out.
+  CHECK_THROWS_WITH_AS(buffers_type(backend, plan, 2, region.subregion(0, bytes - 1)),
+                       doctest::Contains("shared region"), memo::error);
+}
+
+TEST_CASE("rounding_buffers: a lease used after its buffers are destroyed is an error") {
+  host_backend backend;
+  auto stream = backend.make_stream("s");
+  std::optional<buffers_type> buffers;
+  buffers.emplace(backend, memo::offload_plan(layout(), 1.0), 2);
+  auto lease = buffers->acquire(0, stream);
+  CHECK(lease["input"].bytes() == 128);
+  backend.synchronize();
+  buffers.reset();
+  CHECK_THROWS_WITH_AS((void)lease["input"], doctest::Contains("after its rounding buffers were destroyed"),
+                       memo::error);
+  CHECK_THROWS_AS((void)lease[0], memo::error);
+  CHECK(lease.active());  // destroying it afterwards is harmless
+}
+
+TEST_CASE("rounding_buffers: one exclusive user at a time") {
+  host_backend backend;
+  buffers_type buffers(backend, memo::offload_plan(layout(), 1.0), 2);
+  {
+    auto first = buffers.claim("stage 0");
+    CHECK(buffers.claimed());
+    CHECK_THROWS_WITH_AS((void)buffers.claim("stage 1"), doctest::Contains("already driven by stage 0; stage 1"),
+                         memo::error);
+  }
+  CHECK(!buffers.claimed());
+  auto again = buffers.claim("stage 1");
+  CHECK(again.buffers_alive());
 }

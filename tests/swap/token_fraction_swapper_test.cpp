@@ -7,11 +7,17 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "memo/backend/host_backend.hpp"
+#include "memo/schedule/memo_step.hpp"
+
+#include "../schedule/schedule_test_helpers.hpp"
+#include "../support/recording_backend.hpp"
 
 namespace {
 
@@ -67,6 +73,69 @@ void derive(const memo::skeletal_views& views, std::size_t t, memo::token_range 
   }
 }
 
+// Writes every layer's skeletal tensors in forward (input and attn_out
+// random per (step, layer), the rest derived from them) and compares, inside
+// every backward, each byte with the copy its forward made. Counters are
+// touched on the compute thread only; read them after synchronising.
+struct step_checker {
+  explicit step_checker(std::size_t layers, std::size_t tensors)
+      : expected(layers, std::vector<std::vector<std::byte>>(tensors)) {}
+
+  void forward(swapper_type& swapper, host_backend& backend, host_backend::stream& compute, std::size_t layer,
+               std::size_t step) {
+    auto views = swapper.begin_forward(layer);
+    backend.enqueue(compute, [this, views, layer, step] {
+      std::mt19937 random(static_cast<unsigned>(step * 1000 + layer));
+      for (std::size_t t = 0; t < 2; ++t) {
+        for (std::size_t b = 0; b < views[t].bytes(); ++b) views[t].data[b] = static_cast<std::byte>(random() & 0xff);
+      }
+      for (std::size_t t = 2; t < views.size(); ++t) derive(views, t, {0, views[t].tokens});
+      for (std::size_t t = 0; t < views.size(); ++t) {
+        expected[layer][t].assign(views[t].data, views[t].data + views[t].bytes());
+      }
+    });
+    swapper.end_forward(layer);
+  }
+
+  void backward(swapper_type& swapper, host_backend& backend, host_backend::stream& compute, std::size_t layer) {
+    auto recompute = [](host_backend::native_stream, const memo::recompute_request& request) {
+      for (const auto& item : request.items) derive(request.views, item.tensor, item.tokens);
+    };
+    auto views = swapper.begin_backward(layer, recompute);
+    backend.enqueue(compute, [this, views, layer] {
+      for (std::size_t t = 0; t < views.size(); ++t) {
+        for (std::size_t b = 0; b < views[t].bytes(); ++b) {
+          mismatched += views[t].data[b] != expected[layer][t][b] ? 1 : 0;
+          ++checked;
+        }
+        // Scribble: stale bytes must never pass for the next user's.
+        std::memset(views[t].data, 0xEE, views[t].bytes());
+      }
+    });
+    swapper.end_backward(layer);
+  }
+
+  void step(swapper_type& swapper, host_backend& backend, host_backend::stream& compute, std::size_t step) {
+    for (std::size_t layer = 0; layer < swapper.layers(); ++layer) forward(swapper, backend, compute, layer, step);
+    for (std::size_t layer = swapper.layers(); layer-- > 0;) backward(swapper, backend, compute, layer);
+  }
+
+  std::vector<std::vector<std::vector<std::byte>>> expected;  // [layer][tensor] what the forward wrote
+  std::size_t mismatched = 0;
+  std::size_t checked = 0;
+};
+
+// A backend, a compute stream, and rounding buffers (K = 2) and a 1 MiB host
+// store for test_layout() at `alpha`.
+struct swap_setup {
+  explicit swap_setup(double alpha) : plan(test_layout(), alpha) {}
+  host_backend backend;
+  host_backend::stream compute = backend.make_stream("compute");
+  memo::offload_plan plan;
+  memo::rounding_buffers<host_backend> buffers{backend, plan};
+  memo::host_store<host_backend> store{backend, memo::mib};
+};
+
 struct run_result {
   std::size_t mismatched_bytes = 0;
   std::size_t checked_bytes = 0;
@@ -76,9 +145,7 @@ struct run_result {
   std::uint64_t expected_offloaded_bytes = 0;
 };
 
-// Runs `steps` training steps of an n-layer model and compares, inside every
-// backward, each byte of the layer's skeletal tensors with the copy its
-// forward made.
+// Runs `steps` training steps of an n-layer model through a step_checker.
 run_result run_model(std::size_t layers, double alpha, std::size_t k, std::size_t granularity,
                      std::size_t steps, const memo::skeletal_layout& layout_in = test_layout()) {
   host_backend::options config;
@@ -92,52 +159,11 @@ run_result run_model(std::size_t layers, double alpha, std::size_t k, std::size_
   run_result result;
   {
     swapper_type swapper(backend, compute, buffers, store, {layers, 2, 0});
-    const auto& layout = plan.layout();
-    // expected[layer][tensor]: what the forward wrote; touched on the compute thread only.
-    std::vector<std::vector<std::vector<std::byte>>> expected(
-        layers, std::vector<std::vector<std::byte>>(layout.size()));
-    std::size_t mismatched = 0;  // compute thread only
-    std::size_t checked = 0;
-
-    auto recompute = [](host_backend::native_stream, const memo::recompute_request& request) {
-      for (const auto& item : request.items) derive(request.views, item.tensor, item.tokens);
-    };
-
-    for (std::size_t step = 0; step < steps; ++step) {
-      for (std::size_t layer = 0; layer < layers; ++layer) {
-        auto views = swapper.begin_forward(layer);
-        backend.enqueue(compute, [&, views, layer, step] {
-          std::mt19937 random(static_cast<unsigned>(step * 1000 + layer));
-          for (std::size_t t = 0; t < 2; ++t) {
-            for (std::size_t b = 0; b < views[t].bytes(); ++b) {
-              views[t].data[b] = static_cast<std::byte>(random() & 0xff);
-            }
-          }
-          for (std::size_t t = 2; t < views.size(); ++t) derive(views, t, {0, views[t].tokens});
-          for (std::size_t t = 0; t < views.size(); ++t) {
-            expected[layer][t].assign(views[t].data, views[t].data + views[t].bytes());
-          }
-        });
-        swapper.end_forward(layer);
-      }
-      for (std::size_t layer = layers; layer-- > 0;) {
-        auto views = swapper.begin_backward(layer, recompute);
-        backend.enqueue(compute, [&, views, layer] {
-          for (std::size_t t = 0; t < views.size(); ++t) {
-            for (std::size_t b = 0; b < views[t].bytes(); ++b) {
-              mismatched += views[t].data[b] != expected[layer][t][b] ? 1 : 0;
-              ++checked;
-            }
-            // Scribble: stale bytes must never pass for the next user's.
-            std::memset(views[t].data, 0xEE, views[t].bytes());
-          }
-        });
-        swapper.end_backward(layer);
-      }
-    }
+    step_checker checker(layers, plan.layout().size());
+    for (std::size_t step = 0; step < steps; ++step) checker.step(swapper, backend, compute, step);
     swapper.synchronize();
-    result.mismatched_bytes = mismatched;
-    result.checked_bytes = checked;
+    result.mismatched_bytes = checker.mismatched;
+    result.checked_bytes = checker.checked;
     result.offloaded_bytes = swapper.offloaded_bytes();
     CHECK(swapper.prefetched_bytes() == swapper.offloaded_bytes());
   }
@@ -325,4 +351,257 @@ TEST_CASE("token_fraction_swapper: host budget, alpha and layout errors lose not
     CAPTURE(layer);
     CHECK(mismatches[layer] == 0);
   }
+}
+
+TEST_CASE("token_fraction_swapper: its backend calls are the simulated memo step, op for op") {
+  // The swapper runs on a backend that logs every record, wait, copy and
+  // enqueue per stream. The log is turned into ops independently of the
+  // protocol: copies are named by the host slot they touch ("offload 3" is
+  // a device-to-host copy into layer 3's slots), compute work by the call it
+  // was issued from (an enqueue inside begin_backward(i) is "recompute i").
+  // Each wait stands for the op that was last on the recording stream when
+  // its event was recorded. Then, for every n, K, resident_last_layers and
+  // alpha below, the per-stream op order and the happens-before relation
+  // must equal those of build_memo_step's schedule, the one the simulator
+  // runs.
+  using recording = memo::testing::recording_backend<host_backend>;
+  using recording_swapper = memo::token_fraction_swapper<recording>;
+  const memo::skeletal_layout layout({
+      {"input", kTokens, 16, skeletal_policy::offload_whole},
+      {"attn_out", kTokens, 16, skeletal_policy::offload_whole},
+      {"qkv", kTokens, 24, skeletal_policy::offload_fraction},
+      {"mlp", kTokens, 40, skeletal_policy::offload_fraction},
+  });
+  std::size_t runs = 0;
+  for (const std::size_t n : {1, 2, 3, 4, 5, 7}) {
+    for (const std::size_t k : {2, 3}) {
+      for (std::size_t resident = 0; resident <= std::min(k, n); ++resident) {
+        for (const double alpha : {0.0, 0.5, 1.0}) {
+          CAPTURE(n);
+          CAPTURE(k);
+          CAPTURE(resident);
+          CAPTURE(alpha);
+          host_backend inner;
+          recording backend(inner);
+          auto compute = backend.make_stream("compute");
+          const memo::offload_plan plan(layout, alpha);
+          memo::rounding_buffers<recording> buffers(backend, plan, k);
+          memo::host_store<recording> store(backend, 64 * memo::mib);
+          recording_swapper swapper(backend, compute, buffers, store, {n, resident, 0});
+          REQUIRE(backend.stream_names() == std::vector<std::string>{"compute", "offload", "prefetch"});
+
+          // The same step as numbers, for the simulator.
+          memo::memo_step_config config;
+          config.layers = static_cast<int>(n);
+          config.alpha = alpha;
+          config.rounding_buffers = static_cast<int>(k);
+          config.resident_last_layers = static_cast<int>(resident);
+          config.layer_forward_flops = 1000.0;
+          config.recompute_flops = 500.0;
+          config.input_bytes = layout[0].bytes();
+          config.attention_output_bytes = layout[1].bytes();
+          config.other_bytes = layout[2].bytes() + layout[3].bytes();
+          const auto options = config.protocol_options();
+          CHECK(options.recompute_swapped == swapper.protocol_options().recompute_swapped);
+          CHECK(options.recompute_shared == swapper.protocol_options().recompute_shared);
+          const auto step = memo::build_memo_step(config);
+
+          auto recompute = [](host_backend::native_stream, const memo::recompute_request&) {};
+          for (std::size_t i = 0; i < n; ++i) {
+            backend.set_label("begin_forward");
+            (void)swapper.begin_forward(i);
+            backend.set_label("forward " + std::to_string(i));
+            backend.enqueue(compute, [] {});
+            backend.set_label("end_forward");
+            swapper.end_forward(i);
+          }
+          for (std::size_t i = n; i-- > 0;) {
+            backend.set_label("recompute " + std::to_string(i));  // what begin_backward enqueues
+            (void)swapper.begin_backward(i, recompute);
+            backend.set_label("backward " + std::to_string(i));
+            backend.enqueue(compute, [] {});
+            backend.set_label("end_backward");
+            swapper.end_backward(i);
+          }
+          swapper.synchronize();
+
+          // Host slot address -> layer.
+          auto layer_of = [&](const void* address) {
+            const auto* byte = static_cast<const std::byte*>(address);
+            for (const auto& request : memo::host_slots_for(plan, swapper.swapped_layers())) {
+              const std::byte* slot = store.slot(request.key);
+              if (byte >= slot && byte < slot + request.bytes) return std::to_string(request.key.layer);
+            }
+            return std::string("?");
+          };
+          const auto executed = memo::testing::replay(backend.calls(), 3, [&](const memo::testing::recorded_call& call) {
+            if (call.stream == 1 && call.kind == memo::testing::call_kind::copy) return "offload " + layer_of(call.destination);
+            if (call.stream == 2 && call.kind == memo::testing::call_kind::copy) return "prefetch " + layer_of(call.source);
+            return call.stream == 0 ? call.label : "unexpected " + call.label;
+          });
+          const auto simulated = memo::testing::ops_of(step.schedule);
+          CHECK(executed.order == simulated.order);
+          CHECK(memo::testing::happens_before(executed) == memo::testing::happens_before(simulated));
+          // The simulator runs every stream in that order too.
+          CHECK(step.schedule.simulate(memo::testing::unit_profile()).op_order_per_stream() == simulated.order);
+          ++runs;
+        }
+      }
+    }
+  }
+  // resident_last_layers in [0, min(K, n)]: (2 + 2) + (3 + 3) + 4 x (3 + 4) = 38 shapes, 3 alphas each.
+  CHECK(runs == 38 * 3);
+}
+
+TEST_CASE("token_fraction_swapper: a destroyed swapper returns its host slots and its buffers") {
+  swap_setup setup(0.5);
+  auto& [backend, compute, plan, buffers, store] = setup;
+  {
+    swapper_type first(backend, compute, buffers, store, {5, 2, 0});
+    CHECK(store.slot_count() == 3 * 4);
+    CHECK(buffers.claimed());
+    // Destroyed mid-step, holding buffers: they come back, unpoisoned.
+    (void)first.begin_forward(0);
+    first.end_forward(0);
+    (void)first.begin_forward(1);
+  }
+  CHECK(store.slot_count() == 0);
+  CHECK(store.used_bytes() == 0);
+  CHECK(!buffers.claimed());
+  CHECK(!buffers.leased(0));
+  CHECK(!buffers.leased(1));
+  // The next swapper takes the same slots and buffers and runs correct steps.
+  swapper_type second(backend, compute, buffers, store, {5, 2, 0});
+  step_checker checker(5, test_layout().size());
+  for (std::size_t step = 0; step < 2; ++step) checker.step(second, backend, compute, step);
+  second.synchronize();
+  CHECK(checker.checked == 2 * 5 * test_layout().layer_bytes());
+  CHECK(checker.mismatched == 0);
+}
+
+TEST_CASE("token_fraction_swapper: two swappers over one set of rounding buffers are refused") {
+  swap_setup setup(0.5);
+  auto& [backend, compute, plan, buffers, store] = setup;
+  swapper_type first(backend, compute, buffers, store, {4, 2, 0});
+  const auto used = store.used_bytes();
+  CHECK_THROWS_WITH_AS((swapper_type(backend, compute, buffers, store, {4, 2, 100})),
+                       doctest::Contains("rounding buffers: already driven by token_fraction_swapper"),
+                       memo::error);
+  CHECK(store.used_bytes() == used);  // the refused swapper reserved nothing
+  CHECK(buffers.claimed());           // and left the first one's claim alone
+}
+
+TEST_CASE("token_fraction_swapper: an abandoned step is reset and the next steps are correct") {
+  host_backend::options config;
+  config.host_to_device_bytes_per_second = 4e6;
+  config.device_to_host_bytes_per_second = 4e6;
+  host_backend backend(config);
+  auto compute = backend.make_stream("compute");
+  for (const double alpha : {0.0, 0.5, 1.0}) {
+    CAPTURE(alpha);
+    memo::offload_plan plan(test_layout(), alpha);
+    memo::rounding_buffers<host_backend> buffers(backend, plan, 2);
+    memo::host_store<host_backend> store(backend, memo::mib);
+    swapper_type swapper(backend, compute, buffers, store, {6, 2, 0});
+    step_checker checker(6, test_layout().size());
+
+    // 1. The caller throws in the middle of the forward (layer 3 begun).
+    try {
+      for (std::size_t layer = 0; layer < 3; ++layer) checker.forward(swapper, backend, compute, layer, 0);
+      (void)swapper.begin_forward(3);
+      throw std::runtime_error("model code failed");
+    } catch (const std::runtime_error&) {
+      CHECK(swapper.in_step());
+      // Without a reset the next step cannot start.
+      CHECK_THROWS_WITH_AS((void)swapper.begin_forward(0), doctest::Contains("out of order"), memo::error);
+      swapper.abandon_step();
+    }
+    CHECK(!swapper.in_step());
+    CHECK(!buffers.leased(0));
+    CHECK(!buffers.leased(1));
+
+    // 2. A task on the compute stream fails in the backward: abandon_step
+    //    reports it once, after the reset.
+    for (std::size_t layer = 0; layer < 6; ++layer) checker.forward(swapper, backend, compute, layer, 1);
+    checker.backward(swapper, backend, compute, 5);
+    (void)swapper.begin_backward(4, [](host_backend::native_stream, const memo::recompute_request&) {});
+    backend.enqueue(compute, [] { throw std::runtime_error("kernel failed"); });
+    swapper.end_backward(4);  // its release records a guard behind the failure
+    CHECK_THROWS_WITH_AS(swapper.abandon_step(), "kernel failed", std::runtime_error);
+    CHECK(!swapper.in_step());
+
+    // 3. Whole steps afterwards see exactly what their forward wrote.
+    const std::size_t checked_before = checker.checked;
+    for (std::size_t step = 2; step < 4; ++step) checker.step(swapper, backend, compute, step);
+    swapper.synchronize();
+    CHECK(checker.checked - checked_before == 2 * 6 * test_layout().layer_bytes());
+    CHECK(checker.mismatched == 0);
+  }
+}
+
+TEST_CASE("token_fraction_swapper: over rounding buffers and a host store built on caller regions") {
+  host_backend::options config;
+  config.host_to_device_bytes_per_second = 4e6;
+  config.device_to_host_bytes_per_second = 4e6;
+  host_backend backend(config);
+  auto compute = backend.make_stream("compute");
+  const std::size_t layers = 5;
+  for (const double alpha : {0.0, 0.5, 1.0}) {
+    CAPTURE(alpha);
+    const memo::offload_plan plan(test_layout(), alpha);
+    using buffers_type = memo::rounding_buffers<host_backend>;
+    using store_type = memo::host_store<host_backend>;
+    const auto slots = memo::host_slots_for(plan, layers - 2);
+    memo::buffer<std::byte, memo::host_memory_resource> device_arena(backend.device_memory(),
+                                                                     buffers_type::required_bytes(plan, 2));
+    memo::buffer<std::byte, memo::host_memory_resource> host_arena(backend.pinned_memory(),
+                                                                   store_type::required_bytes(slots));
+    const auto device_before = backend.device_memory().current_bytes();
+    const auto pinned_before = backend.pinned_memory().current_bytes();
+    backend.device_memory().reset_peak();
+    buffers_type buffers(backend, plan, 2, memo::memory_region{device_arena.data(), device_arena.size()});
+    store_type store(backend, memo::memory_region{host_arena.data(), host_arena.size()});
+    {
+      swapper_type swapper(backend, compute, buffers, store, {layers, 2, 0});
+      CHECK(store.used_bytes() == host_arena.size());  // the region holds exactly the plan's slots
+      step_checker checker(layers, test_layout().size());
+      for (std::size_t step = 0; step < 2; ++step) checker.step(swapper, backend, compute, step);
+      swapper.synchronize();
+      CHECK(checker.checked == 2 * layers * test_layout().layer_bytes());
+      CHECK(checker.mismatched == 0);
+    }
+    // Nothing was allocated beyond the two regions.
+    CHECK(backend.device_memory().current_bytes() == device_before);
+    CHECK(backend.pinned_memory().current_bytes() == pinned_before);
+    CHECK(backend.device_memory().peak_bytes() == device_before);
+  }
+}
+
+TEST_CASE("token_fraction_swapper: a step simulated from its protocol options matches it when alpha rounds to zero") {
+  // alpha = 0.01 of 64 tokens is no token: the swapper's plan shares the
+  // fraction tensors (as at alpha = 0), while a config read from alpha alone
+  // would model a partial recompute. Taking the shape from the swapper
+  // removes the difference.
+  swap_setup setup(0.01);
+  auto& [backend, compute, plan, buffers, store] = setup;
+  swapper_type swapper(backend, compute, buffers, store, {5, 2, 0});
+  CHECK(swapper.protocol_options().recompute_shared);
+  CHECK_FALSE(swapper.protocol_options().recompute_swapped);
+  memo::memo_step_config config;
+  config.layers = 5;
+  config.alpha = 0.01;
+  config.layer_forward_flops = 1000.0;
+  config.recompute_flops = 500.0;
+  CHECK(config.protocol_options().recompute_swapped);  // the model from alpha alone
+  config.protocol = swapper.protocol_options();
+  const auto step = memo::build_memo_step(config);
+  std::vector<std::string> actions;
+  for (const auto& action : swapper.protocol()) actions.push_back(action.name());
+  std::vector<std::string> ops;
+  for (const auto& action : step.protocol) ops.push_back(action.name());
+  CHECK(ops == actions);
+  CHECK(step.recompute[3].has_value());  // resident layer 3 rebuilds its shared tensors
+  config.protocol->layers = 6;
+  CHECK_THROWS_WITH_AS(static_cast<void>(memo::build_memo_step(config)),
+                       doctest::Contains("the given protocol is for 6 layers"), memo::error);
 }

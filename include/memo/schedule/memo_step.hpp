@@ -4,34 +4,31 @@
 // Figure 11), built from plain numbers so it can be simulated on a device
 // profile before any GPU is touched, or bound to real work and executed.
 //
-// Three streams: compute, offload, prefetch. For an n-layer model with
-// offload fraction alpha and K rounding buffers (the paper uses K = 2):
+// The step is not written here: `build_memo_step` turns the action list of
+// schedule/memo_protocol.hpp — the same list `token_fraction_swapper` walks
+// during a real step — into a `stream_schedule`, attaching costs:
 //
-//   forward, layer i = 0 .. n-1 (compute stream)
-//     forward i            writes its skeletal tensors into buffer i % K;
-//                          waits for "offload i-K" (the last reader of that
-//                          buffer) when layer i-K was swapped
-//     [its collectives]    the layer's forward collectives, if any, after it
-//   offload i (offload stream), for the swapped layers i < n - u
-//                          after layer i's forward: input + attention output
-//                          whole + alpha x the other skeletal bytes
-//   backward, layer i = n-1 .. 0 (compute stream)
-//     recompute i          (1 - alpha) x the token-wise recompute FLOPs, for a
-//                          swapped layer with alpha < 1; waits for prefetch i
-//     backward i           waits for prefetch i (swapped layers)
-//     [its collectives]    mirrored
-//   prefetch i (prefetch stream), swapped layers, i = n-u-1 .. 0
-//                          after "backward i+K" (the last user of buffer
-//                          i % K) or, when no layer i+K exists, after
-//                          "offload i" (the data must be on the host)
+//   forward i    compute, layer_forward_flops (or seconds), then the layer's
+//                forward collectives on the compute stream
+//   offload i    device_to_host, input + attention output + alpha x other bytes
+//   prefetch i   host_to_device, the same bytes
+//   recompute i  compute, (1 - alpha) x recompute_flops (or seconds)
+//   backward i   compute, backward FLOPs (or seconds), then the collectives
 //
-// The last u layers (u = 2 in the paper) are not swapped: their backward
-// starts right after the forward, so their skeletal tensors stay in their
-// buffers; u <= K because those buffers must stay distinct.
+// with the protocol's waits as dependencies (an action's waits attach to its
+// first op; waiting on an action means waiting on its last op). Swapped layers
+// recompute when 0 < alpha < 1; at alpha = 0 the other skeletal tensors live
+// in one shared region, so every layer but the last recomputes them (the
+// layer after it overwrote them), resident layers included.
+//
+// The last `resident_last_layers` layers (2 in the paper) are not swapped:
+// their backward starts right after the forward, so their skeletal tensors
+// stay in their buffers; resident_last_layers <= K because those buffers must
+// stay distinct.
 //
 // Consequences the tests check: when a layer's transfer time is at most its
 // forward time the compute stream never stalls; when it is longer (alpha =
-// 1 at a short sequence) each forward from layer 2 on stalls by the
+// 1 at a short sequence) each forward from layer K on stalls by the
 // difference, which is exactly what MEMO's LP (eq. 2) is there to avoid.
 #pragma once
 
@@ -43,6 +40,7 @@
 #include "memo/core/error.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/schedule/layer_cost.hpp"
+#include "memo/schedule/memo_protocol.hpp"
 #include "memo/schedule/stream_schedule.hpp"
 
 namespace memo {
@@ -52,7 +50,7 @@ struct memo_step_config {
   int layers = 0;                 ///< n
   double alpha = 0.0;             ///< fraction of the "other" skeletal tokens offloaded, [0, 1]
   int rounding_buffers = 2;       ///< K
-  int unswapped_last_layers = 2;  ///< u: the last u layers keep their skeletal tensors
+  int resident_last_layers = 2;   ///< the last layers, never swapped, keep their skeletal tensors
 
   double layer_forward_flops = 0.0;
   /// Backward FLOPs of a layer; unset = backward_to_forward_ratio x forward.
@@ -80,6 +78,12 @@ struct memo_step_config {
   std::string offload_stream = "offload";
   std::string prefetch_stream = "prefetch";
 
+  /// Which layers recompute, when taken from a real swapper
+  /// (`token_fraction_swapper::protocol_options()`, whose plan may round a
+  /// small alpha to zero tokens) instead of from alpha; its layers, K and
+  /// resident_last_layers must equal the fields above.
+  std::optional<memo_protocol_options> protocol{};
+
   /// Throws `memo::error` naming the first field out of range.
   void check() const {
     expects(layers >= 1, [&] { return "memo step: layers must be >= 1, got " + std::to_string(layers); });
@@ -89,13 +93,13 @@ struct memo_step_config {
     expects(rounding_buffers >= 1, [&] {
       return "memo step: rounding_buffers (K) must be >= 1, got " + std::to_string(rounding_buffers);
     });
-    expects(unswapped_last_layers >= 0 && unswapped_last_layers <= rounding_buffers &&
-                unswapped_last_layers <= layers,
+    expects(resident_last_layers >= 0 && resident_last_layers <= rounding_buffers &&
+                resident_last_layers <= layers,
             [&] {
-              return "memo step: unswapped_last_layers must be in [0, min(K = " +
+              return "memo step: resident_last_layers must be in [0, min(K = " +
                      std::to_string(rounding_buffers) + ", layers = " + std::to_string(layers) +
-                     ")], got " + std::to_string(unswapped_last_layers) +
-                     " (unswapped layers keep their rounding buffer until their backward)";
+                     ")], got " + std::to_string(resident_last_layers) +
+                     " (resident layers keep their rounding buffer until their backward)";
             });
     expects(layer_forward_flops >= 0.0 && recompute_flops >= 0.0 && backward_to_forward_ratio >= 0.0 &&
                 (!layer_backward_flops || *layer_backward_flops >= 0.0),
@@ -117,7 +121,35 @@ struct memo_step_config {
     return static_cast<double>(input_bytes) + static_cast<double>(attention_output_bytes) +
            alpha * static_cast<double>(other_bytes);
   }
-  [[nodiscard]] int swapped_layers() const { return layers - unswapped_last_layers; }
+  [[nodiscard]] int swapped_layers() const { return layers - resident_last_layers; }
+  /// True when recomputation costs anything at all.
+  [[nodiscard]] bool recompute_costs() const {
+    return recompute_seconds ? *recompute_seconds > 0.0 : recompute_flops > 0.0;
+  }
+  /// The step's shape for memo_step_protocol: swapped layers recompute
+  /// their tail at 0 < alpha < 1; at alpha = 0 the other tensors are shared.
+  [[nodiscard]] memo_protocol_options protocol_options() const {
+    if (protocol) {
+      expects(protocol->layers == static_cast<std::size_t>(layers) &&
+                  protocol->rounding_buffers == static_cast<std::size_t>(rounding_buffers) &&
+                  protocol->resident_last_layers == static_cast<std::size_t>(resident_last_layers),
+              [&] {
+                return "memo step: the given protocol is for " + std::to_string(protocol->layers) + " layers, K = " +
+                       std::to_string(protocol->rounding_buffers) + ", " +
+                       std::to_string(protocol->resident_last_layers) + " resident, but the config says " +
+                       std::to_string(layers) + ", " + std::to_string(rounding_buffers) + ", " +
+                       std::to_string(resident_last_layers);
+              });
+      return *protocol;
+    }
+    memo_protocol_options options;
+    options.layers = static_cast<std::size_t>(layers);
+    options.rounding_buffers = static_cast<std::size_t>(rounding_buffers);
+    options.resident_last_layers = static_cast<std::size_t>(resident_last_layers);
+    options.recompute_swapped = alpha > 0.0 && alpha < 1.0 && recompute_costs();
+    options.recompute_shared = alpha == 0.0 && recompute_costs();
+    return options;
+  }
   /// Host memory the step holds at its peak (every swapped layer offloaded):
   /// MEMO eq. 3's left-hand side, per GPU.
   [[nodiscard]] double host_bytes() const { return swapped_layers() * offload_bytes_per_layer(); }
@@ -142,9 +174,10 @@ struct memo_step_config {
 
 /// The schedule and the ids of its ops, per layer ([layers] each; empty
 /// optionals where a layer has no such op), so a caller can bind callables
-/// and copy pointers to it.
+/// and copy pointers to it; `protocol` is the action list it was built from.
 struct memo_step {
   stream_schedule schedule;
+  std::vector<memo_action> protocol{};
   std::vector<op_id> forward{};
   std::vector<op_id> backward{};
   std::vector<std::optional<op_id>> offload{};
@@ -152,16 +185,12 @@ struct memo_step {
   std::vector<std::optional<op_id>> recompute{};
 };
 
-/// Builds the step's schedule (see the header comment for its shape).
+/// Builds the step's schedule from memo_step_protocol (see the header comment).
 inline memo_step build_memo_step(const memo_step_config& config) {
   config.check();
-  const int n = config.layers;
-  const int k = config.rounding_buffers;
-  const int swapped = config.swapped_layers();
-  const auto count = static_cast<std::size_t>(n);
-  const auto idx = [](int i) { return static_cast<std::size_t>(i); };
-
+  const auto count = static_cast<std::size_t>(config.layers);
   memo_step step;
+  step.protocol = memo_step_protocol(config.protocol_options());
   auto& schedule = step.schedule;
   schedule.add_stream(config.compute_stream);
   schedule.add_stream(config.offload_stream);
@@ -174,11 +203,10 @@ inline memo_step build_memo_step(const memo_step_config& config) {
 
   // Whole bytes, rounded down: at the alpha where eq. 2 binds the transfer
   // then never exceeds the layer time by a rounding error.
-  const auto offload_bytes = static_cast<std::uint64_t>(config.offload_bytes_per_layer());
+  const auto transfer_bytes = static_cast<std::uint64_t>(config.offload_bytes_per_layer());
   const double recompute_fraction = 1.0 - config.alpha;
-  const bool recompute = recompute_fraction > 0.0 &&
-                         (config.recompute_seconds ? *config.recompute_seconds > 0.0
-                                                   : config.recompute_flops > 0.0);
+  std::optional<double> recompute_seconds;
+  if (config.recompute_seconds) recompute_seconds = recompute_fraction * *config.recompute_seconds;
 
   // Appends the layer's collectives after `last` on the compute stream and
   // returns the last op of the layer's pass.
@@ -190,50 +218,48 @@ inline memo_step build_memo_step(const memo_step_config& config) {
     return last;
   };
 
-  std::vector<op_id> forward_last(count);
-  for (int i = 0; i < n; ++i) {
-    const std::string layer = std::to_string(i);
+  std::vector<op_id> last_op;  // [action] the op other actions wait on
+  last_op.reserve(step.protocol.size());
+  for (const auto& action : step.protocol) {
     std::vector<op_id> after;
-    if (i >= k && step.offload[idx(i - k)]) after.push_back(*step.offload[idx(i - k)]);
-    step.forward[idx(i)] = schedule.add_compute(
-        "forward " + layer, config.compute_stream,
-        {.flops = config.layer_forward_flops, .duration_seconds = config.layer_forward_seconds},
-        after);
-    forward_last[idx(i)] = add_collectives("forward " + layer, step.forward[idx(i)]);
-    if (i < swapped) {
-      step.offload[idx(i)] = schedule.add_copy("offload " + layer, config.offload_stream,
-                                               copy_kind::device_to_host, {.bytes = offload_bytes},
-                                               {forward_last[idx(i)]});
+    for (const std::size_t a : action.after) after.push_back(last_op[a]);
+    const std::size_t layer = action.layer;
+    const std::string name = action.name();
+    op_id first;
+    op_id last;
+    switch (action.kind) {
+      case memo_action_kind::forward:
+        first = schedule.add_compute(
+            name, config.compute_stream,
+            {.flops = config.layer_forward_flops, .duration_seconds = config.layer_forward_seconds}, after);
+        last = add_collectives(name, first);
+        step.forward[layer] = first;
+        break;
+      case memo_action_kind::backward:
+        first = schedule.add_compute(
+            name, config.compute_stream,
+            {.flops = config.backward_flops(), .duration_seconds = config.layer_backward_seconds}, after);
+        last = add_collectives(name, first);
+        step.backward[layer] = first;
+        break;
+      case memo_action_kind::recompute:
+        first = last = schedule.add_compute(
+            name, config.compute_stream,
+            {.flops = recompute_fraction * config.recompute_flops, .duration_seconds = recompute_seconds}, after);
+        step.recompute[layer] = first;
+        break;
+      case memo_action_kind::offload:
+        first = last = schedule.add_copy(name, config.offload_stream, copy_kind::device_to_host,
+                                         {.bytes = transfer_bytes}, after);
+        step.offload[layer] = first;
+        break;
+      case memo_action_kind::prefetch:
+        first = last = schedule.add_copy(name, config.prefetch_stream, copy_kind::host_to_device,
+                                         {.bytes = transfer_bytes}, after);
+        step.prefetch[layer] = first;
+        break;
     }
-  }
-
-  std::optional<double> backward_seconds = config.layer_backward_seconds;
-  std::optional<double> recompute_seconds;
-  if (config.recompute_seconds) recompute_seconds = recompute_fraction * *config.recompute_seconds;
-  std::vector<op_id> backward_last(count);
-  for (int i = n - 1; i >= 0; --i) {
-    const std::string layer = std::to_string(i);
-    if (i < swapped) {
-      // The prefetch of layer i goes on its stream as soon as buffer i % K
-      // is free: after the backward of layer i + K, or after the offload of
-      // layer i itself when no later layer shares the buffer.
-      const op_id buffer_free = i + k < n ? backward_last[idx(i + k)] : *step.offload[idx(i)];
-      step.prefetch[idx(i)] = schedule.add_copy("prefetch " + layer, config.prefetch_stream,
-                                                copy_kind::host_to_device, {.bytes = offload_bytes},
-                                                {buffer_free});
-    }
-    std::vector<op_id> after;
-    if (step.prefetch[idx(i)]) after.push_back(*step.prefetch[idx(i)]);
-    if (i < swapped && recompute) {
-      step.recompute[idx(i)] = schedule.add_compute(
-          "recompute " + layer, config.compute_stream,
-          {.flops = recompute_fraction * config.recompute_flops, .duration_seconds = recompute_seconds},
-          after);
-    }
-    step.backward[idx(i)] = schedule.add_compute(
-        "backward " + layer, config.compute_stream,
-        {.flops = config.backward_flops(), .duration_seconds = backward_seconds}, after);
-    backward_last[idx(i)] = add_collectives("backward " + layer, step.backward[idx(i)]);
+    last_op.push_back(last);
   }
   return step;
 }

@@ -53,10 +53,10 @@ struct alpha_problem {
   double bandwidth_bytes_per_second = 0.0;   ///< B, device to host
   double layer_forward_seconds = 0.0;        ///< T_layer
   int layers = 0;                            ///< n
-  int unswapped_layers = 2;                  ///< u, the last layers never swapped
+  int resident_last_layers = 2;                  ///< u, the last layers never swapped
   std::uint64_t host_budget_bytes = 0;       ///< M_cpu available to this GPU
 
-  [[nodiscard]] int swapped_layers() const { return std::max(0, layers - unswapped_layers); }
+  [[nodiscard]] int swapped_layers() const { return std::max(0, layers - resident_last_layers); }
   /// S_input + S_attn.
   [[nodiscard]] std::uint64_t whole_bytes() const {
     return checked_add(input_bytes, attention_output_bytes);
@@ -89,9 +89,9 @@ struct alpha_problem {
       return "alpha problem: layer_forward_seconds must be positive, got " +
              std::to_string(layer_forward_seconds);
     });
-    expects(layers >= 1 && unswapped_layers >= 0, [&] {
-      return "alpha problem: need layers >= 1 and unswapped_layers >= 0, got " +
-             std::to_string(layers) + " and " + std::to_string(unswapped_layers);
+    expects(layers >= 1 && resident_last_layers >= 0, [&] {
+      return "alpha problem: need layers >= 1 and resident_last_layers >= 0, got " +
+             std::to_string(layers) + " and " + std::to_string(resident_last_layers);
     });
   }
 
@@ -99,7 +99,7 @@ struct alpha_problem {
   /// forward FLOPs at the profile's achieved rate, B its device-to-host
   /// bandwidth, M_cpu the node's host memory divided by its GPUs.
   static alpha_problem from_layer_cost(const gpt_layer_cost& cost, const device_profile& profile,
-                                       int layers, int unswapped_layers = 2) {
+                                       int layers, int resident_last_layers = 2) {
     alpha_problem problem;
     problem.input_bytes = cost.input_bytes;
     problem.attention_output_bytes = cost.attention_output_bytes;
@@ -107,14 +107,14 @@ struct alpha_problem {
     problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
     problem.layer_forward_seconds = profile.compute_seconds(cost.forward_flops);
     problem.layers = layers;
-    problem.unswapped_layers = unswapped_layers;
+    problem.resident_last_layers = resident_last_layers;
     problem.host_budget_bytes = profile.host_memory_bytes_per_gpu();
     return problem;
   }
   /// `from_layer_cost(gpt_layer_cost_of(layer), ...)`.
   static alpha_problem from_layer(const transformer_layer& layer, const device_profile& profile,
-                                  int layers, int unswapped_layers = 2) {
-    return from_layer_cost(gpt_layer_cost_of(layer), profile, layers, unswapped_layers);
+                                  int layers, int resident_last_layers = 2) {
+    return from_layer_cost(gpt_layer_cost_of(layer), profile, layers, resident_last_layers);
   }
 };
 

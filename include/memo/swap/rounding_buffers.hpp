@@ -30,8 +30,22 @@
 // special case). The shared region is ordered by the compute stream, which
 // is the only stream that may touch it; leases expose it for convenience.
 //
-// Device memory: exactly `planned_device_bytes()` = K * buffer_bytes() +
-// shared_bytes() is allocated, once, at construction.
+// Device memory: the owning constructor allocates exactly
+// `planned_device_bytes()` = K * buffer_bytes() + shared_bytes(), once, as K
+// + 1 allocations. The region constructor carves the same parts, aligned,
+// from a `memory_region` the caller owns (a planned arena), sized first with
+// `required_bytes(plan, K)` (region_carver's counting mode); it allocates
+// nothing.
+//
+// Lifetime rules, enforced rather than assumed:
+//   - a lease used (sliced or released) after its rounding buffers were
+//     destroyed is a `memo::error`, not a read of freed memory (slices
+//     copied out of a lease earlier are plain pointers and cannot be
+//     checked: do not keep them past the buffers);
+//   - at most one user (one swapper) drives a set of rounding buffers at a
+//     time: `claim(user)` hands out an `exclusive_use` and a second claim
+//     while it lives is a `memo::error` naming both users, because two
+//     swappers would hand the same buffer to two layers.
 #pragma once
 
 #include <cstddef>
@@ -49,6 +63,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/memory_region.hpp"
 #include "memo/swap/skeletal_layout.hpp"
 
 namespace memo {
@@ -88,7 +103,16 @@ struct rounding_state {
   };
   std::mutex mutex;
   std::vector<slot> slots;
+  bool destroyed = false;  // the rounding buffers are gone
+  std::string user;        // who holds the exclusive claim, if anyone
 };
+
+inline void check_alive(const rounding_state& state, const char* what) {
+  expects(!state.destroyed, [&] {
+    return std::string("rounding buffer lease: ") + what +
+           " after its rounding buffers were destroyed (a lease must not outlive them)";
+  });
+}
 
 }  // namespace detail
 
@@ -134,10 +158,14 @@ class rounding_buffers {
     /// The slice of tensor `index` (layout order) for this lease's layer.
     [[nodiscard]] skeletal_slice operator[](std::size_t index) const {
       expects(active(), "rounding buffer lease: using a lease that was released or moved from");
+      std::lock_guard lock(state_->mutex);
+      detail::check_alive(*state_, "slicing a lease");
       return owner_->slice(buffer_, index);
     }
     [[nodiscard]] skeletal_slice operator[](std::string_view name) const {
       expects(active(), "rounding buffer lease: using a lease that was released or moved from");
+      std::lock_guard lock(state_->mutex);
+      detail::check_alive(*state_, "slicing a lease");
       return owner_->slice(buffer_, owner_->plan_.layout().index_of(name));
     }
 
@@ -165,34 +193,81 @@ class rounding_buffers {
     std::uint64_t generation_ = 0;
   };
 
-  /// `count` (K) buffers for `plan`'s layout; K >= 1, the paper uses 2.
-  rounding_buffers(B& backend, offload_plan plan, std::size_t count = 2)
-      : backend_(&backend), plan_(std::move(plan)), count_(count),
-        state_(std::make_shared<detail::rounding_state>()) {
-    expects(count_ >= 1, "rounding buffers: at least one buffer is needed (K >= 1)");
-    const auto& layout = plan_.layout();
-    expects(layout.size() > 0, "rounding buffers: the offload plan has an empty layout");
-    offsets_bytes_.resize(layout.size());
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      std::uint64_t& end = plan_.shared(i) ? shared_bytes_ : buffer_bytes_;
-      end = checked_align_up(end, default_alignment_bytes);
-      offsets_bytes_[i] = end;
-      end = checked_add(end, layout[i].bytes());
+  /// The exclusive right to drive these buffers (see `claim`).
+  class exclusive_use {
+   public:
+    exclusive_use() = default;
+    exclusive_use(const exclusive_use&) = delete;
+    exclusive_use& operator=(const exclusive_use&) = delete;
+    exclusive_use(exclusive_use&& other) noexcept : state_(std::move(other.state_)) {}
+    exclusive_use& operator=(exclusive_use&& other) noexcept {
+      if (this != &other) {
+        reset();
+        state_ = std::move(other.state_);
+      }
+      return *this;
     }
+    ~exclusive_use() { reset(); }
+    /// False once the rounding buffers are destroyed.
+    [[nodiscard]] bool buffers_alive() const {
+      if (!state_) return false;
+      std::lock_guard lock(state_->mutex);
+      return !state_->destroyed;
+    }
+
+   private:
+    friend class rounding_buffers;
+    explicit exclusive_use(std::shared_ptr<detail::rounding_state> state) : state_(std::move(state)) {}
+    void reset() noexcept {
+      if (!state_) return;
+      std::lock_guard lock(state_->mutex);
+      state_->user.clear();
+      state_.reset();
+    }
+    std::shared_ptr<detail::rounding_state> state_;
+  };
+
+  /// Bytes of a region that holds `count` buffers for `plan` (alignment
+  /// padding included): the size the region constructor needs.
+  [[nodiscard]] static std::size_t required_bytes(const offload_plan& plan, std::size_t count = 2) {
+    const auto sizes = layout_sizes(plan);
+    region_carver counting;
+    for (std::size_t b = 0; b < count; ++b) counting.take(static_cast<std::size_t>(sizes.buffer_bytes), "buffer");
+    counting.take(static_cast<std::size_t>(sizes.shared_bytes), "shared region");
+    return counting.required_bytes();
+  }
+
+  /// `count` (K) buffers for `plan`'s layout, allocated here; K >= 1, the
+  /// paper uses 2.
+  rounding_buffers(B& backend, offload_plan plan, std::size_t count = 2)
+      : rounding_buffers(backend, std::move(plan), count, nullptr) {
     buffers_.reserve(count_);
-    guards_.reserve(count_);
     for (std::size_t b = 0; b < count_; ++b) {
       if (buffer_bytes_ > 0) {
         buffers_.emplace_back(backend.device_memory(), static_cast<std::size_t>(buffer_bytes_));
-      } else {
-        buffers_.emplace_back();
+        bases_[b] = buffers_.back().data();
       }
-      guards_.push_back(backend.make_event());
     }
     if (shared_bytes_ > 0) {
       shared_ = device_buffer(backend.device_memory(), static_cast<std::size_t>(shared_bytes_));
+      shared_base_ = shared_.data();
     }
-    state_->slots.resize(count_);
+  }
+
+  /// The same buffers carved from `device_region`, which the caller owns and
+  /// which must outlive them (size it with `required_bytes(plan, count)`).
+  rounding_buffers(B& backend, offload_plan plan, std::size_t count, memory_region device_region)
+      : rounding_buffers(backend, std::move(plan), count, nullptr) {
+    region_carver carver(device_region, "rounding buffers");
+    for (std::size_t b = 0; b < count_; ++b) {
+      bases_[b] = carver.take(static_cast<std::size_t>(buffer_bytes_), "buffer " + std::to_string(b)).data;
+    }
+    shared_base_ = carver.take(static_cast<std::size_t>(shared_bytes_), "shared region").data;
+  }
+
+  ~rounding_buffers() {
+    std::lock_guard lock(state_->mutex);
+    state_->destroyed = true;
   }
   rounding_buffers(const rounding_buffers&) = delete;
   rounding_buffers& operator=(const rounding_buffers&) = delete;
@@ -258,6 +333,40 @@ class rounding_buffers {
     handed.state_.reset();
   }
 
+  /// Records every guard on `on` anew. For a user that drained all its
+  /// streams after an abandoned step: a guard recorded after a failed task
+  /// would otherwise hand that failure to the next acquire of its buffer.
+  /// Every lease must be released.
+  void refresh_guards(stream_type& on) {
+    std::lock_guard lock(state_->mutex);
+    for (std::size_t b = 0; b < count_; ++b) {
+      expects(state_->slots[b].state != detail::rounding_state::holder::leased, [&] {
+        return "rounding buffers: refresh_guards while layer " + std::to_string(state_->slots[b].layer) +
+               " still holds buffer " + std::to_string(b);
+      });
+    }
+    for (auto& guard : guards_) backend_->record(guard, on);
+  }
+
+  /// Claims these buffers for `user` (a swapper); a second claim while the
+  /// first `exclusive_use` lives is an error naming both users.
+  [[nodiscard]] exclusive_use claim(std::string user) {
+    std::lock_guard lock(state_->mutex);
+    expects(state_->user.empty(), [&] {
+      return "rounding buffers: already driven by " + state_->user + "; " + user +
+             " cannot share them (two users would hand one buffer to two layers: give each its own "
+             "rounding buffers)";
+    });
+    expects(!user.empty(), "rounding buffers: claim needs a non-empty user name");
+    state_->user = std::move(user);
+    return exclusive_use(state_);
+  }
+  /// True while someone holds the exclusive claim.
+  [[nodiscard]] bool claimed() const {
+    std::lock_guard lock(state_->mutex);
+    return !state_->user.empty();
+  }
+
   /// The shared-region slice of a never-offloaded tensor (compute stream only).
   [[nodiscard]] skeletal_slice shared_slice(std::size_t index) const {
     expects(plan_.shared(index), [&] {
@@ -269,6 +378,40 @@ class rounding_buffers {
 
  private:
   using device_buffer = buffer<std::byte, device_resource>;
+
+  struct sizes {
+    std::uint64_t buffer_bytes = 0;
+    std::uint64_t shared_bytes = 0;
+    std::vector<std::uint64_t> offsets_bytes;  // [tensor] -> offset in its region
+  };
+  static sizes layout_sizes(const offload_plan& plan) {
+    const auto& layout = plan.layout();
+    expects(layout.size() > 0, "rounding buffers: the offload plan has an empty layout");
+    sizes out;
+    out.offsets_bytes.resize(layout.size());
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      std::uint64_t& end = plan.shared(i) ? out.shared_bytes : out.buffer_bytes;
+      end = checked_align_up(end, default_alignment_bytes);
+      out.offsets_bytes[i] = end;
+      end = checked_add(end, layout[i].bytes());
+    }
+    return out;
+  }
+
+  // Everything but the memory: sizes, offsets, guard events, bookkeeping.
+  rounding_buffers(B& backend, offload_plan plan, std::size_t count, std::nullptr_t)
+      : backend_(&backend), plan_(std::move(plan)), count_(count),
+        state_(std::make_shared<detail::rounding_state>()) {
+    expects(count_ >= 1, "rounding buffers: at least one buffer is needed (K >= 1)");
+    auto computed = layout_sizes(plan_);
+    buffer_bytes_ = computed.buffer_bytes;
+    shared_bytes_ = computed.shared_bytes;
+    offsets_bytes_ = std::move(computed.offsets_bytes);
+    bases_.assign(count_, nullptr);
+    guards_.reserve(count_);
+    for (std::size_t b = 0; b < count_; ++b) guards_.push_back(backend.make_event());
+    state_->slots.resize(count_);
+  }
 
   void check_buffer(std::size_t buffer_index) const {
     expects(buffer_index < count_, [&] {
@@ -300,7 +443,7 @@ class rounding_buffers {
   skeletal_slice slice(std::size_t buffer_index, std::size_t index) const {
     const auto& tensor = layout()[index];
     const bool shared = plan_.shared(index);
-    const std::byte* base = shared ? shared_.data() : buffers_[buffer_index].data();
+    const std::byte* base = shared ? shared_base_ : bases_[buffer_index];
     // Regions of zero bytes hold no tensor, so `base` is non-null here.
     return {const_cast<std::byte*>(base) + offsets_bytes_[index], tensor.tokens,
             tensor.bytes_per_token, shared};
@@ -312,8 +455,10 @@ class rounding_buffers {
   std::uint64_t buffer_bytes_ = 0;
   std::uint64_t shared_bytes_ = 0;
   std::vector<std::uint64_t> offsets_bytes_;   // [tensor] -> offset in its region
-  std::vector<device_buffer> buffers_;         // [K] x [buffer_bytes_] bytes
-  mutable device_buffer shared_;               // [shared_bytes_] bytes
+  std::vector<device_buffer> buffers_;         // owning: [K] x [buffer_bytes_] bytes
+  device_buffer shared_;                       // owning: [shared_bytes_] bytes
+  std::vector<std::byte*> bases_;              // [K] start of each buffer
+  std::byte* shared_base_ = nullptr;           // start of the shared region
   std::vector<event_type> guards_;             // [K] last use of each buffer
   std::shared_ptr<detail::rounding_state> state_;
 };

@@ -4,42 +4,56 @@
 // section 4.1, Figures 6 and 11; the runtime executor of section 4.3.4).
 //
 // Three streams take part: the caller's compute stream, and an offload and
-// a prefetch stream owned by the swapper. For an n-layer model with K
-// rounding buffers and R resident last layers (default 2, the paper's "last
-// two transformer layers" whose backward starts right after their forward):
+// a prefetch stream owned by the swapper. The step itself is not written
+// here: the swapper walks `memo_step_protocol` (schedule/memo_protocol.hpp),
+// the same action list `build_memo_step` turns into the simulated schedule,
+// so what is simulated is what runs. For n layers, K rounding buffers and
+// the last `resident_last_layers` layers resident (default 2, the paper's
+// "last two transformer layers" whose backward starts right after their
+// forward):
 //
-//   forward, layer i    begin_forward(i): acquire buffer i % K on the compute
-//                       stream (its guard: the offload of layer i - K).
-//                       The caller's forward writes every skeletal tensor.
-//                       end_forward(i): for i < n - R, record the compute
-//                       event; the offload stream waits on it, copies the
-//                       offloaded token ranges to the host store and
-//                       releases the buffer (guard = end of that copy).
-//                       Layers >= n - R keep their buffer.
-//   backward, layer i   begin_backward(i, recompute): the compute stream
-//                       waits for layer i's prefetch, then runs the
-//                       caller's token-wise `recompute` on the stream for
-//                       every range that was not offloaded (and for the
-//                       shared, never-offloaded tensors when the shared
-//                       region no longer holds layer i's values).
-//                       end_backward(i): release buffer i % K on the compute
-//                       stream (guard = end of layer i's backward) and start
-//                       prefetching layer i - K into it, so the copy runs
-//                       while layers i - 1 ... i - K + 1 compute backward.
+//   begin_forward(i)   acquire buffer i % K on the compute stream (its guard
+//                      is the offload of layer i - K). The caller's forward
+//                      writes every skeletal tensor.
+//   end_forward(i)     runs the protocol's transfers up to the next caller
+//                      action: "offload i" (record on compute, the offload
+//                      stream waits, copies the offloaded ranges to the host
+//                      store, releases the buffer: guard = end of the copy)
+//                      and, after the last forward, the prefetches of the
+//                      swapped layers whose buffer no later layer uses.
+//   begin_backward(i)  "recompute i" if the protocol has one: the compute
+//                      stream waits for layer i's prefetch, then runs the
+//                      caller's token-wise `recompute` for the ranges that
+//                      were not offloaded and the shared tensors the next
+//                      layer overwrote.
+//   end_backward(i)    releases buffer i % K on the compute stream (guard =
+//                      end of layer i's backward) and runs "prefetch i - K",
+//                      which overlaps layers i - 1 ... i - K + 1's backward.
 //
 // The swapper decides nothing: the offloaded ranges come from the
 // `offload_plan` of its rounding buffers, host memory from the host store,
 // which is reserved for every swapped layer when the swapper is built (a
 // plan over the budget fails there, before any step runs). Layers must be
-// driven in step order (forward 0..n-1, then backward n-1..0); anything else
-// is a `memo::error`, because the prefetch schedule depends on it. Nothing
-// here blocks the host; every ordering is a stream wait on an event, so the
-// same code runs on any `Backend`.
+// driven in protocol order (forward 0..n-1, then backward n-1..0); anything
+// else is a `memo::error`. Nothing here blocks the host except
+// `synchronize` and `abandon_step`.
+//
+// Lifetime rules:
+//   - one swapper per `rounding_buffers` (a second is refused: both would
+//     hand the same buffer to two layers), and the buffers and the store
+//     must outlive it;
+//   - destroying a swapper waits for its streams, releases any buffer a
+//     step left held, and returns its host-store slots, so the next swapper
+//     over the same store and buffers starts clean;
+//   - a step abandoned part-way (an exception between begin_forward and the
+//     last end_backward) is reset with `abandon_step()`, which drains the
+//     three streams first; the next step then starts at begin_forward(0).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -51,6 +65,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/schedule/memo_protocol.hpp"
 #include "memo/swap/host_store.hpp"
 #include "memo/swap/rounding_buffers.hpp"
 #include "memo/swap/skeletal_layout.hpp"
@@ -101,11 +116,31 @@ struct recompute_request {
 /// Options of a swapper; the plan itself comes from the rounding buffers.
 struct swap_options {
   std::size_t layers = 0;                ///< n, layers per step
-  std::size_t resident_last_layers = 2;  ///< R, never swapped; R <= K
+  std::size_t resident_last_layers = 2;  ///< never swapped; at most K
   /// Host-store slots are keyed (host_layer_base + layer, ...), so several
   /// swappers (pipeline stages, model chunks) can share one store.
   std::size_t host_layer_base = 0;
 };
+
+/// The protocol shape of a swapper over `plan` (min(resident_last_layers,
+/// layers) resident): swapped layers recompute when some offloaded tensor
+/// keeps a recomputed tail; every layer but the last recomputes when some
+/// tensor is shared.
+inline memo_protocol_options swap_protocol_options(const offload_plan& plan, std::size_t rounding_buffers,
+                                                   const swap_options& options) {
+  memo_protocol_options protocol;
+  protocol.layers = options.layers;
+  protocol.rounding_buffers = rounding_buffers;
+  protocol.resident_last_layers = std::min(options.resident_last_layers, options.layers);
+  for (std::size_t t = 0; t < plan.layout().size(); ++t) {
+    if (plan.shared(t)) {
+      protocol.recompute_shared = true;
+    } else if (!plan.recomputed(t).empty()) {
+      protocol.recompute_swapped = true;
+    }
+  }
+  return protocol;
+}
 
 template <Backend B>
 class token_fraction_swapper {
@@ -117,53 +152,61 @@ class token_fraction_swapper {
   using store_type = host_store<B>;
   using recompute_function = std::function<void(native_stream, const recompute_request&)>;
 
-  /// Reserves the host slots of every swapped layer in `store`; throws (and
-  /// leaves the store as it was) when they do not fit its budget.
-  token_fraction_swapper(B& backend, stream_type& compute, buffers_type& buffers,
-                         store_type& store, swap_options options)
-      : backend_(&backend), compute_(&compute), buffers_(&buffers), store_(&store),
-        options_(options), offload_(backend.make_stream("offload")),
-        prefetch_(backend.make_stream("prefetch")), compute_done_(backend.make_event()) {
+  /// Claims `buffers` and reserves the host slots of every swapped layer in
+  /// `store`; throws (and leaves both as they were) when the buffers are
+  /// driven by another swapper or the slots do not fit the store.
+  token_fraction_swapper(B& backend, stream_type& compute, buffers_type& buffers, store_type& store,
+                         swap_options options)
+      : backend_(&backend), compute_(&compute), buffers_(&buffers), store_(&store), options_(options) {
     const std::size_t n = options_.layers;
     expects(n > 0, "token_fraction_swapper: the model needs at least one layer");
     expects(options_.resident_last_layers <= buffers.count(), [&] {
       return "token_fraction_swapper: " + std::to_string(options_.resident_last_layers) +
-             " resident last layers need as many rounding buffers, but K = " +
-             std::to_string(buffers.count());
+             " resident last layers need as many rounding buffers, but K = " + std::to_string(buffers.count());
     });
-    resident_ = std::min(options_.resident_last_layers, n);
+    protocol_options_ = swap_protocol_options(buffers.plan(), buffers.count(), options_);
+    protocol_ = memo_step_protocol(protocol_options_);
+    claim_ = buffers.claim("token_fraction_swapper (host layers " + std::to_string(options_.host_layer_base) +
+                           ".." + std::to_string(options_.host_layer_base + n - 1) + ")");
     auto requests = host_slots_for(plan(), swapped_layers());
     for (auto& request : requests) request.key.layer += options_.host_layer_base;
     check_against_store(requests);
-    store.reserve(requests);
+    offload_.emplace(backend.make_stream("offload"));
+    prefetch_.emplace(backend.make_stream("prefetch"));
+    compute_done_.emplace(backend.make_event());
     prefetch_done_.reserve(n);
     for (std::size_t i = 0; i < n; ++i) prefetch_done_.push_back(backend.make_event());
     leases_.resize(n);
+    reservation_ = store.reserve(requests);  // last: nothing after it can throw
   }
   token_fraction_swapper(const token_fraction_swapper&) = delete;
   token_fraction_swapper& operator=(const token_fraction_swapper&) = delete;
   ~token_fraction_swapper() {
     // Copies in flight reference the buffers and the store; let them land.
     // Errors are reported by synchronize(), which callers use.
+    drain();
+    release_held_leases();
     try {
-      backend_->synchronize(offload_);
+      if (!reservation_.empty()) store_->release(reservation_);
     } catch (...) {
-    }
-    try {
-      backend_->synchronize(prefetch_);
-    } catch (...) {
+      // Only a store that lost the reservation some other way gets here.
     }
   }
 
   [[nodiscard]] const offload_plan& plan() const noexcept { return buffers_->plan(); }
   [[nodiscard]] const skeletal_layout& layout() const noexcept { return buffers_->layout(); }
   [[nodiscard]] std::size_t layers() const noexcept { return options_.layers; }
-  [[nodiscard]] std::size_t resident_layers() const noexcept { return resident_; }
-  [[nodiscard]] std::size_t swapped_layers() const noexcept { return options_.layers - resident_; }
+  [[nodiscard]] std::size_t resident_last_layers() const noexcept { return protocol_options_.resident_last_layers; }
+  [[nodiscard]] std::size_t swapped_layers() const noexcept { return protocol_options_.swapped_layers(); }
   /// True when layer `layer` is offloaded in forward and prefetched in backward.
-  [[nodiscard]] bool swapped(std::size_t layer) const noexcept { return layer < swapped_layers(); }
-  [[nodiscard]] stream_type& offload_stream() noexcept { return offload_; }
-  [[nodiscard]] stream_type& prefetch_stream() noexcept { return prefetch_; }
+  [[nodiscard]] bool swapped(std::size_t layer) const noexcept { return protocol_options_.swapped(layer); }
+  /// The action list this swapper walks every step (memo_step_protocol).
+  [[nodiscard]] const std::vector<memo_action>& protocol() const noexcept { return protocol_; }
+  [[nodiscard]] const memo_protocol_options& protocol_options() const noexcept { return protocol_options_; }
+  [[nodiscard]] stream_type& offload_stream() noexcept { return *offload_; }
+  [[nodiscard]] stream_type& prefetch_stream() noexcept { return *prefetch_; }
+  /// True between begin_forward(0) and the last end_backward.
+  [[nodiscard]] bool in_step() const noexcept { return next_ != 0 || in_layer_; }
 
   /// Payload bytes issued so far (alignment padding copied along is not
   /// counted), for reports.
@@ -176,9 +219,8 @@ class token_fraction_swapper {
   /// Starts layer `layer`'s forward: its skeletal slices, writable by work
   /// enqueued on the compute stream from now on.
   [[nodiscard]] skeletal_views begin_forward(std::size_t layer) {
-    expects(phase_ == phase::forward && !in_layer_ && layer == next_layer_, [&] {
-      return "token_fraction_swapper: begin_forward(" + std::to_string(layer) + ") out of order (" +
-             expected() + ")";
+    expects(!in_layer_ && at(memo_action_kind::forward, layer), [&] {
+      return "token_fraction_swapper: begin_forward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     leases_[layer] = buffers_->acquire(layer, *compute_);
     in_layer_ = true;
@@ -189,39 +231,12 @@ class token_fraction_swapper {
   /// Ends layer `layer`'s forward; its offload starts once the compute
   /// stream reaches this point.
   void end_forward(std::size_t layer) {
-    expects(phase_ == phase::forward && in_layer_ && layer == next_layer_, [&] {
-      return "token_fraction_swapper: end_forward(" + std::to_string(layer) + ") out of order (" +
-             expected() + ")";
+    expects(in_layer_ && at(memo_action_kind::forward, layer), [&] {
+      return "token_fraction_swapper: end_forward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     in_layer_ = false;
-    if (swapped(layer)) {
-      auto& held = *leases_[layer];
-      if (plan().offloaded_bytes_per_layer() == 0) {
-        buffers_->release(std::move(held), *compute_);
-      } else {
-        backend_->record(compute_done_, *compute_);
-        backend_->wait(offload_, compute_done_);
-        for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
-          backend_->copy_async(host, device, static_cast<std::size_t>(bytes),
-                               copy_kind::device_to_host, offload_);
-        });
-        offloaded_bytes_ += plan().offloaded_bytes_per_layer();
-        buffers_->release(std::move(held), offload_);
-      }
-      leases_[layer].reset();
-    }
-    if (layer + 1 < options_.layers) {
-      ++next_layer_;
-      return;
-    }
-    // The turn: backward starts with layer n - 1. Swapped layers whose
-    // buffer no later layer uses can be fetched back right away.
-    phase_ = phase::backward;
-    const std::size_t k = buffers_->count();
-    for (std::size_t j = swapped_layers(); j-- > 0;) {
-      if (j + k < options_.layers) break;
-      prefetch(j);
-    }
+    ++next_;
+    run_transfers();
   }
 
   // --- backward -------------------------------------------------------------
@@ -231,15 +246,13 @@ class token_fraction_swapper {
   /// The returned slices hold the forward's bytes for work enqueued on the
   /// compute stream from now on.
   [[nodiscard]] skeletal_views begin_backward(std::size_t layer, const recompute_function& recompute) {
-    expects(phase_ == phase::backward && !in_layer_ && layer == next_layer_, [&] {
-      return "token_fraction_swapper: begin_backward(" + std::to_string(layer) +
-             ") out of order (" + expected() + ")";
+    const bool recomputes = !in_layer_ && at(memo_action_kind::recompute, layer);
+    expects(recomputes || (!in_layer_ && at(memo_action_kind::backward, layer)), [&] {
+      return "token_fraction_swapper: begin_backward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     expects(leases_[layer].has_value(), [&] {
       return "token_fraction_swapper: layer " + std::to_string(layer) + " holds no buffer";
     });
-    if (swapped(layer)) backend_->wait(*compute_, prefetch_done_[layer]);
-
     recompute_request request{layer, views_of(layer), {}};
     for (std::size_t t = 0; t < layout().size(); ++t) {
       if (plan().shared(t)) {
@@ -248,19 +261,26 @@ class token_fraction_swapper {
         for (const auto& range : plan().recomputed(t)) request.items.push_back({t, range});
       }
     }
-    shared_holder_ = layer;
-    if (!request.items.empty()) {
+    // The protocol and the plan must agree on whether anything is rebuilt.
+    expects(recomputes == !request.items.empty(), [&] {
+      return "token_fraction_swapper: layer " + std::to_string(layer) + ": the step protocol " +
+             (recomputes ? "has" : "has no") + " recompute but the plan gives " +
+             std::to_string(request.items.size()) + " ranges to rebuild";
+    });
+    if (recomputes) {
       expects(static_cast<bool>(recompute), [&] {
         return "token_fraction_swapper: layer " + std::to_string(layer) +
                " has ranges to recompute but no recompute function was given";
       });
+    }
+    if (swapped(layer)) backend_->wait(*compute_, prefetch_done_[layer]);
+    shared_holder_ = layer;
+    if (recomputes) {
       for (const auto& item : request.items) {
-        recomputed_bytes_ += static_cast<std::uint64_t>(item.tokens.tokens()) *
-                             layout()[item.tensor].bytes_per_token;
+        recomputed_bytes_ += static_cast<std::uint64_t>(item.tokens.tokens()) * layout()[item.tensor].bytes_per_token;
       }
-      backend_->enqueue(*compute_, [fn = recompute, req = std::move(request)](native_stream native) {
-        fn(native, req);
-      });
+      backend_->enqueue(*compute_, [fn = recompute, req = std::move(request)](native_stream native) { fn(native, req); });
+      ++next_;
     }
     in_layer_ = true;
     return views_of(layer);
@@ -269,40 +289,126 @@ class token_fraction_swapper {
   /// Ends layer `layer`'s backward (everything enqueued on the compute
   /// stream so far was its last use of the buffer).
   void end_backward(std::size_t layer) {
-    expects(phase_ == phase::backward && in_layer_ && layer == next_layer_, [&] {
-      return "token_fraction_swapper: end_backward(" + std::to_string(layer) + ") out of order (" +
-             expected() + ")";
+    expects(in_layer_ && at(memo_action_kind::backward, layer), [&] {
+      return "token_fraction_swapper: end_backward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     in_layer_ = false;
     buffers_->release(std::move(*leases_[layer]), *compute_);
     leases_[layer].reset();
-    const std::size_t k = buffers_->count();
-    if (layer >= k) prefetch(layer - k);
-    if (layer > 0) {
-      --next_layer_;
-    } else {
-      phase_ = phase::forward;
-      next_layer_ = 0;
-    }
+    ++next_;
+    run_transfers();
+    if (next_ == protocol_.size()) next_ = 0;
   }
 
   /// Waits for the swapper's streams and the compute stream; rethrows errors.
   void synchronize() {
-    backend_->synchronize(offload_);
-    backend_->synchronize(prefetch_);
+    backend_->synchronize(*offload_);
+    backend_->synchronize(*prefetch_);
     backend_->synchronize(*compute_);
   }
 
+  /// Resets a step abandoned part-way: drains the three streams, releases
+  /// every buffer the step held (their last use has finished), and starts
+  /// the next step at begin_forward(0). Rethrows the first error found in
+  /// those streams, after the reset, so the caller sees it once. The host
+  /// slots of layers whose offload did not run hold stale bytes; the next
+  /// step's forward overwrites them before any prefetch reads them.
+  void abandon_step() {
+    std::exception_ptr failure;
+    for (auto* stream : {&*offload_, &*prefetch_, compute_}) {
+      try {
+        backend_->synchronize(*stream);
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    release_held_leases();
+    if (claim_.buffers_alive()) {
+      buffers_->refresh_guards(*compute_);
+      backend_->synchronize(*compute_);
+    }
+    next_ = 0;
+    in_layer_ = false;
+    shared_holder_.reset();
+    if (failure) std::rethrow_exception(failure);
+  }
+
  private:
-  enum class phase { forward, backward };
+  [[nodiscard]] bool at(memo_action_kind kind, std::size_t layer) const noexcept {
+    return protocol_[next_].kind == kind && protocol_[next_].layer == layer;
+  }
 
   [[nodiscard]] std::string expected() const {
+    const auto& action = protocol_[next_];
+    const bool forward = action.kind == memo_action_kind::forward;
     if (in_layer_) {
-      return std::string("layer ") + std::to_string(next_layer_) + "'s " +
-             (phase_ == phase::forward ? "forward" : "backward") + " has not ended";
+      return "layer " + std::to_string(action.layer) + "'s " + (forward ? "forward" : "backward") + " has not ended";
     }
-    return std::string("expected begin_") + (phase_ == phase::forward ? "forward(" : "backward(") +
-           std::to_string(next_layer_) + ")";
+    return std::string("expected begin_") + (forward ? "forward(" : "backward(") + std::to_string(action.layer) + ")";
+  }
+
+  // Runs the swapper's own transfers (offloads and prefetches) that follow
+  // in the protocol, up to the next action that needs the caller.
+  void run_transfers() {
+    while (next_ < protocol_.size()) {
+      const auto& action = protocol_[next_];
+      if (action.kind == memo_action_kind::offload) {
+        offload(action.layer);
+      } else if (action.kind == memo_action_kind::prefetch) {
+        prefetch(action.layer);
+      } else {
+        return;
+      }
+      ++next_;
+    }
+  }
+
+  void offload(std::size_t layer) {
+    backend_->record(*compute_done_, *compute_);
+    backend_->wait(*offload_, *compute_done_);
+    for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
+      backend_->copy_async(host, device, static_cast<std::size_t>(bytes), copy_kind::device_to_host, *offload_);
+    });
+    offloaded_bytes_ += plan().offloaded_bytes_per_layer();
+    buffers_->release(std::move(*leases_[layer]), *offload_);
+    leases_[layer].reset();
+  }
+
+  void prefetch(std::size_t layer) {
+    leases_[layer] = buffers_->acquire(layer, *prefetch_);
+    for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
+      backend_->copy_async(device, host, static_cast<std::size_t>(bytes), copy_kind::host_to_device, *prefetch_);
+    });
+    prefetched_bytes_ += plan().offloaded_bytes_per_layer();
+    backend_->record(prefetch_done_[layer], *prefetch_);
+  }
+
+  void drain() noexcept {
+    for (auto* stream : {offload_ ? &*offload_ : nullptr, prefetch_ ? &*prefetch_ : nullptr}) {
+      if (stream == nullptr) continue;
+      try {
+        backend_->synchronize(*stream);
+      } catch (...) {
+      }
+    }
+  }
+
+  // Every stream is idle (callers drain first), so any stream may record
+  // the release. Buffers destroyed before the swapper cannot be touched.
+  void release_held_leases() noexcept {
+    if (!claim_.buffers_alive()) return;
+    try {
+      backend_->synchronize(*compute_);
+    } catch (...) {
+    }
+    for (auto& held : leases_) {
+      if (!held) continue;
+      try {
+        buffers_->release(std::move(*held), *compute_);
+      } catch (...) {
+      }
+      held.reset();
+    }
   }
 
   void check_against_store(const std::vector<host_slot_request>& requests) const {
@@ -374,30 +480,22 @@ class token_fraction_swapper {
     if (run_bytes > 0) fn(host_start, device_start, run_bytes);
   }
 
-  void prefetch(std::size_t layer) {
-    leases_[layer] = buffers_->acquire(layer, prefetch_);
-    for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
-      backend_->copy_async(device, host, static_cast<std::size_t>(bytes),
-                           copy_kind::host_to_device, prefetch_);
-    });
-    prefetched_bytes_ += plan().offloaded_bytes_per_layer();
-    backend_->record(prefetch_done_[layer], prefetch_);
-  }
-
   B* backend_;
   stream_type* compute_;
   buffers_type* buffers_;
   store_type* store_;
   swap_options options_;
-  std::size_t resident_ = 0;
-  stream_type offload_;
-  stream_type prefetch_;
-  event_type compute_done_;
+  memo_protocol_options protocol_options_;
+  std::vector<memo_action> protocol_;
+  typename buffers_type::exclusive_use claim_;
+  host_reservation reservation_;
+  std::optional<stream_type> offload_;
+  std::optional<stream_type> prefetch_;
+  std::optional<event_type> compute_done_;
   std::vector<event_type> prefetch_done_;                            // [layer]
   std::vector<std::optional<typename buffers_type::lease>> leases_;  // [layer]
-  phase phase_ = phase::forward;
-  std::size_t next_layer_ = 0;
-  bool in_layer_ = false;
+  std::size_t next_ = 0;   // the protocol action the step is at
+  bool in_layer_ = false;  // between begin_ and end_ of protocol_[next_]
   std::optional<std::size_t> shared_holder_;  // whose values the shared region holds
   std::uint64_t offloaded_bytes_ = 0;
   std::uint64_t prefetched_bytes_ = 0;
