@@ -211,11 +211,7 @@ class host_backend {
       }
     }
     live.clear();  // a stream destroyed meanwhile reports to orphans_ now
-    {
-      std::lock_guard lock(orphans_->mutex);
-      if (!first && !orphans_->orphans.empty()) first = orphans_->orphans.front();
-      orphans_->orphans.clear();
-    }
+    if (auto orphan = orphans_->take_first(); orphan && !first) first = std::move(orphan);
     if (first) first->raise();
   }
 
@@ -341,7 +337,7 @@ class host_backend {
   host_memory_resource device_memory_;
   host_memory_resource pinned_memory_;
   detail::host_thread_pool pool_;
-  std::shared_ptr<detail::host_failure_sink> orphans_ = std::make_shared<detail::host_failure_sink>();
+  std::shared_ptr<detail::stream_failure_sink> orphans_ = std::make_shared<detail::stream_failure_sink>();
   std::mutex registry_mutex_;
   std::vector<std::weak_ptr<detail::host_worker>> streams_;
   std::size_t next_stream_index_ = 0;

@@ -114,13 +114,6 @@ class host_copy_engine {
   host_clock::time_point free_at_{};
 };
 
-// Where the failures of streams destroyed before anyone synchronised them
-// go; shared by a backend and its workers so either may go first.
-struct host_failure_sink {
-  std::mutex mutex;
-  std::vector<stream_failure_ptr> orphans;
-};
-
 class host_worker {
  public:
   enum class task_kind { work, copy, fire, wait };
@@ -139,7 +132,7 @@ class host_worker {
   };
 
   host_worker(std::string name, std::size_t index, const void* owner,
-              std::shared_ptr<host_failure_sink> sink)
+              std::shared_ptr<stream_failure_sink> sink)
       : name_(std::move(name)),
         index_(index),
         owner_(owner),
@@ -154,17 +147,14 @@ class host_worker {
     }
     wake_.notify_all();
     thread_.join();  // drains the queue first: every recorded signal fires
-    std::shared_ptr<host_failure_sink> sink;
+    std::shared_ptr<stream_failure_sink> sink;
     stream_failure_ptr failure;
     {
       std::lock_guard lock(mutex_);
       sink = std::move(sink_);
       failure = std::move(failure_);
     }
-    if (failure && sink) {  // nobody synchronised the stream: the backend reports it
-      std::lock_guard lock(sink->mutex);
-      sink->orphans.push_back(std::move(failure));
-    }
+    if (sink) sink->add(std::move(failure));  // unsynchronised: the backend reports it
   }
 
   void push(task item) {
@@ -321,7 +311,7 @@ class host_worker {
   std::deque<task> queue_;
   bool stopping_ = false;
   const void* owner_;
-  std::shared_ptr<host_failure_sink> sink_;
+  std::shared_ptr<stream_failure_sink> sink_;
   stream_failure_ptr failure_;
   host_clock::time_point ready_at_{};  // touched only by the worker thread
   std::thread thread_;  // last: starts after every other member exists
