@@ -242,6 +242,27 @@ TEST_CASE_TEMPLATE_DEFINE("conformance: a failed task poisons its stream until s
   CHECK_NOTHROW(backend.synchronize());
 }
 
+TEST_CASE_TEMPLATE_DEFINE("conformance: a failure travels through events to waiting streams", B,
+                          conformance_failure_events) {
+  B backend;
+  auto producer = backend.make_stream("producer");
+  auto consumer = backend.make_stream("consumer");
+  auto marker = backend.make_event();
+  backend.enqueue(producer, [] { throw memo::error("producer failed"); });
+  backend.record(marker, producer);
+  backend.wait(consumer, marker);
+  int consumed = 0;
+  backend.enqueue(consumer, [&] { consumed = 1; });
+  CHECK_THROWS_WITH_AS(backend.synchronize(marker), doctest::Contains("producer failed"), memo::error);
+  CHECK_THROWS_WITH_AS(backend.synchronize(consumer), doctest::Contains("producer failed"), memo::error);
+  CHECK(consumed == 0);
+  CHECK_THROWS_AS(backend.synchronize(producer), memo::error);
+  // Both streams reported their failure once and are usable again.
+  backend.enqueue(consumer, [&] { consumed = 2; });
+  backend.synchronize();
+  CHECK(consumed == 2);
+}
+
 TEST_CASE_TEMPLATE_DEFINE("conformance: a failure of a stream destroyed unsynchronised is not lost",
                           B, conformance_orphan) {
   B backend;
@@ -457,6 +478,7 @@ TEST_CASE_TEMPLATE_DEFINE("conformance: bad gemm arguments are rejected before a
   TEST_CASE_TEMPLATE_APPLY(conformance_fifo, std::tuple<backend_type>);           \
   TEST_CASE_TEMPLATE_APPLY(conformance_events, std::tuple<backend_type>);         \
   TEST_CASE_TEMPLATE_APPLY(conformance_failure, std::tuple<backend_type>);        \
+  TEST_CASE_TEMPLATE_APPLY(conformance_failure_events, std::tuple<backend_type>); \
   TEST_CASE_TEMPLATE_APPLY(conformance_orphan, std::tuple<backend_type>);         \
   TEST_CASE_TEMPLATE_APPLY(conformance_self_sync, std::tuple<backend_type>);      \
   TEST_CASE_TEMPLATE_APPLY(conformance_move_only, std::tuple<backend_type>);      \

@@ -18,7 +18,10 @@
 //   exception it throws is kept and rethrown by the next synchronisation of
 //   that stream, or by the backend's `synchronize()`, as on the host
 //   backend, also when the stream was destroyed before anyone synchronised
-//   it. A host function must not synchronise (CUDA forbids CUDA calls from
+//   it. Events carry such a failure to the streams that wait on them (a
+//   host function stamps the event when it is recorded, another poisons the
+//   waiter), but only for streams a failure can reach: a stream that never
+//   ran host work records plain CUDA events. A host function must not synchronise (CUDA forbids CUDA calls from
 //   it); doing so is a memo::error rather than a deadlock.
 //
 // Creating a `cuda_backend` on a machine without a usable device throws a
@@ -58,6 +61,10 @@ namespace detail {
 struct cuda_stream_failures {
   std::mutex mutex;
   stream_failure_ptr first;
+  // Whether a failure can ever reach this stream (it ran host work, or
+  // waited on an event that can carry one); until then events need no
+  // host-side stamp and cost nothing extra.
+  bool may_fail = false;
 
   stream_failure_ptr take() {
     std::lock_guard lock(mutex);
@@ -87,6 +94,52 @@ inline void run_cuda_host_task(void* user_data) noexcept {
     if (!task->failures->first) task->failures->first = stream_failure::capture_current();
   }
   in_cuda_host_task = false;
+}
+
+// What one `record` of an event carries: the failure of the recording
+// stream at that point of its queue, stamped by a host function placed just
+// before the event.
+struct cuda_event_failure {
+  std::mutex mutex;
+  stream_failure_ptr failure;
+};
+
+struct cuda_failure_link {
+  std::shared_ptr<cuda_stream_failures> stream;
+  std::shared_ptr<cuda_event_failure> event;
+};
+
+// Host function: recording stream -> event.
+inline void cuda_stamp_event(void* user_data) noexcept {
+  std::unique_ptr<cuda_failure_link> link(static_cast<cuda_failure_link*>(user_data));
+  stream_failure_ptr failure;
+  {
+    std::lock_guard lock(link->stream->mutex);
+    failure = link->stream->first;
+  }
+  std::lock_guard lock(link->event->mutex);
+  link->event->failure = std::move(failure);
+}
+
+// Host function: event -> waiting stream (poisons it like its own failure).
+inline void cuda_poison_from_event(void* user_data) noexcept {
+  std::unique_ptr<cuda_failure_link> link(static_cast<cuda_failure_link*>(user_data));
+  stream_failure_ptr failure;
+  {
+    std::lock_guard lock(link->event->mutex);
+    failure = link->event->failure;
+  }
+  if (!failure) return;
+  std::lock_guard lock(link->stream->mutex);
+  if (!link->stream->first) link->stream->first = std::move(failure);
+}
+
+// Launches `function` on `stream`, handing it ownership of `data`.
+template <class T>
+void launch_owning_host_function(cudaStream_t stream, void (*function)(void*) noexcept,
+                                 std::unique_ptr<T> data) {
+  check_cuda(cudaLaunchHostFunc(stream, function, data.get()), "cudaLaunchHostFunc");
+  (void)data.release();  // owned by the host function from here on
 }
 
 inline void expect_not_in_cuda_host_task(const char* call) {
@@ -174,12 +227,14 @@ class cuda_backend {
    public:
     event(event&& other) noexcept
         : handle_(std::exchange(other.handle_, nullptr)),
-          recorded_(std::exchange(other.recorded_, false)) {}
+          recorded_(std::exchange(other.recorded_, false)),
+          failure_(std::move(other.failure_)) {}
     event& operator=(event&& other) noexcept {
       if (this != &other) {
         destroy();
         handle_ = std::exchange(other.handle_, nullptr);
         recorded_ = std::exchange(other.recorded_, false);
+        failure_ = std::move(other.failure_);
       }
       return *this;
     }
@@ -197,6 +252,7 @@ class cuda_backend {
     }
     cudaEvent_t handle_ = nullptr;
     bool recorded_ = false;
+    std::shared_ptr<detail::cuda_event_failure> failure_;  // of the latest record, if it can carry one
   };
 
   cuda_backend() : cuda_backend(options{}) {}
@@ -246,13 +302,35 @@ class cuda_backend {
   }
   event make_event() { return event(); }
 
+  /// Marks the work enqueued on `on` so far. When a failure can reach the
+  /// stream, the mark also carries the stream's failure at that point.
   void record(event& marker, stream& on) {
+    std::shared_ptr<detail::cuda_event_failure> carried;
+    if (may_fail(on)) {
+      carried = std::make_shared<detail::cuda_event_failure>();
+      detail::launch_owning_host_function(
+          on.handle_, &detail::cuda_stamp_event,
+          std::make_unique<detail::cuda_failure_link>(detail::cuda_failure_link{on.failures_, carried}));
+    }
     check_cuda(cudaEventRecord(marker.handle_, on.handle_), "cudaEventRecord");
     marker.recorded_ = true;
+    marker.failure_ = std::move(carried);
   }
+  /// Later work on `waiter` waits for the mark; a failure the mark carries
+  /// poisons `waiter` as its own would.
   void wait(stream& waiter, const event& marker) {
     if (!marker.recorded_) return;
     check_cuda(cudaStreamWaitEvent(waiter.handle_, marker.handle_, 0), "cudaStreamWaitEvent");
+    if (marker.failure_) {
+      {
+        std::lock_guard lock(waiter.failures_->mutex);
+        waiter.failures_->may_fail = true;
+      }
+      detail::launch_owning_host_function(
+          waiter.handle_, &detail::cuda_poison_from_event,
+          std::make_unique<detail::cuda_failure_link>(
+              detail::cuda_failure_link{waiter.failures_, marker.failure_}));
+    }
   }
   [[nodiscard]] bool query(const event& marker) const {
     if (!marker.recorded_) return true;
@@ -268,6 +346,13 @@ class cuda_backend {
     detail::expect_not_in_cuda_host_task("synchronize(event)");
     if (!marker.recorded_) return;
     check_cuda(cudaEventSynchronize(marker.handle_), "cudaEventSynchronize");
+    if (!marker.failure_) return;
+    detail::stream_failure_ptr failure;
+    {
+      std::lock_guard lock(marker.failure_->mutex);
+      failure = marker.failure_->failure;
+    }
+    if (failure) failure->raise();
   }
   void synchronize(stream& on) {
     detail::expect_not_in_cuda_host_task("synchronize(stream)");
@@ -355,15 +440,23 @@ class cuda_backend {
     if constexpr (std::is_invocable_v<Work&, native_stream>) {
       work(on.handle_);
     } else {
-      auto task = std::make_unique<detail::cuda_host_task>(
-          detail::cuda_host_task{detail::unique_task(std::forward<Work>(work)), on.failures_});
-      check_cuda(cudaLaunchHostFunc(on.handle_, &detail::run_cuda_host_task, task.get()),
-                 "cudaLaunchHostFunc");
-      (void)task.release();  // owned by the host function from here on
+      {
+        std::lock_guard lock(on.failures_->mutex);
+        on.failures_->may_fail = true;
+      }
+      detail::launch_owning_host_function(
+          on.handle_, &detail::run_cuda_host_task,
+          std::make_unique<detail::cuda_host_task>(
+              detail::cuda_host_task{detail::unique_task(std::forward<Work>(work)), on.failures_}));
     }
   }
 
  private:
+  static bool may_fail(const stream& on) {
+    std::lock_guard lock(on.failures_->mutex);
+    return on.failures_->may_fail;
+  }
+
   static void select_device(int device) {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
