@@ -372,3 +372,20 @@ TEST_CASE("host_backend: an exception in a parallel_for functor fails the stream
   backend.parallel_for(stream, memo::extent_1d{100000}, throw_at{77777});
   CHECK_THROWS_WITH_AS(backend.synchronize(stream), doctest::Contains("index 77777 failed"), memo::error);
 }
+
+TEST_CASE("host_backend: a parallel_for piece synchronising its own stream is an error on any thread") {
+  // Pieces run on the stream's worker and on the pool's helpers; both know
+  // which stream they work for.
+  host_backend::options options;
+  options.compute_threads = 2;
+  host_backend backend(options);
+  auto stream = backend.make_stream("compute");
+  struct synchronise_own_stream {
+    host_backend* backend;
+    host_backend::stream* stream;
+    void operator()(std::int64_t) const { backend->synchronize(*stream); }
+  };
+  backend.parallel_for(stream, memo::extent_1d{4096}, synchronise_own_stream{&backend, &stream});
+  CHECK_THROWS_WITH_AS(backend.synchronize(stream), doctest::Contains("wait for itself forever"),
+                       memo::error);
+}
