@@ -2,11 +2,16 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
@@ -235,4 +240,152 @@ TEST_CASE("host_backend: a queue of throttled copies keeps the link's rate on av
   CHECK(backend.elapsed_seconds(first, last) >=
         copies * static_cast<double>(bytes) / options.host_to_device_bytes_per_second * 0.999);
   CHECK(destination == source);
+}
+
+// --- the Backend conformance suite, on the host backend ----------------------
+
+#include "conformance.hpp"
+
+MEMO_BACKEND_CONFORMANCE(memo::host_backend);
+
+// --- host-specific guarantees ----------------------------------------------------
+
+TEST_CASE("host_backend: a throttled copy's bytes land at the end of its link time") {
+  // A reader that skips the wait for the copy's event must see the OLD bytes
+  // while the copy is in flight (otherwise byte checks could not catch a
+  // missing wait). Reading the destination here is not a data race: the
+  // worker takes the stream's queue lock when the booked time is over and
+  // before it writes, and the `record` below takes the same lock after the
+  // read, so the read happens-before the write as long as the record is
+  // issued within the booked second.
+  host_backend::options options;
+  options.host_to_device_bytes_per_second = 256.0 * 1024;  // 256 KiB take 1 s
+  host_backend backend(options);
+  auto stream = backend.make_stream("prefetch");
+  auto copied = backend.make_event();
+  constexpr std::size_t bytes = 256 << 10;
+  std::vector<std::uint8_t> source(bytes, 0x5A), destination(bytes, 0x11);
+  backend.copy_async(destination.data(), source.data(), bytes, copy_kind::host_to_device, stream);
+  const bool untouched = std::all_of(destination.begin(), destination.end(),
+                                     [](std::uint8_t b) { return b == 0x11; });
+  backend.record(copied, stream);
+  CHECK(untouched);
+  backend.synchronize(copied);
+  CHECK(destination == source);
+}
+
+TEST_CASE("host_backend: a stream that outlives its backend is drained and then refuses work") {
+  std::vector<char> source(64 << 10, 9), destination(64 << 10, 0);
+  std::optional<host_backend::stream> survivor;
+  {
+    host_backend::options options;
+    options.device_to_host_bytes_per_second = 1024.0 * 1024;  // 64 KiB take ~62 ms
+    host_backend backend(options);
+    survivor.emplace(backend.make_stream("survivor"));
+    backend.copy_async(destination.data(), source.data(), source.size(), copy_kind::device_to_host,
+                       *survivor);
+    // The backend dies with the throttled copy still queued on its engine.
+  }
+  CHECK(destination == source);  // drained before the copy engine went away
+  CHECK(survivor->name() == "survivor");
+  host_backend other;
+  CHECK_THROWS_WITH_AS(other.synchronize(*survivor), doctest::Contains("outlived its host_backend"),
+                       memo::error);
+  CHECK_THROWS_WITH_AS(other.enqueue(*survivor, [] {}), doctest::Contains("outlived its host_backend"),
+                       memo::error);
+}
+
+TEST_CASE("host_backend: a stream of another backend is rejected") {
+  host_backend first;
+  host_backend second;
+  auto stream = first.make_stream("first's");
+  CHECK_THROWS_WITH_AS(second.enqueue(stream, [] {}), doctest::Contains("belongs to another host_backend"),
+                       memo::error);
+  auto moved = std::move(stream);
+  CHECK_THROWS_WITH_AS(first.synchronize(stream), doctest::Contains("moved-from"), memo::error);
+  CHECK_NOTHROW(first.synchronize(moved));
+}
+
+TEST_CASE("host_backend: waiting from a task for an event its own stream records later is an error") {
+  host_backend backend;
+  auto stream = backend.make_stream("self");
+  auto later = backend.make_event();
+  auto earlier = backend.make_event();
+  backend.record(earlier, stream);
+  bool refused = false;
+  bool earlier_ok = false;
+  std::atomic<bool> go{false};
+  // Hold the stream until `later` has been recorded behind the probing task.
+  backend.enqueue(stream, [&] {
+    while (!go.load()) std::this_thread::yield();
+  });
+  backend.enqueue(stream, [&] {
+    backend.synchronize(earlier);  // already reached: fine
+    earlier_ok = true;
+    try {
+      backend.synchronize(later);
+    } catch (const memo::error&) {
+      refused = true;
+    }
+  });
+  backend.record(later, stream);
+  go = true;
+  backend.synchronize(stream);
+  CHECK(earlier_ok);
+  CHECK(refused);
+}
+
+TEST_CASE("host_backend: compute from every stream runs on one pool created once") {
+  host_backend::options options;
+  options.compute_threads = 2;
+  host_backend backend(options);
+  CHECK(backend.compute_threads() == 2);
+  std::vector<host_backend::stream> streams;
+  for (int i = 0; i < 3; ++i) streams.push_back(backend.make_stream());
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  struct record_thread {
+    std::mutex* mutex;
+    std::set<std::thread::id>* threads;
+    void operator()(std::int64_t) const {
+      std::lock_guard lock(*mutex);
+      threads->insert(std::this_thread::get_id());
+    }
+  };
+  for (int round = 0; round < 20; ++round) {
+    for (auto& stream : streams) backend.parallel_for(stream, memo::extent_1d{4096}, record_thread{&mutex, &threads});
+  }
+  backend.synchronize();
+  // The three stream workers and one helper: no thread per call or per stream.
+  CHECK(threads.size() <= 3 + 1);
+}
+
+TEST_CASE("host_backend: an exception in a parallel_for functor fails the stream") {
+  host_backend backend;
+  auto stream = backend.make_stream("compute");
+  struct throw_at {
+    std::int64_t bad;
+    void operator()(std::int64_t i) const {
+      if (i == bad) throw memo::error("index " + std::to_string(i) + " failed");
+    }
+  };
+  backend.parallel_for(stream, memo::extent_1d{100000}, throw_at{77777});
+  CHECK_THROWS_WITH_AS(backend.synchronize(stream), doctest::Contains("index 77777 failed"), memo::error);
+}
+
+TEST_CASE("host_backend: a parallel_for piece synchronising its own stream is an error on any thread") {
+  // Pieces run on the stream's worker and on the pool's helpers; both know
+  // which stream they work for.
+  host_backend::options options;
+  options.compute_threads = 2;
+  host_backend backend(options);
+  auto stream = backend.make_stream("compute");
+  struct synchronise_own_stream {
+    host_backend* backend;
+    host_backend::stream* stream;
+    void operator()(std::int64_t) const { backend->synchronize(*stream); }
+  };
+  backend.parallel_for(stream, memo::extent_1d{4096}, synchronise_own_stream{&backend, &stream});
+  CHECK_THROWS_WITH_AS(backend.synchronize(stream), doctest::Contains("wait for itself forever"),
+                       memo::error);
 }

@@ -48,3 +48,15 @@ TEST_CASE("stream_failure: other exceptions travel as the original object") {
   CHECK_THROWS_AS(twice->raise(), memo::error);
   CHECK_THROWS_AS(twice->raise(), memo::error);
 }
+
+TEST_CASE("stream_failure: a sink hands out the first orphaned failure once") {
+  memo::detail::stream_failure_sink sink;
+  CHECK(sink.take_first() == nullptr);
+  sink.add(nullptr);  // nothing to keep
+  sink.add(capture([] { throw memo::error("first"); }));
+  sink.add(capture([] { throw memo::error("second"); }));
+  auto first = sink.take_first();
+  REQUIRE(first);
+  CHECK_THROWS_WITH_AS(first->raise(), doctest::Contains("first"), memo::error);
+  CHECK(sink.take_first() == nullptr);
+}

@@ -14,255 +14,48 @@
 //   run can reproduce a GPU's ratio of compute time to PCIe time. Like a
 //   GPU's copy engines, each throttled direction moves one copy at a time,
 //   shared by all streams, and back-to-back copies on a stream run at the
-//   link's rate without paying a thread wake-up each.
+//   link's rate. A throttled copy's bytes land at the end of its booked
+//   time, as they would be complete only then on a GPU.
+// - Compute (`parallel_for`, `gemm`, `gemm_strided_batched`) runs on the
+//   stream's worker, in order with its other work, across all cores through
+//   one thread pool owned by the backend (host_compute.hpp). GEMMs are fp32.
 // - An exception thrown by a task is kept, not lost: later work on that
 //   stream is skipped (it would compute on garbage), events recorded after
 //   it carry the error to every stream and host thread that waits on them,
-//   and the next `synchronize` of the stream (or of such an event) rethrows
-//   it (by value; see stream_failure.hpp). This mirrors CUDA's sticky
-//   errors, but per stream.
+//   and the next `synchronize` of the stream (or of such an event, or the
+//   backend's) rethrows it (by value; see stream_failure.hpp). A stream
+//   destroyed with an unreported error hands it to the backend's next
+//   `synchronize()`. This mirrors CUDA's sticky errors, but per stream.
+// - Lifetimes are enforced: destroying the backend drains its streams and
+//   detaches them (enqueueing on such a stream afterwards is a memo::error);
+//   a stream of another backend is rejected; synchronising a stream (or an
+//   event it has yet to reach, or the whole backend) from a task running on
+//   that stream would wait forever and is a memo::error instead.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
+#include <cstddef>
 #include <cstring>
-#include <deque>
-#include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "memo/backend/compute.hpp"
 #include "memo/backend/concepts.hpp"
+#include "memo/backend/host_compute.hpp"
+#include "memo/backend/host_thread_pool.hpp"
+#include "memo/backend/host_worker.hpp"
 #include "memo/backend/memory_resource.hpp"
 #include "memo/backend/stream_failure.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/memory_region.hpp"
 
 namespace memo {
-
-namespace detail {
-
-using host_clock = std::chrono::steady_clock;
-
-// One `record`: fired once by the recording stream when it reaches it.
-class host_signal {
- public:
-  /// Marks the signal reached at `when` (the stream's time at this point of
-  /// its queue, see host_worker::ready_at_).
-  void fire(stream_failure_ptr failure, host_clock::time_point when = host_clock::now()) {
-    {
-      std::lock_guard lock(mutex_);
-      done_ = true;
-      failure_ = std::move(failure);
-      when_ = when;
-    }
-    ready_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mutex_);
-    ready_.wait(lock, [&] { return done_; });
-  }
-  [[nodiscard]] bool done() const {
-    std::lock_guard lock(mutex_);
-    return done_;
-  }
-  [[nodiscard]] stream_failure_ptr failure() const {
-    std::lock_guard lock(mutex_);
-    return failure_;
-  }
-  [[nodiscard]] host_clock::time_point when() const {
-    std::lock_guard lock(mutex_);
-    return when_;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::condition_variable ready_;
-  bool done_ = false;
-  stream_failure_ptr failure_;
-  host_clock::time_point when_{};
-};
-
-// One direction of a throttled host link, shared by every stream of a
-// backend: like a GPU's copy engine, it moves one copy at a time, so two
-// streams copying in the same direction share its bandwidth.
-class host_copy_engine {
- public:
-  explicit host_copy_engine(double bytes_per_second) : bytes_per_second_(bytes_per_second) {}
-  [[nodiscard]] bool throttled() const noexcept { return bytes_per_second_ > 0.0; }
-
-  /// Books `bytes` on the link no earlier than `ready`; returns when the
-  /// transfer may be considered finished.
-  host_clock::time_point reserve(host_clock::time_point ready, std::size_t bytes) {
-    const auto duration = std::chrono::duration_cast<host_clock::duration>(
-        std::chrono::duration<double>(static_cast<double>(bytes) / bytes_per_second_));
-    std::lock_guard lock(mutex_);
-    const auto begin = std::max(ready, free_at_);
-    free_at_ = begin + duration;
-    return free_at_;
-  }
-
- private:
-  double bytes_per_second_;
-  std::mutex mutex_;
-  host_clock::time_point free_at_{};
-};
-
-class host_worker {
- public:
-  enum class task_kind { work, copy, fire, wait };
-  struct copy_request {
-    void* destination = nullptr;
-    const void* source = nullptr;
-    std::size_t bytes = 0;
-    host_copy_engine* engine = nullptr;  // null: unthrottled
-  };
-  struct task {
-    task_kind kind;
-    std::function<void()> work;            // task_kind::work
-    std::shared_ptr<host_signal> signal;   // task_kind::fire / wait
-    copy_request copy{};                   // task_kind::copy
-    host_clock::time_point enqueued{};
-  };
-
-  host_worker(std::string name, std::size_t index)
-      : name_(std::move(name)), index_(index), thread_([this] { run(); }) {}
-  host_worker(const host_worker&) = delete;
-  host_worker& operator=(const host_worker&) = delete;
-  ~host_worker() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();  // drains the queue first: every recorded signal fires
-  }
-
-  void push(task item) {
-    item.enqueued = host_clock::now();
-    {
-      std::lock_guard lock(mutex_);
-      queue_.push_back(std::move(item));
-    }
-    wake_.notify_all();
-  }
-
-  /// Blocks until everything enqueued so far has run, then rethrows (and
-  /// clears) the stream's error, if any.
-  void synchronize() {
-    auto signal = std::make_shared<host_signal>();
-    push({task_kind::fire, {}, signal});
-    signal->wait();
-    stream_failure_ptr failure;
-    {
-      std::lock_guard lock(mutex_);
-      std::swap(failure, failure_);
-    }
-    if (failure) failure->raise();
-  }
-
-  [[nodiscard]] const std::string& name() const noexcept { return name_; }
-  [[nodiscard]] std::size_t index() const noexcept { return index_; }
-
- private:
-  void run() {
-    for (;;) {
-      task item;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping and drained
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      execute(item);
-    }
-  }
-
-  void execute(task& item) {
-    switch (item.kind) {
-      case task_kind::work: {
-        if (!current_failure()) {  // poisoned: skip dependent work
-          try {
-            item.work();
-          } catch (...) {
-            set_failure(stream_failure::capture_current());
-          }
-        }
-        ready_at_ = host_clock::now();
-        return;
-      }
-      case task_kind::copy: execute_copy(item); return;
-      case task_kind::fire: {
-        // An event is stamped with the stream's time at its place in the
-        // queue, so the time between two events around a throttled copy is
-        // the copy's booked duration, never less.
-        ready_at_ = std::max(item.enqueued, ready_at_);
-        item.signal->fire(current_failure(), ready_at_);
-        return;
-      }
-      case task_kind::wait: {
-        item.signal->wait();
-        if (auto failure = item.signal->failure(); failure && !current_failure()) {
-          set_failure(failure);
-        }
-        ready_at_ = host_clock::now();
-        return;
-      }
-    }
-  }
-
-  // A throttled copy starts when the stream became ready for it: when it was
-  // enqueued or when the previous task finished, whichever is later, where a
-  // previous throttled copy counts as finished at its booked end rather than
-  // when this thread woke up from sleeping until then. Back-to-back copies
-  // therefore run at the link's bandwidth instead of losing a thread wake-up
-  // each, and the link is shared with the backend's other streams.
-  void execute_copy(task& item) {
-    if (current_failure()) {
-      ready_at_ = host_clock::now();
-      return;
-    }
-    const auto& copy = item.copy;
-    const auto ready = std::max(item.enqueued, ready_at_);
-    std::memcpy(copy.destination, copy.source, copy.bytes);
-    const auto copied = host_clock::now();
-    if (copy.engine == nullptr) {
-      ready_at_ = copied;
-      return;
-    }
-    const auto end = copy.engine->reserve(ready, copy.bytes);
-    std::this_thread::sleep_until(end);
-    ready_at_ = std::max(end, copied);  // a memcpy slower than the link sets the pace
-  }
-
-  stream_failure_ptr current_failure() {
-    std::lock_guard lock(mutex_);
-    return failure_;
-  }
-  void set_failure(stream_failure_ptr failure) {
-    std::lock_guard lock(mutex_);
-    if (!failure_) failure_ = std::move(failure);
-  }
-
-  std::string name_;
-  std::size_t index_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<task> queue_;
-  bool stopping_ = false;
-  stream_failure_ptr failure_;
-  host_clock::time_point ready_at_{};  // touched only by the worker thread
-  std::thread thread_;  // last: starts after every other member exists
-};
-
-}  // namespace detail
 
 class host_backend {
  public:
@@ -273,6 +66,8 @@ class host_backend {
     /// Capacities of the two memory resources; unset = unlimited.
     std::optional<std::size_t> device_capacity_bytes;
     std::optional<std::size_t> pinned_capacity_bytes;
+    /// Threads that run one parallel_for or GEMM; 0 = one per hardware thread.
+    std::size_t compute_threads = 0;
   };
 
   /// What work enqueued on a host stream receives.
@@ -288,12 +83,16 @@ class host_backend {
     stream& operator=(stream&&) noexcept = default;
     stream(const stream&) = delete;
     stream& operator=(const stream&) = delete;
-    [[nodiscard]] const std::string& name() const { return worker_->name(); }
-    [[nodiscard]] native_stream native() const { return {worker_->name(), worker_->index()}; }
+    [[nodiscard]] const std::string& name() const { return worker().name(); }
+    [[nodiscard]] native_stream native() const { return {worker().name(), worker().index()}; }
 
    private:
     friend class host_backend;
     explicit stream(std::shared_ptr<detail::host_worker> worker) : worker_(std::move(worker)) {}
+    [[nodiscard]] detail::host_worker& worker() const {
+      expects(worker_ != nullptr, "use of a moved-from host_backend::stream");
+      return *worker_;
+    }
     std::shared_ptr<detail::host_worker> worker_;
   };
 
@@ -313,46 +112,67 @@ class host_backend {
 
   host_backend() : host_backend(options{}) {}
   explicit host_backend(options config)
-      : config_(config),
+      : config_(validated(config)),
         to_device_(config.host_to_device_bytes_per_second),
         to_host_(config.device_to_host_bytes_per_second),
         device_memory_("host_backend device memory", config.device_capacity_bytes),
-        pinned_memory_("host_backend pinned host memory", config.pinned_capacity_bytes) {
-    expects(config.host_to_device_bytes_per_second >= 0.0 &&
-                config.device_to_host_bytes_per_second >= 0.0,
-            "copy bandwidths must be non-negative (0 means unthrottled)");
-  }
+        pinned_memory_("host_backend pinned host memory", config.pinned_capacity_bytes),
+        pool_(config.compute_threads) {}
   host_backend(const host_backend&) = delete;
   host_backend& operator=(const host_backend&) = delete;
 
+  /// Drains every live stream and detaches it: its queued copies and
+  /// compute finish while the copy engines and the pool still exist, and
+  /// enqueueing on it afterwards is a memo::error. Errors nobody
+  /// synchronised are dropped with the backend.
+  ~host_backend() {
+    for (auto& worker : live_streams()) worker->detach();
+  }
+
   static constexpr std::string_view name() noexcept { return "host"; }
   [[nodiscard]] const options& config() const noexcept { return config_; }
+  /// Threads one parallel_for or GEMM runs on.
+  [[nodiscard]] std::size_t compute_threads() const noexcept { return pool_.concurrency(); }
 
   host_memory_resource& device_memory() noexcept { return device_memory_; }
   host_memory_resource& pinned_memory() noexcept { return pinned_memory_; }
 
+  /// Device memory a stream needs for its compute (a BLAS workspace); the
+  /// host backend needs none. See make_stream(name, workspace).
+  [[nodiscard]] static constexpr std::size_t stream_workspace_bytes() noexcept { return 0; }
+
   stream make_stream(std::string_view stream_name = {}) {
     std::lock_guard lock(registry_mutex_);
-    const std::size_t index = streams_.size();
+    const std::size_t index = next_stream_index_++;
     std::string label = stream_name.empty() ? "stream " + std::to_string(index)
                                             : std::string(stream_name);
-    auto worker = std::make_shared<detail::host_worker>(std::move(label), index);
+    auto worker = std::make_shared<detail::host_worker>(std::move(label), index, this, orphans_);
     streams_.push_back(worker);
     return stream(std::move(worker));
+  }
+  /// The same stream over a workspace of stream_workspace_bytes() (the host
+  /// backend uses none; the overload exists so code is backend-agnostic).
+  stream make_stream(std::string_view stream_name, memory_region workspace) {
+    expects(workspace.data != nullptr || workspace.bytes == 0,
+            "make_stream: a workspace region with a null pointer");
+    return make_stream(stream_name);
   }
 
   event make_event() { return event{}; }
 
   /// Marks the work enqueued on `on` so far.
   void record(event& marker, stream& on) {
-    marker.signal_ = std::make_shared<detail::host_signal>();
-    on.worker_->push({detail::host_worker::task_kind::fire, {}, marker.signal_});
+    auto& worker = owned(on);
+    auto signal = std::make_shared<detail::host_signal>(&worker);
+    worker.push({detail::host_worker::task_kind::fire, {}, signal});
+    marker.signal_ = std::move(signal);
   }
 
   /// Later work on `waiter` waits for the mark `marker` holds now.
   void wait(stream& waiter, const event& marker) {
+    auto& worker = owned(waiter);
     if (!marker.signal_) return;  // never recorded: nothing to wait for
-    waiter.worker_->push({detail::host_worker::task_kind::wait, {}, marker.signal_});
+    worker.push({detail::host_worker::task_kind::wait, {}, marker.signal_});
   }
 
   [[nodiscard]] bool query(const event& marker) const {
@@ -362,22 +182,25 @@ class host_backend {
   /// Blocks until the mark is reached; rethrows an error of the work it covers.
   void synchronize(const event& marker) {
     if (!marker.signal_) return;
+    expects(marker.signal_->done() || detail::running_stream_tag != marker.signal_->recorder(),
+            "synchronize(event) was called from a task running on the stream that records it, "
+            "before the record: it would wait for itself forever");
     marker.signal_->wait();
     if (auto failure = marker.signal_->failure()) failure->raise();
   }
 
   /// Blocks until the stream's work is done; rethrows (and clears) its error.
-  void synchronize(stream& on) { on.worker_->synchronize(); }
+  void synchronize(stream& on) { owned(on).synchronize(); }
 
-  /// Synchronises every live stream, rethrowing the first error found after
-  /// all of them have drained.
+  /// Synchronises every live stream, then rethrows the first error found:
+  /// a live stream's, or else one of a stream destroyed unsynchronised.
   void synchronize() {
-    std::vector<std::shared_ptr<detail::host_worker>> live;
-    {
-      std::lock_guard lock(registry_mutex_);
-      for (auto& weak : streams_) {
-        if (auto worker = weak.lock()) live.push_back(std::move(worker));
-      }
+    auto live = live_streams();
+    for (auto& worker : live) {
+      expects(detail::running_stream_tag != worker.get(), [&] {
+        return "host_backend::synchronize() was called from a task running on stream '" +
+               worker->name() + "': it would wait for itself forever";
+      });
     }
     detail::stream_failure_ptr first;
     for (auto& worker : live) {
@@ -387,6 +210,8 @@ class host_backend {
         if (!first) first = detail::stream_failure::capture_current();
       }
     }
+    live.clear();  // a stream destroyed meanwhile reports to orphans_ now
+    if (auto orphan = orphans_->take_first(); orphan && !first) first = std::move(orphan);
     if (first) first->raise();
   }
 
@@ -401,32 +226,109 @@ class host_backend {
   /// Copies `bytes` bytes on `on`, after the work enqueued there before it.
   void copy_async(void* destination, const void* source, std::size_t bytes, copy_kind kind,
                   stream& on) {
+    auto& worker = owned(on);
     if (bytes == 0) return;
     detail::check_copy_arguments(destination, source, bytes, kind);
     detail::host_copy_engine* engine = kind == copy_kind::host_to_device ? &to_device_
                                        : kind == copy_kind::device_to_host ? &to_host_
                                                                            : nullptr;
     if (engine != nullptr && !engine->throttled()) engine = nullptr;
-    detail::host_worker::task item{detail::host_worker::task_kind::copy, {}, {}, {}, {}};
+    detail::host_worker::task item;
+    item.kind = detail::host_worker::task_kind::copy;
     item.copy = {destination, source, bytes, engine};
-    on.worker_->push(std::move(item));
+    worker.push(std::move(item));
   }
 
-  /// Runs `work(native_stream)` (or `work()`) on the stream's thread, in order.
+  /// Sets `bytes` bytes at `destination` to `value` on `on`, in order.
+  void memset_async(void* destination, int value, std::size_t bytes, stream& on) {
+    auto& worker = owned(on);
+    if (bytes == 0) return;
+    detail::check_memset_arguments(destination, value, bytes);
+    push_work(worker, [destination, value, bytes] { std::memset(destination, value, bytes); });
+  }
+
+  /// Runs `functor(i)` (extent_1d) or `functor(row, col)` (extent_2d) for
+  /// every index, on all cores, after the work enqueued on `on` before it.
+  template <class Extent, class F>
+    requires parallel_functor<std::decay_t<F>, Extent>
+  void parallel_for(stream& on, Extent extent, F&& functor) {
+    auto& worker = owned(on);
+    if (detail::checked_extent_size(extent) == 0) return;
+    push_work(worker, [pool = &pool_, extent, fn = std::decay_t<F>(std::forward<F>(functor))] {
+      detail::host_parallel_for(*pool, extent, fn);
+    });
+  }
+
+  /// C = alpha op(A) op(B) + beta C on `on` (see compute.hpp); fp32 only.
+  template <class T>
+  void gemm(stream& on, const gemm_shape& shape, float alpha, const T* a, const T* b, float beta,
+            T* c) {
+    gemm_strided_batched(on, shape, gemm_batch{}, alpha, a, b, beta, c);
+  }
+
+  /// `batch.count` GEMMs of one shape at fixed element strides.
+  template <class T>
+  void gemm_strided_batched(stream& on, const gemm_shape& shape, const gemm_batch& batch,
+                            float alpha, const T* a, const T* b, float beta, T* c) {
+    static_assert(std::is_same_v<T, float>,
+                  "host_backend GEMMs compute in fp32 only: pass float operands (convert bf16/fp16 "
+                  "first) or use cuda_backend for half-precision GEMMs");
+    auto& worker = owned(on);
+    const gemm_shape checked = detail::checked_gemm_shape(shape, a, b, c, "gemm");
+    detail::check_gemm_batch(checked, batch, "gemm_strided_batched");
+    if (checked.m == 0 || checked.n == 0 || batch.count == 0) return;
+    push_work(worker, [pool = &pool_, checked, batch, alpha, a, b, beta, c] {
+      detail::host_gemm(*pool, checked, batch, alpha, a, b, beta, c);
+    });
+  }
+
+  /// Runs `work(native_stream)` (or `work()`) on the stream's thread, in
+  /// order. The callable only needs to be movable.
   template <class Work>
     requires std::is_invocable_v<Work&, native_stream> || std::is_invocable_v<Work&>
   void enqueue(stream& on, Work&& work) {
+    auto& worker = owned(on);
     if constexpr (std::is_invocable_v<Work&, native_stream>) {
-      enqueue_work(on, [native = on.native(), fn = std::forward<Work>(work)]() mutable { fn(native); });
+      push_work(worker, [native = on.native(), fn = std::forward<Work>(work)]() mutable { fn(native); });
     } else {
-      enqueue_work(on, std::forward<Work>(work));
+      push_work(worker, std::forward<Work>(work));
     }
   }
 
  private:
+  static const options& validated(const options& config) {
+    expects(config.host_to_device_bytes_per_second >= 0.0 &&
+                config.device_to_host_bytes_per_second >= 0.0,
+            "copy bandwidths must be non-negative (0 means unthrottled)");
+    return config;
+  }
+
+  // The worker of a stream of this backend.
+  detail::host_worker& owned(stream& on) const {
+    auto& worker = on.worker();
+    expects(worker.owner() == this, [&] {
+      return worker.owner() == nullptr
+                 ? "stream '" + worker.name() + "' outlived its host_backend"
+                 : "stream '" + worker.name() + "' belongs to another host_backend";
+    });
+    return worker;
+  }
+
   template <class Fn>
-  static void enqueue_work(stream& on, Fn&& fn) {
-    on.worker_->push({detail::host_worker::task_kind::work, std::function<void()>(std::forward<Fn>(fn)), {}});
+  static void push_work(detail::host_worker& worker, Fn&& fn) {
+    detail::host_worker::task item;
+    item.work = detail::unique_task(std::forward<Fn>(fn));
+    worker.push(std::move(item));
+  }
+
+  std::vector<std::shared_ptr<detail::host_worker>> live_streams() {
+    std::vector<std::shared_ptr<detail::host_worker>> live;
+    std::lock_guard lock(registry_mutex_);
+    std::erase_if(streams_, [](const auto& weak) { return weak.expired(); });
+    for (auto& weak : streams_) {
+      if (auto worker = weak.lock()) live.push_back(std::move(worker));
+    }
+    return live;
   }
 
   options config_;
@@ -434,8 +336,11 @@ class host_backend {
   detail::host_copy_engine to_host_;
   host_memory_resource device_memory_;
   host_memory_resource pinned_memory_;
+  detail::host_thread_pool pool_;
+  std::shared_ptr<detail::stream_failure_sink> orphans_ = std::make_shared<detail::stream_failure_sink>();
   std::mutex registry_mutex_;
   std::vector<std::weak_ptr<detail::host_worker>> streams_;
+  std::size_t next_stream_index_ = 0;
 };
 
 static_assert(Backend<host_backend>, "host_backend must satisfy memo::Backend");

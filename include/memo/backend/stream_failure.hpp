@@ -16,12 +16,15 @@
 
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "memo/core/error.hpp"
 
@@ -76,5 +79,26 @@ class stream_failure {
 };
 
 using stream_failure_ptr = std::shared_ptr<const stream_failure>;
+
+/// Where the failures of streams destroyed before anyone synchronised them
+/// go, so that the backend's next `synchronize()` reports them instead of
+/// losing them. Shared by a backend and its streams so either may go first.
+struct stream_failure_sink {
+  std::mutex mutex;
+  std::vector<stream_failure_ptr> orphans;
+
+  void add(stream_failure_ptr failure) {
+    if (!failure) return;
+    std::lock_guard lock(mutex);
+    orphans.push_back(std::move(failure));
+  }
+  /// The first orphaned failure, if any; forgets all of them.
+  stream_failure_ptr take_first() {
+    std::lock_guard lock(mutex);
+    stream_failure_ptr first = orphans.empty() ? nullptr : orphans.front();
+    orphans.clear();
+    return first;
+  }
+};
 
 }  // namespace memo::detail

@@ -1,0 +1,96 @@
+// memo/backend/cuda_memory_resource.hpp
+//
+// CUDA's two memory resources with memo's accounting: device memory from
+// `cudaMalloc` (or stream-ordered `cudaMallocAsync`) and page-locked host
+// memory from `cudaMallocHost`. The accounting matches the host backend's
+// exactly (requested bytes, current and peak, optional capacity), so a plan
+// validated on the host backend is measured the same way on a GPU.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "memo/backend/cuda_check.hpp"
+#include "memo/backend/memory_resource.hpp"
+#include "memo/core/error.hpp"
+
+namespace memo {
+
+/// Number of usable CUDA devices; 0 when the driver or runtime reports any
+/// error (no driver, no device, insufficient driver).
+inline int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+/// Device memory from cudaMalloc with memo's accounting.
+class cuda_device_memory_resource : public detail::accounted_resource {
+ public:
+  explicit cuda_device_memory_resource(std::optional<std::size_t> capacity_bytes = {})
+      : accounted_resource("cuda device memory", capacity_bytes) {}
+
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
+    expects(alignment <= default_alignment_bytes, [&] {
+      return "cudaMalloc aligns to " + std::to_string(default_alignment_bytes) +
+             " bytes; alignment " + std::to_string(alignment) + " is not supported";
+    });
+    return accounting_.charge(bytes, [&] {
+      void* pointer = nullptr;
+      check_cuda(cudaMalloc(&pointer, bytes == 0 ? 1 : bytes), "cudaMalloc");
+      return pointer;
+    });
+  }
+  void deallocate(void* pointer, std::size_t bytes, std::size_t = default_alignment_bytes) {
+    if (pointer == nullptr) return;
+    check_cuda(cudaFree(pointer), "cudaFree");
+    accounting_.remove(bytes);
+  }
+  /// Stream-ordered allocation: usable by work enqueued on `stream` after this call.
+  void* allocate_async(std::size_t bytes, cudaStream_t stream) {
+    return accounting_.charge(bytes, [&] {
+      void* pointer = nullptr;
+      check_cuda(cudaMallocAsync(&pointer, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
+      return pointer;
+    });
+  }
+  /// Stream-ordered free: the memory is reused only after the stream's prior work.
+  void deallocate_async(void* pointer, std::size_t bytes, cudaStream_t stream) {
+    if (pointer == nullptr) return;
+    check_cuda(cudaFreeAsync(pointer, stream), "cudaFreeAsync");
+    accounting_.remove(bytes);
+  }
+};
+
+/// Page-locked host memory from cudaMallocHost, so copies can be asynchronous.
+class cuda_pinned_memory_resource : public detail::accounted_resource {
+ public:
+  explicit cuda_pinned_memory_resource(std::optional<std::size_t> capacity_bytes = {})
+      : accounted_resource("cuda pinned host memory", capacity_bytes) {}
+
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
+    expects(alignment <= 4096, [&] {
+      return "cudaMallocHost aligns to pages; alignment " + std::to_string(alignment) +
+             " is not supported";
+    });
+    return accounting_.charge(bytes, [&] {
+      void* pointer = nullptr;
+      check_cuda(cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+      return pointer;
+    });
+  }
+  void deallocate(void* pointer, std::size_t bytes, std::size_t = default_alignment_bytes) {
+    if (pointer == nullptr) return;
+    check_cuda(cudaFreeHost(pointer), "cudaFreeHost");
+    accounting_.remove(bytes);
+  }
+};
+
+}  // namespace memo

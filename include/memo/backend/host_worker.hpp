@@ -1,0 +1,320 @@
+// memo/backend/host_worker.hpp
+//
+// The pieces of a host stream: a worker thread draining a FIFO of tasks, the
+// signals events are made of, and the copy engines throttled copies book.
+// host_backend.hpp assembles them; nothing here is public API.
+//
+// Guarantees the backend builds on:
+// - tasks run in FIFO order on the worker's thread; an exception thrown by
+//   one poisons the stream: later work and copies are skipped, signals fired
+//   after it carry the failure;
+// - a throttled copy delivers its bytes at the END of the time it booked on
+//   the link (after sleeping), never at its start, so a reader that skips
+//   the wait for the copy's event sees stale bytes rather than correct ones
+//   by luck;
+// - a failure nobody synchronised is not lost when the stream is destroyed:
+//   it goes to the backend's failure sink, which the backend's next
+//   `synchronize()` reports;
+// - once its backend is gone, a stream rejects new work with a `memo::error`
+//   (the backend drained it first, so queued copies never touch a dead
+//   copy engine).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "memo/backend/host_thread_pool.hpp"
+#include "memo/backend/stream_failure.hpp"
+#include "memo/backend/unique_task.hpp"
+#include "memo/core/error.hpp"
+
+namespace memo::detail {
+
+using host_clock = std::chrono::steady_clock;
+
+// One `record`: fired once by the recording stream when it reaches it.
+class host_signal {
+ public:
+  explicit host_signal(const void* recorder = nullptr) : recorder_(recorder) {}
+
+  /// Marks the signal reached at `when` (the stream's time at this point of
+  /// its queue, see host_worker::ready_at_).
+  void fire(stream_failure_ptr failure, host_clock::time_point when = host_clock::now()) {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+      failure_ = std::move(failure);
+      when_ = when;
+    }
+    ready_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    ready_.wait(lock, [&] { return done_; });
+  }
+  [[nodiscard]] bool done() const {
+    std::lock_guard lock(mutex_);
+    return done_;
+  }
+  [[nodiscard]] stream_failure_ptr failure() const {
+    std::lock_guard lock(mutex_);
+    return failure_;
+  }
+  [[nodiscard]] host_clock::time_point when() const {
+    std::lock_guard lock(mutex_);
+    return when_;
+  }
+  /// The worker that fires it (a task on it waiting for it would wait forever).
+  [[nodiscard]] const void* recorder() const noexcept { return recorder_; }
+
+ private:
+  const void* recorder_;
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  bool done_ = false;
+  stream_failure_ptr failure_;
+  host_clock::time_point when_{};
+};
+
+// One direction of a throttled host link, shared by every stream of a
+// backend: like a GPU's copy engine, it moves one copy at a time, so two
+// streams copying in the same direction share its bandwidth.
+class host_copy_engine {
+ public:
+  explicit host_copy_engine(double bytes_per_second) : bytes_per_second_(bytes_per_second) {}
+  [[nodiscard]] bool throttled() const noexcept { return bytes_per_second_ > 0.0; }
+
+  struct booking {
+    host_clock::time_point begin;
+    host_clock::time_point end;
+  };
+  /// Books `bytes` on the link no earlier than `ready`.
+  booking reserve(host_clock::time_point ready, std::size_t bytes) {
+    const auto duration = std::chrono::duration_cast<host_clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(bytes) / bytes_per_second_));
+    std::lock_guard lock(mutex_);
+    const auto begin = std::max(ready, free_at_);
+    free_at_ = begin + duration;
+    return {begin, free_at_};
+  }
+
+ private:
+  double bytes_per_second_;
+  std::mutex mutex_;
+  host_clock::time_point free_at_{};
+};
+
+class host_worker {
+ public:
+  enum class task_kind { work, copy, fire, wait };
+  struct copy_request {
+    void* destination = nullptr;
+    const void* source = nullptr;
+    std::size_t bytes = 0;
+    host_copy_engine* engine = nullptr;  // null: unthrottled
+  };
+  struct task {
+    task_kind kind = task_kind::work;
+    unique_task work;                      // task_kind::work
+    std::shared_ptr<host_signal> signal;   // task_kind::fire / wait
+    copy_request copy{};                   // task_kind::copy
+    host_clock::time_point enqueued{};
+  };
+
+  host_worker(std::string name, std::size_t index, const void* owner,
+              std::shared_ptr<stream_failure_sink> sink)
+      : name_(std::move(name)),
+        index_(index),
+        owner_(owner),
+        sink_(std::move(sink)),
+        thread_([this] { run(); }) {}
+  host_worker(const host_worker&) = delete;
+  host_worker& operator=(const host_worker&) = delete;
+  ~host_worker() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();  // drains the queue first: every recorded signal fires
+    std::shared_ptr<stream_failure_sink> sink;
+    stream_failure_ptr failure;
+    {
+      std::lock_guard lock(mutex_);
+      sink = std::move(sink_);
+      failure = std::move(failure_);
+    }
+    if (sink) sink->add(std::move(failure));  // unsynchronised: the backend reports it
+  }
+
+  void push(task item) {
+    item.enqueued = host_clock::now();
+    {
+      std::lock_guard lock(mutex_);
+      expects(owner_ != nullptr, [&] {
+        return "stream '" + name_ + "' outlived its host_backend: no work can be enqueued on it";
+      });
+      queue_.push_back(std::move(item));
+    }
+    wake_.notify_all();
+  }
+
+  /// Blocks until everything enqueued so far has run, then rethrows (and
+  /// clears) the stream's error, if any.
+  void synchronize() {
+    expects(running_stream_tag != this, [&] {
+      return "synchronize(stream '" + name_ +
+             "') was called from a task running on that stream: it would wait for itself forever";
+    });
+    auto signal = std::make_shared<host_signal>(this);
+    push({task_kind::fire, {}, signal});
+    signal->wait();
+    stream_failure_ptr failure;
+    {
+      std::lock_guard lock(mutex_);
+      std::swap(failure, failure_);
+    }
+    if (failure) failure->raise();
+  }
+
+  /// Drains the queue and stops accepting work: the backend is going away.
+  /// The stream's unreported failure stays with it.
+  void detach() {
+    auto signal = std::make_shared<host_signal>(this);
+    {
+      std::lock_guard lock(mutex_);
+      owner_ = nullptr;
+      sink_.reset();
+      queue_.push_back({task_kind::fire, {}, signal, {}, host_clock::now()});
+    }
+    wake_.notify_all();
+    signal->wait();
+  }
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  /// The backend the stream belongs to; null once it is gone.
+  [[nodiscard]] const void* owner() const {
+    std::lock_guard lock(mutex_);
+    return owner_;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      task item;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping and drained
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      execute(item);
+    }
+  }
+
+  void execute(task& item) {
+    switch (item.kind) {
+      case task_kind::work: {
+        if (!current_failure()) {  // poisoned: skip dependent work
+          running_stream_tag = this;
+          try {
+            item.work();
+          } catch (...) {
+            set_failure(stream_failure::capture_current());
+          }
+          running_stream_tag = nullptr;
+        }
+        item.work = {};  // what the task owned dies in stream order
+        ready_at_ = host_clock::now();
+        return;
+      }
+      case task_kind::copy: execute_copy(item); return;
+      case task_kind::fire: {
+        // An event is stamped with the stream's time at its place in the
+        // queue, so the time between two events around a throttled copy is
+        // the copy's booked duration, never less.
+        ready_at_ = std::max(item.enqueued, ready_at_);
+        item.signal->fire(current_failure(), ready_at_);
+        return;
+      }
+      case task_kind::wait: {
+        item.signal->wait();
+        if (auto failure = item.signal->failure(); failure && !current_failure()) {
+          set_failure(failure);
+        }
+        ready_at_ = host_clock::now();
+        return;
+      }
+    }
+  }
+
+  // A throttled copy starts when the stream became ready for it: when it was
+  // enqueued or when the previous task finished, whichever is later, where a
+  // previous throttled copy counts as finished at its booked end rather than
+  // when this thread woke up. Back-to-back copies therefore run at the link's
+  // bandwidth, and the link is shared with the backend's other streams.
+  //
+  // The bytes land at the end of the booking. The worker waits for that
+  // moment on its own queue lock, so work enqueued on this stream while the
+  // transfer is in flight happens-before the bytes land: an observer that
+  // reads the destination and then enqueues on the stream, all within the
+  // booked time, reads the old bytes without a data race.
+  void execute_copy(task& item) {
+    if (current_failure()) {
+      ready_at_ = host_clock::now();
+      return;
+    }
+    const auto& copy = item.copy;
+    if (copy.engine == nullptr) {
+      std::memcpy(copy.destination, copy.source, copy.bytes);
+      ready_at_ = host_clock::now();
+      return;
+    }
+    const auto ready = std::max(item.enqueued, ready_at_);
+    const auto booked = copy.engine->reserve(ready, copy.bytes);
+    {
+      std::unique_lock lock(mutex_);
+      while (host_clock::now() < booked.end) link_time_.wait_until(lock, booked.end);
+    }
+    const auto landing = host_clock::now();
+    std::memcpy(copy.destination, copy.source, copy.bytes);
+    // A memcpy slower than the link sets the pace.
+    ready_at_ = std::max(booked.end, booked.begin + (host_clock::now() - landing));
+  }
+
+  stream_failure_ptr current_failure() {
+    std::lock_guard lock(mutex_);
+    return failure_;
+  }
+  void set_failure(stream_failure_ptr failure) {
+    std::lock_guard lock(mutex_);
+    if (!failure_) failure_ = std::move(failure);
+  }
+
+  std::string name_;
+  std::size_t index_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable link_time_;  // never notified: a timed wait on mutex_
+  std::deque<task> queue_;
+  bool stopping_ = false;
+  const void* owner_;
+  std::shared_ptr<stream_failure_sink> sink_;
+  stream_failure_ptr failure_;
+  host_clock::time_point ready_at_{};  // touched only by the worker thread
+  std::thread thread_;  // last: starts after every other member exists
+};
+
+}  // namespace memo::detail
