@@ -8,8 +8,9 @@
 //     the best a user gets from Eigen on this machine: multi-threaded
 //     through OpenMP when the bench is built with it (it is, unless
 //     sanitized), single-threaded otherwise (the JSON says which);
-// and the same two while throttled copies keep two other streams of the
-// backend busy (a swapping step's offload and prefetch). The ratio is
+// and, for reference, the same Eigen call on one thread (what a user without
+// OpenMP gets); and the backend and OpenMP Eigen again while throttled
+// copies keep two other streams of the backend busy (a swapping step's offload and prefetch). The ratio is
 // eigen_seconds / backend_seconds (1.0 = as fast as bare Eigen; the target
 // is >= 0.9 for n >= 512). Median and min-max over the rounds.
 //
@@ -51,6 +52,7 @@ struct problem {
   int repeats = 1;
   std::vector<float> a, b, c;
   std::vector<double> ratio_quiet, ratio_busy, backend_quiet, eigen_quiet, backend_busy, eigen_busy;
+  std::vector<double> ratio_single, eigen_single;  // against one-thread Eigen, quiet
 };
 
 // Seconds per GEMM through the backend.
@@ -64,8 +66,10 @@ double time_backend(memo::host_backend& backend, memo::host_backend::stream& str
   return seconds_since(start) / p.repeats;
 }
 
-// Seconds per GEMM with one bare Eigen call.
-double time_eigen(problem& p) {
+// Seconds per GEMM with one bare Eigen call on `threads` threads (0: Eigen's
+// default, all cores under OpenMP).
+double time_eigen(problem& p, int threads = 0) {
+  Eigen::setNbThreads(threads);
   using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   Eigen::Map<const matrix> a(p.a.data(), p.n, p.n);
   Eigen::Map<const matrix> b(p.b.data(), p.n, p.n);
@@ -141,6 +145,9 @@ int main(int argc, char** argv) {
       p.backend_quiet.push_back(backend_seconds);
       p.eigen_quiet.push_back(eigen_seconds);
       p.ratio_quiet.push_back(eigen_seconds / backend_seconds);
+      const double single_seconds = time_eigen(p, 1);
+      p.eigen_single.push_back(single_seconds);
+      p.ratio_single.push_back(single_seconds / backend_seconds);
 
       const double busy_for = 3.0 * (backend_seconds + eigen_seconds) * p.repeats;
       keep_copying(backend, offload, device_side, host_side, memo::copy_kind::device_to_host, busy_for,
@@ -174,7 +181,7 @@ int main(int argc, char** argv) {
         .field("rounds", rounds)
         .field("compute_threads", backend.compute_threads())
         .field("eigen_reference", reference)
-        .field("eigen_threads", Eigen::nbThreads())
+        .field("eigen_threads", (Eigen::setNbThreads(0), Eigen::nbThreads()))
         .field("ratio", "eigen_seconds / backend_seconds");
     out.key("results").begin_array();
     for (const auto& p : problems) {
@@ -192,23 +199,35 @@ int main(int argc, char** argv) {
             .field("backend_seconds_median", backend_seconds.median)
             .field("eigen_seconds_median", eigen_seconds.median)
             .field("backend_gflops_median", flops / backend_seconds.median * 1e-9)
-            .field("eigen_gflops_median", flops / eigen_seconds.median * 1e-9)
-            .end_object();
+            .field("eigen_gflops_median", flops / eigen_seconds.median * 1e-9);
+        if (!busy) {
+          const auto single = summarise(p.ratio_single);
+          out.field("ratio_to_one_thread_eigen_median", single.median)
+              .field("ratio_to_one_thread_eigen_min", single.min)
+              .field("ratio_to_one_thread_eigen_max", single.max)
+              .field("one_thread_eigen_gflops_median", flops / summarise(p.eigen_single).median * 1e-9);
+        }
+        out.end_object();
       }
     }
     out.end_array().end_object();
     std::printf("%s\n", out.str().c_str());
   } else {
+    Eigen::setNbThreads(0);
     std::printf("GEMM through host_backend vs %s (%d Eigen threads, %zu backend threads)\n",
                 reference.c_str(), Eigen::nbThreads(), backend.compute_threads());
     std::printf("ratio = eigen_seconds / backend_seconds, median [min, max] of %d rounds\n", rounds);
-    std::printf("%6s  %-24s  %-24s  %10s  %10s\n", "n", "quiet", "2 streams copying", "backend", "eigen");
+    std::printf("%6s  %-24s  %-24s  %-24s  %10s  %10s\n", "n", "quiet", "2 streams copying",
+                "vs 1-thread Eigen", "backend", "eigen");
     for (const auto& p : problems) {
       const auto quiet = summarise(p.ratio_quiet);
       const auto busy = summarise(p.ratio_busy);
+      const auto single = summarise(p.ratio_single);
       const double flops = 2.0 * p.n * p.n * p.n;
-      std::printf("%6d  %5.2f [%4.2f, %4.2f]        %5.2f [%4.2f, %4.2f]        %6.1f GF/s  %6.1f GF/s\n",
+      std::printf("%6d  %5.2f [%4.2f, %4.2f]        %5.2f [%4.2f, %4.2f]        %5.2f [%4.2f, %4.2f]        "
+                  "%6.1f GF/s  %6.1f GF/s\n",
                   p.n, quiet.median, quiet.min, quiet.max, busy.median, busy.min, busy.max,
+                  single.median, single.min, single.max,
                   flops / summarise(p.backend_quiet).median * 1e-9,
                   flops / summarise(p.eigen_quiet).median * 1e-9);
     }

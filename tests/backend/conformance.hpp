@@ -48,7 +48,7 @@ template <class B>
 device_buffer<B> upload(B& backend, typename B::stream& stream, const std::vector<float>& values) {
   device_buffer<B> device(backend.device_memory(), values.size());
   pinned_buffer<B> staging(backend.pinned_memory(), values.size());
-  std::memcpy(staging.data(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(staging.data(), values.data(), values.size() * sizeof(float));
   backend.copy_async(device.data(), staging.data(), values.size() * sizeof(float),
                      memo::copy_kind::host_to_device, stream);
   backend.synchronize(stream);
@@ -63,6 +63,7 @@ std::vector<float> download(B& backend, typename B::stream& stream, const float*
   backend.copy_async(staging.data(), device, count * sizeof(float), memo::copy_kind::device_to_host,
                      stream);
   backend.synchronize(stream);
+  if (count == 0) return {};
   return std::vector<float>(staging.data(), staging.data() + count);
 }
 
