@@ -111,6 +111,13 @@ class recording_backend {
     stream_names_.emplace_back(stream_name);
     return stream(inner_->make_stream(stream_name), stream_names_.size() - 1);
   }
+  /// A stream whose BLAS workspace lives in `workspace` (see Backend).
+  stream make_stream(std::string_view stream_name, memory_region workspace) {
+    std::lock_guard lock(mutex_);
+    stream_names_.emplace_back(stream_name);
+    return stream(inner_->make_stream(stream_name, workspace), stream_names_.size() - 1);
+  }
+  [[nodiscard]] std::size_t stream_workspace_bytes() const { return inner_->stream_workspace_bytes(); }
   event make_event() {
     std::lock_guard lock(mutex_);
     return event(inner_->make_event(), events_made_++);
