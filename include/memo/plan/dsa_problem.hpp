@@ -173,7 +173,7 @@ inline std::chrono::steady_clock::time_point solve_deadline(
 }
 
 /// Bytes in 128 bits: wide enough for any sum of 64-bit sizes.
-using wide_bytes = unsigned __int128;
+__extension__ typedef unsigned __int128 wide_bytes;
 inline constexpr std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max();
 
 inline std::string wide_to_string(wide_bytes v) {

@@ -328,13 +328,13 @@ inline memory_trace stack_layer_trace(const memory_trace& layer, std::int64_t la
   };
   // The model's size is known before anything is built: refuse it when it
   // passes the limit, rather than running out of memory building it.
-  std::uint64_t layered = 0;
-  for (std::size_t i = 0; i < buffers.size(); ++i) layered += born_in_layer(i) ? 1 : 0;
-  const detail::wide_bytes total =
-      detail::wide_bytes{buffers.size() - layered} + detail::wide_bytes{layered} * static_cast<std::uint64_t>(layers);
+  std::uint64_t per_layer = 0;
+  for (std::size_t i = 0; i < buffers.size(); ++i) per_layer += born_in_layer(i) ? 1 : 0;
+  const detail::wide_bytes total = detail::wide_bytes{buffers.size() - per_layer} +
+                                   detail::wide_bytes{per_layer} * static_cast<std::uint64_t>(layers);
   expects(total <= max_buffers, [&] {
-    return "stack_layer_trace: " + std::to_string(layers) + " layers of " + std::to_string(layered) +
-           " buffers each (and " + std::to_string(buffers.size() - layered) + " others) make " +
+    return "stack_layer_trace: " + std::to_string(layers) + " layers of " + std::to_string(per_layer) +
+           " buffers each (and " + std::to_string(buffers.size() - per_layer) + " others) make " +
            detail::wide_to_string(total) + " buffers, more than the limit of " +
            std::to_string(max_buffers) + " (parse_options::max_buffers)";
   });

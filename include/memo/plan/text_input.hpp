@@ -187,9 +187,9 @@ inline void check_representable(const dsa_problem& problem, std::string_view sou
 }
 
 /// The whole file, refusing directories, read errors and files larger than
-/// `max_bytes` (read in chunks, so an endless stream stops at the limit).
+/// `limit_bytes` (read in chunks, so an endless stream stops at the limit).
 inline std::string read_whole_file(const std::filesystem::path& path,
-                                   std::uint64_t max_bytes = parse_options{}.max_input_bytes) {
+                                   std::uint64_t limit_bytes = parse_options{}.max_input_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw error(path.string() + ": is a directory, not a trace file");
@@ -201,9 +201,9 @@ inline std::string read_whole_file(const std::filesystem::path& path,
   while (true) {
     const std::size_t got = std::fread(chunk, 1, sizeof chunk, file);
     text.append(chunk, got);
-    if (text.size() > max_bytes) {
+    if (text.size() > limit_bytes) {
       std::fclose(file);
-      throw error(path.string() + ": input is larger than the limit of " + std::to_string(max_bytes) +
+      throw error(path.string() + ": input is larger than the limit of " + std::to_string(limit_bytes) +
                   " bytes (parse_options::max_input_bytes)");
     }
     if (got < sizeof chunk) break;
@@ -213,23 +213,6 @@ inline std::string read_whole_file(const std::filesystem::path& path,
   std::fclose(file);
   if (failed) throw error(path.string() + ": read error: " + std::strerror(code));
   return text;
-}
-
-/// Writes `text` to `path`; every write, the flush and the close are
-/// checked, so a full disk is an error rather than a truncated file.
-inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) {
-    throw error(path.string() + ": cannot open file for writing: " + std::strerror(errno));
-  }
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const bool flushed = std::fflush(file) == 0;
-  const int code = errno;
-  const bool closed = std::fclose(file) == 0;
-  if (!wrote || !flushed || !closed) {
-    throw error(path.string() + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
-                " (" + std::to_string(text.size()) + " bytes not all written)");
-  }
 }
 
 /// Calls `fn(line_number, line_without_comment)` for every non-blank line;
@@ -255,5 +238,22 @@ void for_each_line(std::string_view text, Fn&& fn) {
 }
 
 }  // namespace detail
+
+/// Writes `text` to `path`; every write, the flush and the close are
+/// checked, so a full disk is an error rather than a truncated file.
+inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    throw error(path.string() + ": cannot open file for writing: " + std::strerror(errno));
+  }
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool flushed = std::fflush(file) == 0;
+  const int code = errno;
+  const bool closed = std::fclose(file) == 0;
+  if (!wrote || !flushed || !closed) {
+    throw error(path.string() + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
+                " (" + std::to_string(text.size()) + " bytes not all written)");
+  }
+}
 
 }  // namespace memo
