@@ -17,6 +17,12 @@
 //   free neighbours when freed. What an online allocator with no knowledge of
 //   the future achieves.
 //
+// The first two place through memo/plan/placement.hpp, which looks only at
+// a buffer's time neighbours (O(n log n) plus the neighbours scanned); the
+// heap keeps its free blocks by address and by size, O(n log n). Each
+// honours `options.time_limit_seconds`: past it, it raises `memo::error`
+// saying how far it got.
+//
 // Every solver honours alignment, returns a plan that passes `validate`, and
 // reports `proven_optimal` only when its peak equals the lower bound. With a
 // capacity set, a heuristic plan above the capacity is an error naming both
@@ -30,6 +36,7 @@
 #include <map>
 #include <set>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -226,6 +233,7 @@ class best_fit_heap_solver {
 
 /// The best plan of the three heuristics (ties: the first in the order
 /// greedy-size, first-fit, best-fit-heap); its `solver` names the winner.
+/// The three share one time limit; one failing leaves the others.
 class best_greedy_solver {
  public:
   [[nodiscard]] std::string_view name() const noexcept { return "greedy"; }
@@ -244,13 +252,24 @@ class best_greedy_solver {
           0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
       return o;
     };
-    dsa_result best = greedy_by_size_solver{}.solve(unbounded, left());
-    for (auto candidate : {first_fit_solver{}.solve(unbounded, left()),
-                           best_fit_heap_solver{}.solve(unbounded, left())}) {
-      if (candidate.plan.peak_bytes < best.plan.peak_bytes) best = std::move(candidate);
-    }
-    auto result = detail::finish_heuristic(problem, std::move(best.plan), best.solver, start);
-    return result;
+    // A heuristic that fails (its time share ran out, or alignment padding
+    // took its plan past 2^64) leaves the others; all failing is an error
+    // carrying each reason.
+    std::optional<dsa_result> best;
+    std::string failures;
+    auto consider = [&](auto solver) {
+      try {
+        auto candidate = solver.solve(unbounded, left());
+        if (!best || candidate.plan.peak_bytes < best->plan.peak_bytes) best = std::move(candidate);
+      } catch (const error& e) {
+        failures += (failures.empty() ? "" : "; ") + e.message();
+      }
+    };
+    consider(greedy_by_size_solver{});
+    consider(first_fit_solver{});
+    consider(best_fit_heap_solver{});
+    if (!best) throw error("greedy: every heuristic failed: " + failures);
+    return detail::finish_heuristic(problem, std::move(best->plan), best->solver, start);
   }
 };
 
