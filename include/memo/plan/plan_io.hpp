@@ -100,9 +100,12 @@ inline std::string plan_svg(const dsa_problem& problem, const dsa_plan& plan,
   const auto bound = lower_bound_bytes(problem);
   const double y_max = static_cast<double>(std::max<std::uint64_t>({plan.peak_bytes, bound, 1}));
   const double plot_w = width - left - right, plot_h = height - top - bottom;
-  auto x = [&](std::int64_t t) {
-    return left + plot_w * static_cast<double>(t - t0) / static_cast<double>(t1 - t0);
+  // Differences taken unsigned: a timeline may span up to 2^64 - 1 ticks
+  // here even when it is longer than a checked problem allows.
+  auto span = [](std::int64_t from, std::int64_t to) {
+    return static_cast<double>(static_cast<std::uint64_t>(to) - static_cast<std::uint64_t>(from));
   };
+  auto x = [&](std::int64_t t) { return left + plot_w * span(t0, t) / span(t0, t1); };
   auto y = [&](double bytes) { return top + plot_h * (1.0 - bytes / y_max); };
   std::string s;
   s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + detail::svg_number(width) +
