@@ -61,28 +61,29 @@ class placement_index {
     expects(buffers.size() < std::numeric_limits<std::uint32_t>::max(), [&] {
       return std::to_string(buffers.size()) + " buffers are more than the placement indexes (2^32 - 2)";
     });
-    std::vector<std::int64_t> times;
-    times.reserve(2 * buffers.size());
-    for (const auto& b : buffers) {
-      times.push_back(b.lower);
-      times.push_back(b.upper);
+    // Compress the timeline: every distinct endpoint gets its rank, found
+    // by one sort of (time, endpoint) pairs.
+    std::vector<std::pair<std::int64_t, std::uint32_t>> ends;
+    ends.reserve(2 * buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      ends.emplace_back(buffers[i].lower, static_cast<std::uint32_t>(2 * i));
+      ends.emplace_back(buffers[i].upper, static_cast<std::uint32_t>(2 * i + 1));
     }
-    std::sort(times.begin(), times.end());
-    times.erase(std::unique(times.begin(), times.end()), times.end());
-    auto at = [&](std::int64_t t) {
-      return static_cast<std::uint32_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
-    };
+    std::sort(ends.begin(), ends.end());
     first_.resize(buffers.size());
     last_.resize(buffers.size());
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
-      first_[i] = at(buffers[i].lower);
-      last_[i] = at(buffers[i].upper);
+    std::uint32_t rank = 0;
+    for (std::size_t k = 0; k < ends.size(); ++k) {
+      if (k > 0 && ends[k].first != ends[k - 1].first) ++rank;
+      const std::uint32_t slot = ends[k].second;
+      (slot % 2 == 0 ? first_ : last_)[slot / 2] = rank;
     }
-    sections_ = times.size() < 2 ? 1 : times.size() - 1;
-    // Heap numbering of a tree of depth <= log2(sections) + 1.
+    sections_ = rank == 0 ? 1 : rank;  // rank + 1 distinct times, rank sections
+    // Heap numbering; a node of depth k covers at most sections / 2^k
+    // sections, so every index is below twice the sections.
     std::size_t nodes = 2;
     while (nodes < 2 * sections_) nodes <<= 1;
-    nodes_.assign(2 * nodes, tree_node{});
+    nodes_.assign(nodes, tree_node{});
   }
 
   /// Where `rule` puts buffer `i`, given the buffers placed so far.
