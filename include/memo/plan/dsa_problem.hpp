@@ -212,7 +212,9 @@ inline std::vector<timeline_event> timeline_events(const std::vector<dsa_buffer>
     events.push_back({buffers[i].lower, true, i});
     events.push_back({buffers[i].upper, false, i});
   }
-  std::sort(events.begin(), events.end(), happens_before);
+  // Through a lambda, so the comparison is inlined rather than called by pointer.
+  std::sort(events.begin(), events.end(),
+            [](const timeline_event& x, const timeline_event& y) { return happens_before(x, y); });
   return events;
 }
 
