@@ -18,8 +18,11 @@
 // simulated caching allocator. The best plan found is validated, then
 // written as CSV (`id,offset,size,lower,upper`) and as an SVG picture.
 // --time-limit bounds the whole run, reading and the heuristics included:
-// every solver gets what is left of it (the MIP a third, the exact search
-// half of the rest when the bi-level planner follows). `--solver all` skips
+// every solver gets what is left of it (the online heap first, then the
+// other heuristics, the MIP a third, the exact search half of the rest when
+// the bi-level planner follows), and the MIP, the exact search and the
+// bi-level planner run on a thread of their own that is abandoned, not
+// waited for, if it has not returned in time. `--solver all` skips
 // the MIP on problems far beyond it (more than 200 buffers or 5,000
 // time-overlapping pairs) and says so; `--solver mip` runs it regardless.
 // The JSON reports the process's peak resident memory (getrusage).
@@ -31,6 +34,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <memory>
+#include <thread>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -136,6 +142,30 @@ struct row {
 
 using clock_type = std::chrono::steady_clock;
 
+// Set when a solver was abandoned at the time limit: its thread still runs,
+// so the process ends with _Exit once the report is out (nothing it holds
+// is shared with the main thread, and no destructor must wait for it).
+bool abandoned_a_solver = false;
+
+// Runs `fn` (which owns everything it reads) on a thread of its own and
+// waits for it until `until`. A solver that has not returned by then is
+// abandoned rather than waited for: the library's solvers honour their time
+// limits, and this makes the run's bound hold even for a step of one that
+// does not. Errors `fn` raises are raised here.
+template <class T, class Fn>
+std::optional<T> run_bounded(clock_type::time_point until, Fn fn) {
+  auto task = std::make_shared<std::packaged_task<T()>>(std::move(fn));
+  auto result = task->get_future();
+  std::thread worker([task] { (*task)(); });
+  if (result.wait_until(until) != std::future_status::ready) {
+    worker.detach();
+    abandoned_a_solver = true;
+    return std::nullopt;
+  }
+  worker.join();  // a finished solver's thread ends here, not during exit
+  return result.get();
+}
+
 // The MIP's size: one binary per pair of buffers that share an instant.
 // Counted by a sweep (frees first), not by trying every pair.
 std::uint64_t overlapping_pairs(const memo::dsa_problem& problem) {
@@ -212,22 +242,39 @@ memo::memory_trace read_input(const arguments& args, const memo::parse_options& 
 }
 
 int plan(const arguments& args, clock_type::time_point started) {
-  // Every solver stops by this instant; what is after it (validation and
-  // writing) is bounded by the input's size, not by a search.
-  const auto deadline =
-      started + std::chrono::duration_cast<clock_type::duration>(
-                    std::chrono::duration<double>(std::min(args.time_limit_seconds, 1e7) * 0.9));
+  const double limit_seconds = std::min(args.time_limit_seconds, 1e7);
+  auto after = [&](double seconds) {
+    return started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  };
   auto seconds_until = [](clock_type::time_point when) {
     return std::max(0.0, std::chrono::duration<double>(when - clock_type::now()).count());
   };
   memo::parse_options parse;
   parse.capacity_bytes = args.capacity_bytes;
-  const memo::memory_trace trace = read_input(args, parse);
+  // Shared: a solver abandoned at the time limit keeps its own reference.
+  const auto shared_trace = std::make_shared<const memo::memory_trace>(read_input(args, parse));
+  const memo::memory_trace& trace = *shared_trace;
   const memo::dsa_problem& problem = trace.problem;
   if (problem.buffers.empty()) {
     throw memo::error(args.input + ": no buffers to plan (the input holds no malloc request or CSV row)");
   }
   memo::check_problem(problem);
+  // Every solver stops by this instant. What follows it (validating the
+  // best plan, writing it) is bounded by the input's size, not by a
+  // search: a tenth of the limit plus about 2 us per buffer is kept for it.
+  const auto deadline =
+      std::max(clock_type::now(),
+               after(limit_seconds * 0.9 - 2e-6 * static_cast<double>(problem.buffers.size())));
+  // How long the main thread waits for a solver running on its own thread:
+  // a little past the solvers' deadline, still inside the limit.
+  const auto wait_until =
+      deadline + std::chrono::duration_cast<clock_type::duration>(
+                     std::chrono::duration<double>(limit_seconds * 0.03));
+  auto bounded = [&](const std::string& name, auto solve) -> memo::dsa_result {
+    auto result = run_bounded<memo::dsa_result>(wait_until, std::move(solve));
+    if (!result) throw memo::error(name + ": did not return within the time limit; abandoned");
+    return std::move(*result);
+  };
   const std::uint64_t bound = memo::lower_bound_bytes(problem);
   const auto caching = memo::simulate_caching_allocator(problem);
 
@@ -285,7 +332,11 @@ int plan(const arguments& args, clock_type::time_point started) {
                         " pairs; --solver mip runs it anyway)";
       rows.push_back(std::move(skipped));
     } else {
-      rows.push_back(run("mip", [&] { return memo::mip_solver{}.solve(problem, share(all ? 1.0 / 3.0 : 1.0)); }));
+      rows.push_back(run("mip", [&] {
+        return bounded("mip", [shared_trace, o = share(all ? 1.0 / 3.0 : 1.0)] {
+          return memo::mip_solver{}.solve(shared_trace->problem, o);
+        });
+      }));
     }
 #else
     if (!all) throw memo::error("this memo-plan was built without lp_solve: the mip solver is unavailable");
@@ -294,7 +345,11 @@ int plan(const arguments& args, clock_type::time_point started) {
   }
   std::optional<memo::dsa_result> flat_exact;
   if (all || args.solver == "exact" || args.solver == "bilevel") {
-    rows.push_back(run("exact", [&] { return memo::exact_solver{}.solve(problem, share(bilevel_follows ? 0.5 : 1.0)); }));
+    rows.push_back(run("exact", [&] {
+      return bounded("exact", [shared_trace, o = share(bilevel_follows ? 0.5 : 1.0)] {
+        return memo::exact_solver{}.solve(shared_trace->problem, o);
+      });
+    }));
     if (rows.back().result) flat_exact = rows.back().result;
   }
   std::optional<memo::bilevel_result> bilevel;
@@ -307,9 +362,12 @@ int plan(const arguments& args, clock_type::time_point started) {
       }
       rows.push_back({"bilevel", std::nullopt, "", "not run: the input has no sections"});
     } else {
-      memo::bilevel_planner<> planner;
       rows.push_back(run("bilevel", [&] {
-        bilevel = planner.plan(trace, remaining());
+        bilevel = run_bounded<memo::bilevel_result>(wait_until, [shared_trace, o = remaining()] {
+          memo::bilevel_planner<> planner;
+          return planner.plan(*shared_trace, o);
+        });
+        if (!bilevel) throw memo::error("bilevel: did not return within the time limit; abandoned");
         memo::dsa_result r;
         r.plan = bilevel->plan;
         r.lower_bound_bytes = bilevel->flat_lower_bound_bytes;
@@ -475,7 +533,11 @@ int finish(int status) {
   std::cout.flush();
   if (!std::cout) {
     std::cerr << "memo-plan: error: writing the report to standard output failed\n";
-    return 1;
+    status = 1;
+  }
+  if (abandoned_a_solver) {
+    std::cerr.flush();
+    std::_Exit(status);
   }
   return status;
 }
@@ -494,9 +556,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const memo::error& e) {
     std::cerr << "memo-plan: error: " << e.message() << "\n";
-    return 1;
+    return finish(1);
   } catch (const std::exception& e) {
     std::cerr << "memo-plan: error: " << e.what() << "\n";
-    return 1;
+    return finish(1);
   }
 }
