@@ -66,6 +66,12 @@ class placement_index {
     std::vector<std::pair<std::int64_t, std::uint32_t>> ends;
     ends.reserve(2 * buffers.size());
     for (std::size_t i = 0; i < buffers.size(); ++i) {
+      // The tree walk needs a non-empty lifetime (check_problem's rule).
+      expects(buffers[i].upper > buffers[i].lower, [&] {
+        return "placement: buffer " + std::to_string(buffers[i].id) + " has upper (" +
+               std::to_string(buffers[i].upper) + ") not above lower (" +
+               std::to_string(buffers[i].lower) + ")";
+      });
       ends.emplace_back(buffers[i].lower, static_cast<std::uint32_t>(2 * i));
       ends.emplace_back(buffers[i].upper, static_cast<std::uint32_t>(2 * i + 1));
     }
