@@ -14,22 +14,22 @@
 // * `fit_rule::above`: on top of every placed time neighbour (what a MIP's
 //   buffer order becomes when each buffer is dropped as low as it goes).
 //
-// Written once here; the greedy solvers, the MIP's warm start and plan
-// rebuild, and the exact search's first incumbent use it.
+// Written once here: the greedy solvers and the MIP's warm start and plan
+// rebuild use it, and `lowest_fit_bound` is the quick upper bound a search
+// starts from.
 //
-// Cost. The placed buffers are kept in a segment tree over the compressed
-// timeline: a buffer is stored at the O(log n) nodes that cover its
-// lifetime exactly, and every node keeps the smallest start, largest start
-// and largest end of the buffers stored in its subtree. Buffers stored at
-// one node all live over the node's whole span, so they never overlap in
-// address and are kept sorted by offset. The lowest fit jumps from one
-// conflicting buffer's end to the next (any conflict's end is a lower bound
-// on the answer), each jump a pruned walk of the tree; best fit walks the
-// gaps that hold the buffer the same way. A placement therefore costs
-// O(log n) node visits per jump in the common case, not a scan of every
-// placed buffer; the number of jumps is the number of placed buffers (or
-// gaps too small) the answer lies above, and the pruning visits a subtree
-// only when it holds a buffer in the address window examined.
+// Cost. The placed buffers are kept in a centred interval tree over the
+// compressed timeline (the distinct lower and upper times): each node owns
+// a centre section and stores, once, every placed buffer that is live in
+// that section and in no smaller node's range, sorted by first and by last
+// section. The placed buffers that share an instant with a new one are
+// found in O(log n) node visits plus one step per buffer found (and a
+// subtree holding nothing placed is skipped), then sorted by offset and
+// scanned. A placement therefore costs O(log n + k log k), k the placed
+// time neighbours, instead of a scan of every placed buffer: near-linear
+// overall when a bounded number of buffers is live at once. Best fit has
+// to see every gap among the neighbours, so on traces with very many
+// buffers live together the cost grows with them.
 //
 // Offsets are computed in 128 bits: a placement whose end would pass
 // 2^64 - 1 raises `memo::error` rather than wrapping.
