@@ -12,7 +12,7 @@
 
 namespace fuzz {
 
-using wide = unsigned __int128;
+__extension__ typedef unsigned __int128 wide;
 
 inline void require_independently_valid(const memo::dsa_problem& p, const memo::dsa_plan& plan) {
   if (plan.offsets.size() != p.buffers.size()) std::abort();

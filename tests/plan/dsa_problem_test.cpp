@@ -144,7 +144,7 @@ TEST_CASE("dsa_problem: check_problem rejects malformed problems with the number
 
 namespace {
 
-using wide = unsigned __int128;
+__extension__ typedef unsigned __int128 wide;
 
 // Reference: the most bytes live at an instant, summed in 128 bits at every
 // buffer's start (the load only rises there).

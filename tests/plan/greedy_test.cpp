@@ -176,7 +176,7 @@ TEST_CASE("greedy: empty problem has peak 0") {
 
 namespace {
 
-using wide = unsigned __int128;
+__extension__ typedef unsigned __int128 wide;
 
 bool pairwise_valid(const memo::dsa_problem& p, const memo::dsa_plan& plan) {
   if (plan.offsets.size() != p.buffers.size()) return false;

@@ -205,7 +205,7 @@ TEST_CASE("mip: a warm start better than its own greedy is used, an invalid one 
     wrapped_peak = std::max(wrapped_peak, wrapping[i] + problem.buffers[i].size_bytes);
   }
   const std::vector<std::uint64_t> zeros(problem.buffers.size(), 0);
-  for (const memo::dsa_plan bad : {memo::dsa_plan{zeros, optimum.plan.peak_bytes}, memo::dsa_plan{{0}, 5},
+  for (const memo::dsa_plan& bad : {memo::dsa_plan{zeros, optimum.plan.peak_bytes}, memo::dsa_plan{{0}, 5},
                                    memo::dsa_plan{wrapping, wrapped_peak}}) {
     none.warm_start = bad;
     const auto r = mip.solve(problem, none);
