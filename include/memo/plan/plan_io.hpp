@@ -63,6 +63,14 @@ inline std::string svg_number(double v) {
   return text;
 }
 
+/// A byte count computed in double, back as bytes: a value that rounds to
+/// 2^64 or above (a peak near 2^64 - 1 does) is the largest count, not UB.
+inline std::uint64_t svg_bytes(double bytes) {
+  constexpr double two_to_64 = 18446744073709551616.0;
+  if (!(bytes > 0.0)) return 0;
+  return bytes >= two_to_64 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(bytes);
+}
+
 inline std::string svg_escape(std::string_view text) {
   std::string out;
   for (const char c : text) {
@@ -125,7 +133,7 @@ inline std::string plan_svg(const dsa_problem& problem, const dsa_plan& plan,
   for (int tick = 0; tick <= 4; ++tick) {
     const double bytes = y_max * tick / 4.0;
     s += "<text x=\"" + detail::svg_number(left - 6) + "\" y=\"" + detail::svg_number(y(bytes) + 4) +
-         "\" text-anchor=\"end\">" + format_bytes(static_cast<std::uint64_t>(bytes)) + "</text>\n";
+         "\" text-anchor=\"end\">" + format_bytes(detail::svg_bytes(bytes)) + "</text>\n";
   }
   s += "<text x=\"" + detail::svg_number(left) + "\" y=\"" + detail::svg_number(height - 15) +
        "\">time " + std::to_string(t0) + "</text>\n";
