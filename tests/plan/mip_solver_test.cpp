@@ -77,7 +77,7 @@ TEST_CASE("mip: interchangeable buffers keep the optimum") {
     }
     dsa_problem problem{buffers, {}};
     std::vector<std::uint64_t> greedy;
-    if (memo::detail::greedy_upper_bound(problem.buffers, greedy) != memo::lower_bound_bytes(problem)) {
+    if (memo::detail::lowest_fit_bound(problem.buffers, greedy) != memo::lower_bound_bytes(problem)) {
       ++solved_by_mip;
     }
     const auto got = mip.solve(problem, generous());
