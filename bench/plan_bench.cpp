@@ -16,6 +16,13 @@
 //                     32 layers, forward and backward) from the shape model
 //                     of memo/plan/gpt_trace.hpp.
 // Small random instances also run the lp_solve MIP when it is available.
+//
+// Scaling: the three heuristics on random-medium instances of 10^4, 10^5
+// and 10^6 buffers (--quick: 10^3 and 10^4), rounds interleaved (every size
+// and solver once per round, 5 rounds), seconds as median [min, max], and
+// peak / lower bound (the same every round: the heuristics are
+// deterministic).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -93,6 +100,45 @@ struct measured {
 
 double ratio(std::uint64_t a, std::uint64_t b) {
   return b == 0 ? 1.0 : static_cast<double>(a) / static_cast<double>(b);
+}
+
+struct scaling_row {
+  std::size_t buffers = 0;
+  std::string solver;
+  std::vector<double> seconds;  // one per round
+  double peak_over_lower_bound = 0.0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The heuristics' wall time against the number of buffers.
+std::vector<scaling_row> heuristic_scaling(std::mt19937_64& rng, const std::vector<std::size_t>& sizes,
+                                           int rounds) {
+  std::vector<memo::dsa_problem> problems;
+  for (const auto n : sizes) problems.push_back(random_intervals(rng, n, 16.0));
+  const char* names[] = {"greedy-size", "first-fit", "best-fit-heap"};
+  std::vector<scaling_row> rows;
+  for (const auto& p : problems) {
+    for (const char* name : names) rows.push_back({p.buffers.size(), name, {}, 0.0});
+  }
+  memo::dsa_solve_options options;
+  options.time_limit_seconds = 3600.0;
+  for (int round = 0; round < rounds; ++round) {
+    std::size_t k = 0;
+    for (const auto& p : problems) {
+      for (int which = 0; which < 3; ++which, ++k) {
+        const auto r = which == 0   ? memo::greedy_by_size_solver{}.solve(p, options)
+                       : which == 1 ? memo::first_fit_solver{}.solve(p, options)
+                                    : memo::best_fit_heap_solver{}.solve(p, options);
+        rows[k].seconds.push_back(r.seconds);
+        rows[k].peak_over_lower_bound = ratio(r.plan.peak_bytes, r.lower_bound_bytes);
+      }
+    }
+  }
+  return rows;
 }
 
 }  // namespace
@@ -179,6 +225,9 @@ int main(int argc, char** argv) {
       rows.push_back(std::move(m));
     }
 
+    const auto scaling = heuristic_scaling(
+        rng, quick ? std::vector<std::size_t>{1000, 10000} : std::vector<std::size_t>{10000, 100000, 1000000}, 5);
+
     // Summary figures.
     std::size_t small = 0, small_proven = 0;
     double worst_greedy = 1.0, sum_caching = 0.0;
@@ -217,6 +266,19 @@ int main(int argc, char** argv) {
               .end_object();
         }
         j.end_object();
+      }
+      j.end_array();
+      j.key("scaling").begin_array();
+      for (const auto& r : scaling) {
+        j.begin_object()
+            .field("buffers", r.buffers)
+            .field("solver", r.solver)
+            .field("seconds_median", median(r.seconds))
+            .field("seconds_min", *std::min_element(r.seconds.begin(), r.seconds.end()))
+            .field("seconds_max", *std::max_element(r.seconds.begin(), r.seconds.end()))
+            .field("rounds", r.seconds.size())
+            .field("peak_over_lower_bound", r.peak_over_lower_bound)
+            .end_object();
       }
       j.end_array();
       j.key("summary")
@@ -267,6 +329,13 @@ int main(int argc, char** argv) {
                   ratio(m.bilevel->plan.peak_bytes, m.lower_bound_bytes),
                   ratio(m.results.back().plan.peak_bytes, m.lower_bound_bytes), m.results.back().seconds,
                   m.results.back().proven_optimal ? "proven" : "not proven");
+    }
+    std::printf("\nheuristics against size (random-medium, %zu rounds interleaved): seconds median [min, max]\n",
+                scaling.empty() ? std::size_t{0} : scaling.front().seconds.size());
+    for (const auto& r : scaling) {
+      std::printf("  %8zu buffers  %-14s %8.3f s [%.3f, %.3f]  peak %.4f x LB\n", r.buffers, r.solver.c_str(),
+                  median(r.seconds), *std::min_element(r.seconds.begin(), r.seconds.end()),
+                  *std::max_element(r.seconds.begin(), r.seconds.end()), r.peak_over_lower_bound);
     }
     std::printf("\nsummary: exact proves optimality within 10 s on %zu of %zu instances with <= 1000 buffers (%.1f%%);\n"
                 "         worst greedy-by-size %.4f x LB; caching allocator reserves %.3f x LB on average\n",

@@ -17,10 +17,26 @@
 // whether it is proven optimal, and its time, beside the reserved peak of a
 // simulated caching allocator. The best plan found is validated, then
 // written as CSV (`id,offset,size,lower,upper`) and as an SVG picture.
-// Errors go to stderr; the exit status is 1 for bad input or a failed solve
-// and 2 for a bad command line.
+// --time-limit bounds the whole run, reading and the heuristics included:
+// every solver gets what is left of it (the online heap first, then the
+// other heuristics, the MIP a third, the exact search half of the rest when
+// the bi-level planner follows), and the MIP, the exact search and the
+// bi-level planner run on a thread of their own that is abandoned, not
+// waited for, if it has not returned in time. `--solver all` skips
+// the MIP on problems far beyond it (more than 200 buffers or 5,000
+// time-overlapping pairs) and says so; `--solver mip` runs it regardless.
+// The JSON reports the process's peak resident memory (getrusage).
+// Errors go to stderr; the exit status is 1 for bad input, a failed solve
+// or a failed write (of the plan, the picture or the report), and 2 for a
+// bad command line. An input without buffers is an error.
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <memory>
+#include <thread>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -121,7 +137,61 @@ struct row {
   std::string solver;
   std::optional<memo::dsa_result> result;
   std::string failure;  // set when the solver raised an error
+  std::string skipped;  // set when the solver was not run, and why
 };
+
+using clock_type = std::chrono::steady_clock;
+
+// Set when a solver was abandoned at the time limit: its thread still runs,
+// so the process ends with _Exit once the report is out (nothing it holds
+// is shared with the main thread, and no destructor must wait for it).
+bool abandoned_a_solver = false;
+
+// Runs `fn` (which owns everything it reads) on a thread of its own and
+// waits for it until `until`. A solver that has not returned by then is
+// abandoned rather than waited for: the library's solvers honour their time
+// limits, and this makes the run's bound hold even for a step of one that
+// does not. Errors `fn` raises are raised here.
+template <class T, class Fn>
+std::optional<T> run_bounded(clock_type::time_point until, Fn fn) {
+  auto task = std::make_shared<std::packaged_task<T()>>(std::move(fn));
+  auto result = task->get_future();
+  std::thread worker([task] { (*task)(); });
+  if (result.wait_until(until) != std::future_status::ready) {
+    worker.detach();
+    abandoned_a_solver = true;
+    return std::nullopt;
+  }
+  worker.join();  // a finished solver's thread ends here, not during exit
+  return result.get();
+}
+
+// The MIP's size: one binary per pair of buffers that share an instant.
+// Counted by a sweep (frees first), not by trying every pair.
+std::uint64_t overlapping_pairs(const memo::dsa_problem& problem) {
+  std::uint64_t pairs = 0;
+  std::uint64_t live = 0;
+  for (const auto& e : memo::detail::timeline_events(problem.buffers)) {
+    if (e.is_malloc) {
+      pairs += live;
+      ++live;
+    } else {
+      --live;
+    }
+  }
+  return pairs;
+}
+
+// The largest problem `--solver all` gives to the MIP; past it lp_solve
+// spends the whole time limit building and relaxing a model it cannot solve.
+constexpr std::size_t mip_max_buffers = 200;
+constexpr std::uint64_t mip_max_pairs = 5000;
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
 
 std::string ratio_text(std::uint64_t value, std::uint64_t bound) {
   char text[32];
@@ -171,16 +241,48 @@ memo::memory_trace read_input(const arguments& args, const memo::parse_options& 
   return model;
 }
 
-int plan(const arguments& args) {
+int plan(const arguments& args, clock_type::time_point started) {
+  const double limit_seconds = std::min(args.time_limit_seconds, 1e7);
+  auto after = [&](double seconds) {
+    return started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  };
+  auto seconds_until = [](clock_type::time_point when) {
+    return std::max(0.0, std::chrono::duration<double>(when - clock_type::now()).count());
+  };
   memo::parse_options parse;
   parse.capacity_bytes = args.capacity_bytes;
-  const memo::memory_trace trace = read_input(args, parse);
+  // Shared: a solver abandoned at the time limit keeps its own reference.
+  const auto shared_trace = std::make_shared<const memo::memory_trace>(read_input(args, parse));
+  const memo::memory_trace& trace = *shared_trace;
   const memo::dsa_problem& problem = trace.problem;
+  if (problem.buffers.empty()) {
+    throw memo::error(args.input + ": no buffers to plan (the input holds no malloc request or CSV row)");
+  }
+  memo::check_problem(problem);
+  // Every solver stops by this instant. What follows it (validating the
+  // best plan, writing it) is bounded by the input's size, not by a
+  // search: a tenth of the limit plus about 2 us per buffer is kept for it.
+  const auto deadline =
+      std::max(clock_type::now(),
+               after(limit_seconds * 0.9 - 2e-6 * static_cast<double>(problem.buffers.size())));
+  // How long the main thread waits for a solver running on its own thread:
+  // a little past the solvers' deadline, still inside the limit.
+  const auto wait_until =
+      deadline + std::chrono::duration_cast<clock_type::duration>(
+                     std::chrono::duration<double>(limit_seconds * 0.03));
+  auto bounded = [&](const std::string& name, auto solve) -> memo::dsa_result {
+    auto result = run_bounded<memo::dsa_result>(wait_until, std::move(solve));
+    if (!result) throw memo::error(name + ": did not return within the time limit; abandoned");
+    return std::move(*result);
+  };
   const std::uint64_t bound = memo::lower_bound_bytes(problem);
   const auto caching = memo::simulate_caching_allocator(problem);
 
-  memo::dsa_solve_options options;
-  options.time_limit_seconds = args.time_limit_seconds;
+  auto remaining = [&] {
+    memo::dsa_solve_options o;
+    o.time_limit_seconds = seconds_until(deadline);
+    return o;
+  };
   const bool all = args.solver == "all";
   std::vector<row> rows;
   std::optional<memo::dsa_plan> greedy_best;
@@ -191,26 +293,63 @@ int plan(const arguments& args) {
   };
   if (all || args.solver == "greedy" || args.solver == "mip" || args.solver == "exact") {
     // The heuristics also seed the MIP and the exact search.
-    rows.push_back(run("greedy-size", [&] { return memo::greedy_by_size_solver{}.solve(problem, options); }));
+    // The heuristics split what is left of the run between them (then the
+    // solvers below split what they leave). The online heap is O(n log n)
+    // and runs first, with all of it, so a plan exists whenever one can be
+    // had in time; best fit and first fit among time neighbours scan the
+    // neighbours, which on traces with very many buffers live at once is
+    // what runs out of time. The table keeps its order.
+    auto part = [&](double fraction) {
+      memo::dsa_solve_options o = remaining();
+      o.time_limit_seconds *= fraction;
+      return o;
+    };
+    row heap = run("best-fit-heap", [&] { return memo::best_fit_heap_solver{}.solve(problem, part(all ? 0.3 : 1.0)); });
+    rows.push_back(run("greedy-size", [&] { return memo::greedy_by_size_solver{}.solve(problem, part(all ? 0.25 : 0.5)); }));
     remember(rows.back());
-    rows.push_back(run("first-fit", [&] { return memo::first_fit_solver{}.solve(problem, options); }));
+    rows.push_back(run("first-fit", [&] { return memo::first_fit_solver{}.solve(problem, part(all ? 0.3 : 1.0)); }));
     remember(rows.back());
-    rows.push_back(run("best-fit-heap", [&] { return memo::best_fit_heap_solver{}.solve(problem, options); }));
+    rows.push_back(std::move(heap));
     remember(rows.back());
   }
-  memo::dsa_solve_options seeded = options;
-  seeded.warm_start = greedy_best;
+  const bool bilevel_follows = (all || args.solver == "bilevel") && !trace.sections.empty();
+  // A solver's share: `fraction` of the time left.
+  auto share = [&](double fraction) {
+    memo::dsa_solve_options o = remaining();
+    o.time_limit_seconds *= fraction;
+    o.warm_start = greedy_best;
+    return o;
+  };
   if (all || args.solver == "mip") {
 #if MEMO_HAS_LPSOLVE
-    rows.push_back(run("mip", [&] { return memo::mip_solver{}.solve(problem, seeded); }));
+    const std::uint64_t pairs = overlapping_pairs(problem);
+    if (all && (problem.buffers.size() > mip_max_buffers || pairs > mip_max_pairs)) {
+      row skipped;
+      skipped.solver = "mip";
+      skipped.skipped = "skipped: " + std::to_string(problem.buffers.size()) + " buffers, " +
+                        std::to_string(pairs) + " overlapping pairs, beyond the MIP (--solver all runs it up to " +
+                        std::to_string(mip_max_buffers) + " buffers and " + std::to_string(mip_max_pairs) +
+                        " pairs; --solver mip runs it anyway)";
+      rows.push_back(std::move(skipped));
+    } else {
+      rows.push_back(run("mip", [&] {
+        return bounded("mip", [shared_trace, o = share(all ? 1.0 / 3.0 : 1.0)] {
+          return memo::mip_solver{}.solve(shared_trace->problem, o);
+        });
+      }));
+    }
 #else
     if (!all) throw memo::error("this memo-plan was built without lp_solve: the mip solver is unavailable");
-    rows.push_back({"mip", std::nullopt, "not available: built without lp_solve"});
+    rows.push_back({"mip", std::nullopt, "not available: built without lp_solve", ""});
 #endif
   }
   std::optional<memo::dsa_result> flat_exact;
   if (all || args.solver == "exact" || args.solver == "bilevel") {
-    rows.push_back(run("exact", [&] { return memo::exact_solver{}.solve(problem, seeded); }));
+    rows.push_back(run("exact", [&] {
+      return bounded("exact", [shared_trace, o = share(bilevel_follows ? 0.5 : 1.0)] {
+        return memo::exact_solver{}.solve(shared_trace->problem, o);
+      });
+    }));
     if (rows.back().result) flat_exact = rows.back().result;
   }
   std::optional<memo::bilevel_result> bilevel;
@@ -221,11 +360,14 @@ int plan(const arguments& args) {
                           ": the bi-level planner needs section markers ('section begin <name>' / "
                           "'section end <name>') and this input has none");
       }
-      rows.push_back({"bilevel", std::nullopt, "not run: the input has no sections"});
+      rows.push_back({"bilevel", std::nullopt, "", "not run: the input has no sections"});
     } else {
-      memo::bilevel_planner<> planner;
       rows.push_back(run("bilevel", [&] {
-        bilevel = planner.plan(trace, options);
+        bilevel = run_bounded<memo::bilevel_result>(wait_until, [shared_trace, o = remaining()] {
+          memo::bilevel_planner<> planner;
+          return planner.plan(*shared_trace, o);
+        });
+        if (!bilevel) throw memo::error("bilevel: did not return within the time limit; abandoned");
         memo::dsa_result r;
         r.plan = bilevel->plan;
         r.lower_bound_bytes = bilevel->flat_lower_bound_bytes;
@@ -249,7 +391,7 @@ int plan(const arguments& args) {
   }
   if (best == nullptr) {
     std::string reasons;
-    for (const auto& r : rows) reasons += "\n  " + r.solver + ": " + r.failure;
+    for (const auto& r : rows) reasons += "\n  " + r.solver + ": " + (r.skipped.empty() ? r.failure : r.skipped);
     throw memo::error("no solver produced a plan:" + reasons);
   }
   memo::require_valid(problem, best->result->plan, best->solver);
@@ -282,6 +424,8 @@ int plan(const arguments& args) {
     for (const auto& r : rows) {
       if (r.result) {
         memo::write_json(j, *r.result);
+      } else if (!r.skipped.empty()) {
+        j.begin_object().field("solver", r.solver).field("skipped", r.skipped).end_object();
       } else {
         j.begin_object().field("solver", r.solver).field("error", r.failure).end_object();
       }
@@ -309,6 +453,8 @@ int plan(const arguments& args) {
     j.field("best", best->solver);
     auto path = [](const std::string& p) { return p.empty() ? std::nullopt : std::optional(p); };
     j.field("out", path(args.out)).field("svg", path(args.svg));
+    j.field("seconds", std::chrono::duration<double>(clock_type::now() - started).count());
+    j.field("peak_rss_bytes", peak_rss_bytes());
     j.end_object();
     std::cout << j.str() << "\n";
     return 0;
@@ -351,7 +497,7 @@ int plan(const arguments& args) {
                 << pad(r.result->proven_optimal ? "yes" : "no", 8) << seconds_text(r.result->seconds)
                 << "\n";
     } else {
-      std::cout << r.failure << "\n";
+      std::cout << (r.skipped.empty() ? r.failure : r.skipped) << "\n";
     }
   }
   std::cout << "  " << pad("caching-alloc", 15) << pad(memo::format_bytes(caching.reserved_peak_bytes), 14)
@@ -374,27 +520,45 @@ int plan(const arguments& args) {
   if (!args.out.empty()) std::cout << "; plan written to " << args.out;
   if (!args.svg.empty()) std::cout << "; picture written to " << args.svg;
   std::cout << "\n";
+  std::cout << "  run: " << seconds_text(std::chrono::duration<double>(clock_type::now() - started).count())
+            << ", peak resident memory " << memo::format_bytes(peak_rss_bytes()) << "\n";
   return 0;
 }
 
 }  // namespace
 
+// The report itself must reach its reader: a failed write to stdout is an
+// error like a failed write of the plan.
+int finish(int status) {
+  std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "memo-plan: error: writing the report to standard output failed\n";
+    status = 1;
+  }
+  if (abandoned_a_solver) {
+    std::cerr.flush();
+    std::_Exit(status);
+  }
+  return status;
+}
+
 int main(int argc, char** argv) {
+  const auto started = clock_type::now();
   try {
     const arguments args = parse_arguments(argc, argv);
     if (args.help) {
       std::cout << usage_text;
-      return 0;
+      return finish(0);
     }
-    return plan(args);
+    return finish(plan(args, started));
   } catch (const usage_error& e) {
     std::cerr << "memo-plan: " << e.what() << "\n" << usage_text;
     return 2;
   } catch (const memo::error& e) {
     std::cerr << "memo-plan: error: " << e.message() << "\n";
-    return 1;
+    return finish(1);
   } catch (const std::exception& e) {
     std::cerr << "memo-plan: error: " << e.what() << "\n";
-    return 1;
+    return finish(1);
   }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the parser fuzz targets with clang's libFuzzer (plus Address and
+# Builds the plan fuzz targets with clang's libFuzzer (plus Address and
 # UndefinedBehavior sanitizers) and runs each for a while on a seed corpus
-# made of the bundled examples.
+# made of the bundled examples and the near-64-bit-limit seeds in seeds/.
 #
 #   tests/fuzz/run.sh [BUILD_DIR] [SECONDS_PER_TARGET]
 #   FUZZ_RUNS=N tests/fuzz/run.sh [BUILD_DIR]   (reproducible: seed 1, N inputs each)
@@ -20,9 +20,9 @@ for target in trace_fuzz csv_fuzz; do
   corpus="$build/${target}_corpus"
   mkdir -p "$corpus"
   if [[ $target == trace_fuzz ]]; then
-    cp "$root"/examples/traces/*.trace "$corpus"/
+    cp "$root"/examples/traces/*.trace "$here"/seeds/*.trace "$corpus"/
   else
-    cp "$root"/examples/traces/*.csv "$corpus"/
+    cp "$root"/examples/traces/*.csv "$here"/seeds/*.csv "$corpus"/
   fi
   echo "fuzzing $target for ${seconds}s"
   # FUZZ_RUNS=N makes the run reproducible: a fixed seed and N inputs

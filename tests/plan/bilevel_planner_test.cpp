@@ -127,3 +127,20 @@ TEST_CASE("bilevel planner: a capacity between the flat and the level-2 bound is
   const auto r = planner.plan(model);
   CHECK(r.plan.peak_bytes == (1920 + 768 * 2) * mib);
 }
+
+TEST_CASE("bilevel planner: section blocks get free ids whatever ids the trace uses") {
+  // Buffers outside sections with ids 0 and 2^64 - 1: the block takes the
+  // smallest id nobody has, 1 (the old "largest + 1" wrapped to 0, a
+  // duplicate).
+  const auto trace = memo::parse_trace(
+      "malloc 18446744073709551615 64\nmalloc 0 32\nsection begin a\nmalloc 1 16\nmalloc 5 8\n"
+      "free 5 8\nfree 1 16\nsection end a\nfree 0 32\nfree 18446744073709551615 64\n");
+  memo::bilevel_planner<memo::any_dsa_solver> planner{memo::greedy_by_size_solver{},
+                                                       memo::greedy_by_size_solver{}};
+  const auto r = planner.plan(trace);
+  CHECK(memo::validate(trace.problem, r.plan).ok);
+  std::vector<std::uint64_t> ids;
+  for (const auto& b : r.level2_problem.buffers) ids.push_back(b.id);
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<std::uint64_t>{0, 1, 18446744073709551615u});
+}

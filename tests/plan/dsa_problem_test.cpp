@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -139,4 +140,74 @@ TEST_CASE("dsa_problem: check_problem rejects malformed problems with the number
                        memo::error);
   tight.capacity_bytes = 150;
   CHECK_NOTHROW(memo::check_problem(tight));
+}
+
+namespace {
+
+__extension__ typedef unsigned __int128 wide;
+
+// Reference: the most bytes live at an instant, summed in 128 bits at every
+// buffer's start (the load only rises there).
+wide wide_lower_bound(const memo::dsa_problem& problem) {
+  wide best = 0;
+  for (const auto& at : problem.buffers) {
+    wide live = 0;
+    for (const auto& b : problem.buffers) {
+      if (b.lower <= at.lower && at.lower < b.upper) live += b.size_bytes;
+    }
+    best = std::max(best, live);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("dsa_problem: live sums between 2^63 and 2^64 are exact") {
+  memo::dsa_problem p;
+  p.buffers = {{0, 3909907711275394215, 1, 4}, {1, 1303302570425131405, 1, 4},
+               {2, 3909907711275394215, 0, 4}, {3, 4170568225360420496, 0, 1},
+               {4, 781981542255078843, 2, 4},  {5, 2085284112680210248, 0, 3}};
+  CHECK_NOTHROW(memo::check_problem(p));
+  CHECK(wide{memo::lower_bound_bytes(p)} == wide_lower_bound(p));
+  CHECK(memo::lower_bound_bytes(p) == 11990383647911208926u);
+  const auto r = memo::require_representable(p);
+  CHECK(r.total_bytes == 16160951873271629422u);
+  CHECK(r.stacked_peak_bytes == r.total_bytes);  // alignment 1: no padding
+}
+
+TEST_CASE("dsa_problem: a problem past 64 bits is refused with the numbers") {
+  constexpr std::uint64_t half = std::uint64_t{1} << 63;
+  memo::dsa_problem three;
+  three.buffers = {{1, half, 0, 2}, {2, half, 0, 2}, {3, half, 5, 6}};
+  // Live sum 2^64 at time 0; stacked 3 * 2^63.
+  CHECK_THROWS_WITH_AS(memo::check_problem(three),
+                       doctest::Contains("stacked end at 27670116110564327424 bytes (sizes total "
+                                         "27670116110564327424), more than 2^64 - 1"),
+                       memo::error);
+  CHECK_THROWS_WITH_AS(memo::lower_bound_bytes(three),
+                       doctest::Contains("live at time 0 total 18446744073709551616 bytes"), memo::error);
+  // Two 5-byte buffers aligned to 2^63 stack to 2^63 + 5: accepted.
+  memo::dsa_problem aligned;
+  aligned.buffers = {{1, 5, 0, 2, half}, {2, 5, 1, 3, half}};
+  CHECK(memo::require_representable(aligned).stacked_peak_bytes == half + 5);
+  // A timeline longer than INT64_MAX ticks.
+  memo::dsa_problem long_time;
+  long_time.buffers = {{1, 8, std::numeric_limits<std::int64_t>::min(), 0}, {2, 8, 0, 1}};
+  CHECK_THROWS_WITH_AS(memo::check_problem(long_time),
+                       doctest::Contains("spans from -9223372036854775808 to 1, 9223372036854775809 "
+                                         "ticks, more than INT64_MAX"),
+                       memo::error);
+}
+
+TEST_CASE("dsa_problem: validate computes ends in 128 bits") {
+  // Lower bound 200; an offset of 2^64 - 100 wraps to a claimed peak of 100.
+  memo::dsa_problem p;
+  p.buffers = {{1, 200, 0, 2}};
+  const memo::dsa_plan wrapped{{~std::uint64_t{0} - 99}, 100};
+  const auto report = memo::validate(p, wrapped);
+  CHECK_FALSE(report.ok);
+  CHECK(report.reason == "buffer 1 at offset 18446744073709551516 with 200 bytes ends at "
+                         "18446744073709551716, past 2^64 - 1 = 18446744073709551615");
+  // An end of exactly 2^64 - 1 is fine.
+  CHECK(memo::validate(p, {{~std::uint64_t{0} - 200}, ~std::uint64_t{0}}).ok);
 }

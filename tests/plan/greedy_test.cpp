@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <random>
 
 namespace {
@@ -164,4 +166,167 @@ TEST_CASE("greedy: empty problem has peak 0") {
   const memo::dsa_problem p;
   CHECK(memo::greedy_by_size_solver{}.solve(p).plan.peak_bytes == 0);
   CHECK(memo::best_fit_heap_solver{}.solve(p).proven_optimal);
+}
+
+// ---------------------------------------------------------------------------
+// Independent references: the placements written the plain way (every
+// placed buffer scanned, quadratic), and a validator that checks every pair
+// in 128-bit arithmetic. Neither shares code with plan/placement.hpp or
+// validate().
+
+namespace {
+
+__extension__ typedef unsigned __int128 wide;
+
+bool pairwise_valid(const memo::dsa_problem& p, const memo::dsa_plan& plan) {
+  if (plan.offsets.size() != p.buffers.size()) return false;
+  wide peak = 0;
+  for (std::size_t i = 0; i < p.buffers.size(); ++i) {
+    const auto& a = p.buffers[i];
+    const wide a_end = wide{plan.offsets[i]} + a.size_bytes;
+    if (a_end > ~std::uint64_t{0} || plan.offsets[i] % a.alignment != 0) return false;
+    peak = std::max(peak, a_end);
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& b = p.buffers[j];
+      const wide b_end = wide{plan.offsets[j]} + b.size_bytes;
+      const bool in_time = a.lower < b.upper && b.lower < a.upper;
+      if (in_time && plan.offsets[i] < b_end && plan.offsets[j] < a_end) return false;
+    }
+  }
+  return peak == plan.peak_bytes;
+}
+
+// Best fit (smallest gap, ties lowest) or lowest fit among the time
+// neighbours, by scanning all placed buffers.
+std::vector<std::uint64_t> naive_placement(const memo::dsa_problem& p, const std::vector<std::size_t>& order,
+                                           bool best_fit) {
+  std::vector<std::uint64_t> offsets(p.buffers.size(), 0);
+  std::vector<std::size_t> placed;
+  for (const auto i : order) {
+    const auto& b = p.buffers[i];
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> busy;
+    for (const auto j : placed) {
+      const auto& c = p.buffers[j];
+      if (b.lower < c.upper && c.lower < b.upper) busy.emplace_back(offsets[j], offsets[j] + c.size_bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    std::uint64_t floor = 0;
+    bool found = false;
+    std::uint64_t chosen = 0, chosen_gap = 0;
+    for (const auto& [start, end] : busy) {
+      if (start > floor) {
+        const std::uint64_t at = (floor + b.alignment - 1) / b.alignment * b.alignment;
+        if (at + b.size_bytes <= start && (!found || (best_fit && start - floor < chosen_gap))) {
+          if (!found || best_fit) {
+            chosen = at;
+            chosen_gap = start - floor;
+          }
+          found = true;
+        }
+      }
+      floor = std::max(floor, end);
+    }
+    offsets[i] = found ? chosen : (floor + b.alignment - 1) / b.alignment * b.alignment;
+    placed.push_back(i);
+  }
+  return offsets;
+}
+
+}  // namespace
+
+TEST_CASE("greedy: placements equal a quadratic scan of every placed buffer") {
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 300; ++round) {
+    const std::size_t n = 1 + rng() % (round < 250 ? 40 : 400);
+    const auto p = random_problem(rng, n, 1 + static_cast<std::int64_t>(rng() % 60), 1 + rng() % 500, round % 2 == 0);
+    const auto& bs = p.buffers;
+    std::vector<std::size_t> by_size(n), by_start(n);
+    std::iota(by_size.begin(), by_size.end(), std::size_t{0});
+    std::iota(by_start.begin(), by_start.end(), std::size_t{0});
+    std::stable_sort(by_size.begin(), by_size.end(), [&](std::size_t a, std::size_t b) {
+      if (bs[a].size_bytes != bs[b].size_bytes) return bs[a].size_bytes > bs[b].size_bytes;
+      if (bs[a].upper - bs[a].lower != bs[b].upper - bs[b].lower)
+        return bs[a].upper - bs[a].lower > bs[b].upper - bs[b].lower;
+      return bs[a].lower < bs[b].lower;
+    });
+    std::stable_sort(by_start.begin(), by_start.end(), [&](std::size_t a, std::size_t b) {
+      return bs[a].lower != bs[b].lower ? bs[a].lower < bs[b].lower : bs[a].size_bytes > bs[b].size_bytes;
+    });
+    INFO("round " << round);
+    const auto size = memo::greedy_by_size_solver{}.solve(p);
+    CHECK(size.plan.offsets == naive_placement(p, by_size, true));
+    CHECK(pairwise_valid(p, size.plan));
+    const auto first = memo::first_fit_solver{}.solve(p);
+    CHECK(first.plan.offsets == naive_placement(p, by_start, false));
+    CHECK(pairwise_valid(p, first.plan));
+    CHECK(pairwise_valid(p, memo::best_fit_heap_solver{}.solve(p).plan));
+  }
+}
+
+TEST_CASE("greedy: the three placement rules match the quadratic scan in any order") {
+  // The rule `above` (every neighbour below) against its own plain form.
+  std::mt19937_64 rng(31);
+  for (int round = 0; round < 100; ++round) {
+    const auto p = random_problem(rng, 1 + rng() % 60, 30, 300, true);
+    auto order = memo::detail::index_order(p.buffers.size());
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::size_t> order_wide(order.begin(), order.end());
+    std::vector<std::uint64_t> offsets;
+    memo::detail::place_in_order(p.buffers, order, memo::detail::fit_rule::best, offsets);
+    CHECK(offsets == naive_placement(p, order_wide, true));
+    memo::detail::place_in_order(p.buffers, order, memo::detail::fit_rule::lowest, offsets);
+    CHECK(offsets == naive_placement(p, order_wide, false));
+    memo::detail::place_in_order(p.buffers, order, memo::detail::fit_rule::above, offsets);
+    std::vector<std::uint64_t> expected(p.buffers.size(), 0);
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const auto& b = p.buffers[order[k]];
+      std::uint64_t floor = 0;
+      for (std::size_t m = 0; m < k; ++m) {
+        const auto& c = p.buffers[order[m]];
+        if (b.lower < c.upper && c.lower < b.upper) floor = std::max(floor, expected[order[m]] + c.size_bytes);
+      }
+      expected[order[k]] = (floor + b.alignment - 1) / b.alignment * b.alignment;
+    }
+    CHECK(offsets == expected);
+  }
+}
+
+TEST_CASE("greedy: sizes and alignments near 2^64 are planned exactly or refused, never wrapped") {
+  constexpr std::uint64_t half = std::uint64_t{1} << 63;
+  // Two 5-byte buffers aligned to 2^63 that overlap: 0 and 2^63.
+  memo::dsa_problem two;
+  two.buffers = {{1, 5, 0, 2, half}, {2, 5, 1, 3, half}};
+  for (const auto& r : {memo::greedy_by_size_solver{}.solve(two), memo::first_fit_solver{}.solve(two),
+                        memo::best_fit_heap_solver{}.solve(two)}) {
+    CHECK(r.plan.peak_bytes == half + 5);
+    CHECK(pairwise_valid(two, r.plan));
+  }
+  // Stacked largest-alignment first it fits (2^64 - 2 bytes, then 1 byte);
+  // first fit by start time puts the 1-byte buffer at 0 and the big one at
+  // 2^63, past 2^64: that heuristic refuses, the best of the three plans.
+  memo::dsa_problem tight;
+  tight.buffers = {{1, 1, 0, 4, 1}, {2, ~std::uint64_t{0} - 1, 1, 3, half}};
+  CHECK_NOTHROW(memo::check_problem(tight));
+  CHECK_THROWS_WITH_AS((void)memo::first_fit_solver{}.solve(tight), doctest::Contains("past 2^64 - 1"),
+                       memo::error);
+  const auto best = memo::best_greedy_solver{}.solve(tight);
+  CHECK(pairwise_valid(tight, best.plan));
+  CHECK(best.plan.peak_bytes == ~std::uint64_t{0});
+}
+
+TEST_CASE("greedy: a time limit stops a heuristic with an error saying how far it got") {
+  std::mt19937_64 rng(3);
+  const auto p = random_problem(rng, 5000, 4000, 100, false);
+  memo::dsa_solve_options none;
+  none.time_limit_seconds = 0.0;
+  CHECK_THROWS_WITH_AS((void)memo::greedy_by_size_solver{}.solve(p, none),
+                       doctest::Contains("greedy-size: time limit reached after placing 1023 of 5000"),
+                       memo::error);
+  CHECK_THROWS_WITH_AS((void)memo::best_fit_heap_solver{}.solve(p, none),
+                       doctest::Contains("time limit reached after 4095 of 10000 requests"), memo::error);
+  CHECK_THROWS_WITH_AS((void)memo::best_greedy_solver{}.solve(p, none),
+                       doctest::Contains("every heuristic failed"), memo::error);
+  // A small problem finishes before the first check.
+  const auto small = random_problem(rng, 100, 50, 100, false);
+  CHECK(pairwise_valid(small, memo::best_greedy_solver{}.solve(small, none).plan));
 }

@@ -77,7 +77,7 @@ TEST_CASE("mip: interchangeable buffers keep the optimum") {
     }
     dsa_problem problem{buffers, {}};
     std::vector<std::uint64_t> greedy;
-    if (memo::detail::greedy_upper_bound(problem.buffers, greedy) != memo::lower_bound_bytes(problem)) {
+    if (memo::detail::lowest_fit_bound(problem.buffers, greedy) != memo::lower_bound_bytes(problem)) {
       ++solved_by_mip;
     }
     const auto got = mip.solve(problem, generous());
@@ -170,4 +170,50 @@ TEST_CASE("mip: empty problem and malformed problems") {
   CHECK_THROWS_AS(mip.solve(dsa_problem{{{1, 0, 0, 1, 1}}, {}}, {}), memo::error);
   CHECK_THROWS_WITH_AS(mip.solve(dsa_problem{{{1, 4, 0, 2, 1}, {2, 4, 1, 3, 1}}, 7}, {}),
                        doctest::Contains("below the lower bound 8"), memo::error);
+}
+
+TEST_CASE("mip: a warm start better than its own greedy is used, an invalid one ignored") {
+  // The first random instance (fixed seed) whose optimum is below the
+  // MIP's own greedy start.
+  std::mt19937_64 rng(41);
+  memo::exact_solver exact;
+  dsa_problem problem;
+  std::uint64_t greedy_peak = 0;
+  memo::dsa_result optimum;
+  for (int trial = 0; trial < 500; ++trial) {
+    problem = dsa_problem{random_buffers(rng, 9, 6, 9, false), {}};
+    std::vector<std::uint64_t> greedy_offsets;
+    greedy_peak = memo::detail::lowest_fit_bound(problem.buffers, greedy_offsets);
+    optimum = exact.solve(problem, generous());
+    if (optimum.plan.peak_bytes < greedy_peak) break;
+  }
+  REQUIRE(optimum.plan.peak_bytes < greedy_peak);
+  memo::mip_solver mip;
+  // With no time to search, the result is the better warm start itself.
+  memo::dsa_solve_options none;
+  none.time_limit_seconds = 0.0;
+  none.warm_start = optimum.plan;
+  const auto warm = mip.solve(problem, none);
+  CHECK(warm.plan == optimum.plan);
+  CHECK(memo::validate(problem, warm.plan).ok);
+  // Invalid warm starts are ignored: overlapping, misnumbered, and one whose
+  // offset + size wraps past 2^64 to a small claimed peak.
+  std::vector<std::uint64_t> wrapping = optimum.plan.offsets;
+  wrapping[0] = ~std::uint64_t{0} - 255;  // aligned to 256; ends at or past 2^64
+  std::uint64_t wrapped_peak = 1;  // what a 64-bit sum would claim for it
+  for (std::size_t i = 1; i < wrapping.size(); ++i) {
+    wrapped_peak = std::max(wrapped_peak, wrapping[i] + problem.buffers[i].size_bytes);
+  }
+  const std::vector<std::uint64_t> zeros(problem.buffers.size(), 0);
+  for (const memo::dsa_plan& bad : {memo::dsa_plan{zeros, optimum.plan.peak_bytes}, memo::dsa_plan{{0}, 5},
+                                   memo::dsa_plan{wrapping, wrapped_peak}}) {
+    none.warm_start = bad;
+    const auto r = mip.solve(problem, none);
+    CHECK(memo::validate(problem, r.plan).ok);
+    CHECK(r.plan.peak_bytes == greedy_peak);
+  }
+  // With time, the optimum either way.
+  memo::dsa_solve_options time = generous();
+  time.warm_start = memo::dsa_plan{zeros, optimum.plan.peak_bytes};
+  CHECK(mip.solve(problem, time).plan.peak_bytes == optimum.plan.peak_bytes);
 }

@@ -38,3 +38,17 @@ TEST_CASE("plan io: svg has one rectangle per buffer and the load curve") {
   CHECK(svg.ends_with("</svg>\n"));
   CHECK(svg.find("id 2: 2 B at offset") != std::string::npos);
 }
+
+TEST_CASE("plan io: svg of a plan whose peak is near 2^64") {
+  // The axis tick at the peak is computed in double, where 2^64 - 9 rounds
+  // to 2^64; it is drawn as the largest byte count, not converted out of
+  // range.
+  memo::dsa_problem p;
+  p.buffers = {{1, ~std::uint64_t{0} - 8, 0, 2, 1}};
+  const auto r = memo::greedy_by_size_solver{}.solve(p);
+  const auto svg = memo::plan_svg(p, r.plan);
+  CHECK(svg.ends_with("</svg>\n"));
+  CHECK(memo::detail::svg_bytes(18446744073709551616.0) == ~std::uint64_t{0});
+  CHECK(memo::detail::svg_bytes(-1.0) == 0);
+  CHECK(memo::detail::svg_bytes(4096.0) == 4096);
+}

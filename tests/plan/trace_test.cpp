@@ -2,7 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -138,7 +141,9 @@ TEST_CASE("trace: each malformed request names file, line and reason") {
   CHECK(msg("malloc 1 1\nsection begin a\n") == "t.trace:2: section 'a' is never ended");
   CHECK(msg("section open a\n") ==
         "t.trace:1: expected 'section begin <name>' or 'section end <name>'");
-  CHECK(msg("malloc 1 99999999999999999999\n").find("is not a byte count") != std::string::npos);
+  CHECK(msg("malloc 1 99999999999999999999\n") ==
+        "t.trace:1: size '99999999999999999999' is not a byte count that fits in 64 bits (at most "
+        "18446744073709551615 bytes)");
   CHECK(msg("malloc 1 18446744073709551615\nmalloc 2 1\n") ==
         "t.trace:2: malloc of id 2: the sizes of all buffers together overflow 64 bits");
 }
@@ -263,4 +268,105 @@ TEST_CASE("trace: read_problem_file tells csv from a trace by content") {
   CHECK(csv.sections.empty());
   const auto trace = memo::read_problem_file(MEMO_SOURCE_DIR "/examples/traces/unfreed.trace");
   CHECK(trace.never_freed == std::vector<std::uint64_t>{3});
+}
+
+TEST_CASE("trace: the pieces are usable on their own and through trace.hpp") {
+  // trace.hpp includes text_input, request_trace and dsa_csv: the names
+  // other code uses are all reachable from here.
+  memo::trace_builder builder("built");
+  builder.malloc(1, 8);
+  builder.free(1, 8);
+  const memo::memory_trace t = std::move(builder).finish();
+  CHECK(memo::parse_trace(memo::write_trace(t)).problem.buffers == t.problem.buffers);
+  CHECK(memo::parse_dsa_csv("id,lower,upper,size\n1,0,1,8\n").buffers.size() == 1);
+}
+
+TEST_CASE("trace: a byte-order mark is skipped, tokens in messages are cut and escaped") {
+  CHECK(memo::parse_trace("\xEF\xBB\xBFmalloc 1 8\n").problem.buffers.size() == 1);
+  CHECK(memo::parse_dsa_csv("\xEF\xBB\xBFid,lower,upper,size\n1,0,1,8\n").buffers.size() == 1);
+  auto msg = [](const std::string& text) { return error_of([&] { memo::parse_trace(text, "t"); }); };
+  const std::string long_token(500, 'q');
+  CHECK(msg("malloc 1 " + long_token + "\n") ==
+        "t:1: size '" + std::string(64, 'q') +
+            "... (500 bytes)' is not a byte count (digits, optionally KiB/MiB/GiB/TiB)");
+  CHECK(msg("ma\x1b[31mlloc 1 8\n") ==
+        "t:1: unknown request 'ma\\x1b[31mlloc' (expected malloc, free or section)");
+  CHECK(msg("malloc 18446744073709551616 8\n") ==
+        "t:1: id '18446744073709551616' does not fit in an unsigned 64-bit integer (0 to "
+        "18446744073709551615)");
+  CHECK(msg("") == "t: empty trace (no malloc, free or section line)");
+  CHECK(msg("# only a comment\n\n") == "t: empty trace (no malloc, free or section line)");
+}
+
+TEST_CASE("trace: csv numbers out of range and lifetimes past INT64_MAX are said as such") {
+  auto msg = [](const char* text) { return error_of([&] { memo::parse_dsa_csv(text, "b.csv"); }); };
+  CHECK(msg("id,lower,upper,size\n1,0,2,18446744073709551616\n") ==
+        "b.csv:2: buffer 1: '18446744073709551616' does not fit in an unsigned 64-bit integer (0 to "
+        "18446744073709551615) as a size");
+  CHECK(msg("id,lower,upper,size\n1,0,9223372036854775808,8\n") ==
+        "b.csv:2: field 'upper' does not fit in a signed 64-bit integer: '9223372036854775808'");
+  CHECK(msg("id,lower,upper,size\n1,-9223372036854775808,9223372036854775807,8\n") ==
+        "b.csv:2: buffer 1: the interval [-9223372036854775808, 9223372036854775807) is longer than "
+        "INT64_MAX = 9223372036854775807 ticks");
+  // Each lifetime fits, the timeline does not.
+  CHECK(msg("id,lower,upper,size\n1,-9223372036854775807,0,8\n2,0,9223372036854775807,8\n")
+            .find("b.csv: the timeline spans from -9223372036854775807 to 9223372036854775807") == 0);
+  // Sizes up to 2^64 - 1 (unsigned now); two of 2^63 stack past 64 bits.
+  CHECK(memo::parse_dsa_csv("id,lower,upper,size\n1,0,2,18446744073709551615\n").buffers[0].size_bytes ==
+        ~std::uint64_t{0});
+  CHECK(msg("id,lower,upper,size,alignment\n1,0,2,5,9223372036854775808\n2,1,3,5,9223372036854775808\n") ==
+        "");
+}
+
+TEST_CASE("trace: limits on input size and buffer count name the limit") {
+  memo::parse_options options;
+  options.max_buffers = 2;
+  CHECK(error_of([&] { memo::parse_trace("malloc 1 8\nmalloc 2 8\nmalloc 3 8\n", "t", options); }) ==
+        "t:3: malloc of id 3: more than 2 buffers, the limit (parse_options::max_buffers)");
+  CHECK(error_of([&] { memo::parse_dsa_csv("id,lower,upper,size\n1,0,1,8\n2,0,1,8\n3,0,1,8\n", "c", options); }) ==
+        "c:4: more than 2 buffers, the limit (parse_options::max_buffers)");
+  const auto path = std::filesystem::temp_directory_path() / "memo_trace_limit_test.trace";
+  memo::write_text_file(path, "malloc 1 8\nfree 1 8\n");
+  options.max_input_bytes = 10;
+  CHECK(error_of([&] { memo::read_problem_file(path, options); }) ==
+        path.string() + ": input is larger than the limit of 10 bytes (parse_options::max_input_bytes)");
+  options.max_input_bytes = 20;
+  CHECK(memo::read_problem_file(path, options).problem.buffers.size() == 1);
+  std::filesystem::remove(path);
+  // Stacking a layer checks the model's size before building it.
+  const auto layer = memo::read_problem_file(MEMO_SOURCE_DIR "/examples/traces/figure4.trace");
+  CHECK(error_of([&] { memo::stack_layer_trace(layer, 1000, 100); }) ==
+        "stack_layer_trace: 1000 layers of 12 buffers each (and 0 others) make 12000 buffers, more "
+        "than the limit of 100 (parse_options::max_buffers)");
+}
+
+TEST_CASE("trace: read and write errors are errors") {
+  CHECK(error_of([] { memo::read_problem_file(std::filesystem::temp_directory_path()); })
+            .find("is a directory, not a trace file") != std::string::npos);
+  if (std::filesystem::exists("/dev/full")) {
+    CHECK(error_of([] { memo::write_text_file("/dev/full", std::string(100000, 'x')); }) ==
+          "/dev/full: write error: No space left on device (100000 bytes not all written)");
+  }
+  CHECK(error_of([] { memo::write_text_file("/nonexistent/dir/plan.csv", "x"); })
+            .find("/nonexistent/dir/plan.csv: cannot open file for writing") == 0);
+}
+
+TEST_CASE("trace: stacking layers never wraps an id") {
+  // Ids up to 2^63 + 1: a second copy would need 2 * (2^63 + 2) - ..., past 2^64.
+  const auto layer = memo::parse_trace(
+      "section begin layer 0 forward\nmalloc 9223372036854775809 8\nsection end layer 0 forward\n"
+      "section begin layer 0 backward\nfree 9223372036854775809 8\nsection end layer 0 backward\n");
+  CHECK(memo::stack_layer_trace(layer, 1).problem.buffers.size() == 1);
+  CHECK(error_of([&] { memo::stack_layer_trace(layer, 2); }) ==
+        "stack_layer_trace: layer 1's copy of buffer 9223372036854775809 would get the id "
+        "9223372036854775809 + 1 * 9223372036854775810 = 18446744073709551619, past 2^64 - 1 (ids "
+        "in the layer trace must stay below 2^64 / 2)");
+  // Small ids stack without collisions: every id distinct.
+  const auto figure4 = memo::read_problem_file(MEMO_SOURCE_DIR "/examples/traces/figure4.trace");
+  const auto model = memo::stack_layer_trace(figure4, 50);
+  std::vector<std::uint64_t> ids;
+  for (const auto& b : model.problem.buffers) ids.push_back(b.id);
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+  CHECK(ids.size() == 600);
 }

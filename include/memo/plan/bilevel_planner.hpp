@@ -108,10 +108,19 @@ class bilevel_planner {
   explicit bilevel_planner(Level1 level1 = {}, Level2 level2 = {})
       : level1_(std::move(level1)), level2_(std::move(level2)) {}
 
-  /// Plans `trace`. `options` go to every inner solve (the time limit is per
-  /// solve). The trace's capacity, if any, applies to level 2.
+  /// Plans `trace`. `options.time_limit_seconds` bounds the whole plan:
+  /// level 1 gets up to half of it (each solve what is left of that half),
+  /// level 2 what is left. The trace's capacity, if any, applies to level 2.
   bilevel_result plan(const memory_trace& trace, const dsa_solve_options& options = {}) {
     const auto start = std::chrono::steady_clock::now();
+    const auto deadline = detail::solve_deadline(options, start);
+    const auto level1_deadline = start + (deadline - start) / 2;
+    auto until = [&](std::chrono::steady_clock::time_point when) {
+      dsa_solve_options o = options;
+      o.time_limit_seconds = std::max(
+          0.0, std::chrono::duration<double>(when - std::chrono::steady_clock::now()).count());
+      return o;
+    };
     const dsa_problem& flat = trace.problem;
     check_problem(flat);
     const auto& buffers = flat.buffers;
@@ -189,7 +198,7 @@ class bilevel_planner {
           b.upper -= base;
           local.buffers.push_back(b);
         }
-        level1_results.push_back(level1_.solve(local, options));
+        level1_results.push_back(level1_.solve(local, until(level1_deadline)));
         first_section_.push_back(result.sections.size());
       }
       section_slot[k] = it->second;
@@ -205,15 +214,29 @@ class bilevel_planner {
     result.level1_solves = level1_results.size();
     result.level1_seconds = detail::seconds_since(level1_start);
 
-    // Level 2: one block per section, plus everything set aside.
+    // Level 2: one block per section, plus everything set aside. A block
+    // takes the smallest id no set-aside buffer has (any id up to 2^64 - 1
+    // may be taken, so "one more than the largest" could wrap).
+    std::vector<std::uint64_t> taken;
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (home[i] == npos) taken.push_back(buffers[i].id);
+    }
+    std::sort(taken.begin(), taken.end());
     std::uint64_t next_id = 0;
-    for (const auto& b : buffers) next_id = std::max(next_id, b.id + 1);
+    std::size_t next_taken = 0;
+    auto fresh_id = [&] {
+      while (next_taken < taken.size() && taken[next_taken] <= next_id) {
+        if (taken[next_taken] == next_id) ++next_id;
+        ++next_taken;
+      }
+      return next_id++;
+    };
     auto& level2 = result.level2_problem;
     level2.capacity_bytes = flat.capacity_bytes;
     for (std::size_t k = 0; k < sections.size(); ++k) {
       if (section_slot[k] == npos) continue;
       dsa_buffer block;
-      block.id = next_id++;
+      block.id = fresh_id();
       block.size_bytes = result.sections[section_index[k]].peak_bytes;
       block.lower = sections[k]->begin;
       block.upper = sections[k]->end;
@@ -238,7 +261,7 @@ class bilevel_planner {
       });
     }
     const auto level2_start = std::chrono::steady_clock::now();
-    result.level2 = level2_.solve(level2, options);
+    result.level2 = level2_.solve(level2, until(deadline));
     result.level2_seconds = detail::seconds_since(level2_start);
     result.level2_lower_bound_bytes = result.level2.lower_bound_bytes;
     result.level2_proven_optimal = result.level2.proven_optimal;

@@ -195,22 +195,8 @@ class caching_allocator_simulator {
 /// Replays `problem`'s requests in time order (frees first at equal times).
 inline caching_allocator_report simulate_caching_allocator(const dsa_problem& problem,
                                                            const caching_allocator_config& config = {}) {
-  struct event {
-    std::int64_t time;
-    bool is_malloc;
-    std::size_t index;
-  };
-  std::vector<event> events;
-  events.reserve(problem.buffers.size() * 2);
-  for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
-    events.push_back({problem.buffers[i].lower, true, i});
-    events.push_back({problem.buffers[i].upper, false, i});
-  }
-  std::stable_sort(events.begin(), events.end(), [](const event& a, const event& b) {
-    return a.time != b.time ? a.time < b.time : (!a.is_malloc && b.is_malloc);
-  });
   caching_allocator_simulator sim(config);
-  for (const auto& e : events) {
+  for (const auto& e : detail::timeline_events(problem.buffers)) {
     const auto& b = problem.buffers[e.index];
     if (e.is_malloc) {
       sim.malloc(b.id, b.size_bytes);

@@ -12,13 +12,34 @@
 // the solver result, the `DsaSolver` concept, the lower bound and
 // `validate`, which every solver's output passes through before anyone uses
 // it.
+//
+// Limits, decided here once for every solver: a problem is accepted
+// (`check_problem`, through `require_representable`) only when
+//   * the plan that stacks every buffer on top of the others (in decreasing
+//     alignment, so no padding is wasted) ends at or below 2^64 - 1 bytes:
+//     then some valid plan has every offset and end in 64 bits, and every
+//     live sum, the lower bound and the sum of all sizes fit in a
+//     std::uint64_t (they are all at most that stacked peak);
+//   * the whole timeline (latest upper minus earliest lower) spans at most
+//     INT64_MAX ticks, so every lifetime and every time difference fits in
+//     a std::int64_t.
+// A problem past either limit is an error naming the numbers. Live sums and
+// the stacked peak are computed in unsigned __int128, so they are exact
+// whatever the input; `validate` computes every end in 128 bits too, so a
+// plan whose offset + size passes 2^64 is invalid rather than wrapped. A
+// solver still computes its own offsets with checked arithmetic: a
+// heuristic whose plan would pass 2^64 (alignment padding can take it above
+// the stacked peak) raises an error instead of wrapping.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <limits>
+#include <iterator>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -80,11 +101,30 @@ concept DsaSolver = requires(S& solver, const dsa_problem& problem,
 };
 
 /// Checks the problem itself: positive sizes, upper > lower, power-of-two
-/// alignments, unique ids, and a capacity no smaller than the lower bound.
-/// Throws `memo::error` naming the buffer and the bound it broke.
+/// alignments, unique ids, `require_representable`, and a capacity no
+/// smaller than the lower bound. Throws `memo::error` naming the buffer and
+/// the bound it broke.
 void check_problem(const dsa_problem& problem);
 
-/// The largest total size live at one instant.
+/// What `require_representable` measured (all of it fits in 64 bits once it
+/// returned).
+struct representable_problem {
+  std::uint64_t total_bytes = 0;         ///< sum of all sizes
+  std::uint64_t stacked_peak_bytes = 0;  ///< every buffer stacked, decreasing alignment
+  std::int64_t first_time = 0;           ///< earliest lower (0 when empty)
+  std::int64_t last_time = 0;            ///< latest upper (0 when empty)
+};
+
+/// The limits every solver relies on (see the top of this file): the
+/// stacked plan ends within 64 bits and the timeline spans at most
+/// INT64_MAX ticks. Throws `memo::error` naming the numbers otherwise. Needs
+/// upper > lower and power-of-two alignments (check_problem checks those
+/// first).
+representable_problem require_representable(const dsa_problem& problem);
+
+/// The largest total size live at one instant. Exact for any problem;
+/// throws `memo::error` when that sum passes 2^64 - 1 (a problem that passed
+/// `check_problem` never does).
 std::uint64_t lower_bound_bytes(const dsa_problem& problem);
 
 /// The load (total live bytes) on each maximal interval where it is
@@ -132,26 +172,49 @@ inline std::chrono::steady_clock::time_point solve_deadline(
                      std::chrono::duration<double>(std::min(options.time_limit_seconds, 1e7)));
 }
 
-// Sweep events: frees sort before mallocs at the same instant, because
-// [lower, upper) intervals that touch do not overlap. Sizes stay unsigned
-// (a size of 2^63 bytes or more has no signed negation).
-struct load_event {
+/// Bytes in 128 bits: wide enough for any sum of 64-bit sizes.
+__extension__ typedef unsigned __int128 wide_bytes;
+inline constexpr std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max();
+
+inline std::string wide_to_string(wide_bytes v) {
+  if (v == 0) return "0";
+  std::string digits;
+  while (v != 0) {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  }
+  return digits;
+}
+
+/// One request of the timeline: buffer `index` is allocated (`is_malloc`)
+/// or freed at `time`.
+struct timeline_event {
   std::int64_t time;
   bool is_malloc;
-  std::uint64_t size_bytes;
-  friend bool operator<(const load_event& a, const load_event& b) noexcept {
-    return a.time != b.time ? a.time < b.time : (!a.is_malloc && b.is_malloc);
-  }
+  std::size_t index;
 };
 
-inline std::vector<load_event> load_events(const dsa_problem& problem) {
-  std::vector<load_event> events;
-  events.reserve(problem.buffers.size() * 2);
-  for (const auto& b : problem.buffers) {
-    events.push_back({b.lower, true, b.size_bytes});
-    events.push_back({b.upper, false, b.size_bytes});
+/// The order in which requests happen: by time, frees before mallocs at the
+/// same instant (intervals [lower, upper) that touch do not overlap), then
+/// by buffer index. Every replay of a problem (the load sweep, the online
+/// heap, the caching-allocator simulator, the layer stacker) uses it.
+inline bool happens_before(const timeline_event& a, const timeline_event& b) noexcept {
+  if (a.time != b.time) return a.time < b.time;
+  if (a.is_malloc != b.is_malloc) return !a.is_malloc;
+  return a.index < b.index;
+}
+
+/// Every buffer's malloc and free, in `happens_before` order.
+inline std::vector<timeline_event> timeline_events(const std::vector<dsa_buffer>& buffers) {
+  std::vector<timeline_event> events;
+  events.reserve(buffers.size() * 2);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    events.push_back({buffers[i].lower, true, i});
+    events.push_back({buffers[i].upper, false, i});
   }
-  std::sort(events.begin(), events.end());
+  // Through a lambda, so the comparison is inlined rather than called by pointer.
+  std::sort(events.begin(), events.end(),
+            [](const timeline_event& x, const timeline_event& y) { return happens_before(x, y); });
   return events;
 }
 
@@ -159,16 +222,23 @@ inline std::vector<load_event> load_events(const dsa_problem& problem) {
 
 inline std::vector<load_step> load_profile(const dsa_problem& problem) {
   std::vector<load_step> steps;
-  std::uint64_t live = 0;
-  const auto events = detail::load_events(problem);
+  detail::wide_bytes live = 0;  // exact: 128 bits hold any sum of 64-bit sizes
+  const auto& buffers = problem.buffers;
+  const auto events = detail::timeline_events(buffers);
   for (std::size_t i = 0; i < events.size();) {
     const std::int64_t time = events[i].time;
     for (; i < events.size() && events[i].time == time; ++i) {
-      // Unsigned arithmetic: frees come first within an instant, so this never wraps.
-      live = events[i].is_malloc ? live + events[i].size_bytes : live - events[i].size_bytes;
+      // Frees come first within an instant, so this never goes below zero.
+      const auto size = buffers[events[i].index].size_bytes;
+      live = events[i].is_malloc ? live + size : live - size;
     }
+    expects(live <= detail::max_bytes, [&] {
+      return "the buffers live at time " + std::to_string(time) + " total " +
+             detail::wide_to_string(live) + " bytes, more than 2^64 - 1 = " +
+             std::to_string(detail::max_bytes) + ": the problem does not fit in 64 bits";
+    });
     if (!steps.empty() && steps.back().live_bytes == live) continue;
-    steps.push_back({time, live});
+    steps.push_back({time, static_cast<std::uint64_t>(live)});
   }
   return steps;
 }
@@ -179,27 +249,70 @@ inline std::uint64_t lower_bound_bytes(const dsa_problem& problem) {
   return best;
 }
 
+inline representable_problem require_representable(const dsa_problem& problem) {
+  representable_problem r;
+  const auto& buffers = problem.buffers;
+  if (buffers.empty()) return r;
+  // Stacked in decreasing alignment, each buffer starts at a multiple of
+  // its alignment with no padding: every earlier end is a multiple of an
+  // alignment at least as large (all are powers of two).
+  std::vector<std::size_t> order(buffers.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return buffers[a].alignment > buffers[b].alignment;
+  });
+  detail::wide_bytes top = 0;
+  detail::wide_bytes total = 0;
+  std::int64_t first = buffers.front().lower;
+  std::int64_t last = buffers.front().upper;
+  for (const std::size_t i : order) {
+    const auto& b = buffers[i];
+    const detail::wide_bytes a = b.alignment;
+    top = (top + a - 1) / a * a + b.size_bytes;
+    total += b.size_bytes;
+    first = std::min(first, b.lower);
+    last = std::max(last, b.upper);
+  }
+  expects(top <= detail::max_bytes, [&] {
+    return "the " + std::to_string(buffers.size()) + " buffers stacked end at " +
+           detail::wide_to_string(top) + " bytes (sizes total " + detail::wide_to_string(total) +
+           "), more than 2^64 - 1 = " + std::to_string(detail::max_bytes) +
+           ": the problem does not fit in 64 bits";
+  });
+  // The span as unsigned: last - first cannot wrap there.
+  const std::uint64_t span = static_cast<std::uint64_t>(last) - static_cast<std::uint64_t>(first);
+  expects(span <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), [&] {
+    return "the timeline spans from " + std::to_string(first) + " to " + std::to_string(last) +
+           ", " + std::to_string(span) + " ticks, more than INT64_MAX = " +
+           std::to_string(std::numeric_limits<std::int64_t>::max());
+  });
+  r.total_bytes = static_cast<std::uint64_t>(total);
+  r.stacked_peak_bytes = static_cast<std::uint64_t>(top);
+  r.first_time = first;
+  r.last_time = last;
+  return r;
+}
+
 inline void check_problem(const dsa_problem& problem) {
   std::vector<std::uint64_t> ids;
   ids.reserve(problem.buffers.size());
-  std::uint64_t total = 0;
   for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
     const auto& b = problem.buffers[i];
-    const std::string where = "buffer " + std::to_string(b.id) + " (index " + std::to_string(i) + ")";
-    expects(b.size_bytes > 0, [&] { return where + ": size must be positive, got 0"; });
+    const auto where = [&] { return "buffer " + std::to_string(b.id) + " (index " + std::to_string(i) + ")"; };
+    expects(b.size_bytes > 0, [&] { return where() + ": size must be positive, got 0"; });
     expects(b.upper > b.lower, [&] {
-      return where + ": upper (" + std::to_string(b.upper) + ") must exceed lower (" +
+      return where() + ": upper (" + std::to_string(b.upper) + ") must exceed lower (" +
              std::to_string(b.lower) + ")";
     });
     expects(is_power_of_two(b.alignment), [&] {
-      return where + ": alignment must be a power of two, got " + std::to_string(b.alignment);
+      return where() + ": alignment must be a power of two, got " + std::to_string(b.alignment);
     });
-    total = checked_add(total, checked_align_up(b.size_bytes, b.alignment));
     ids.push_back(b.id);
   }
   std::sort(ids.begin(), ids.end());
   const auto dup = std::adjacent_find(ids.begin(), ids.end());
   expects(dup == ids.end(), [&] { return "duplicate buffer id " + std::to_string(*dup); });
+  require_representable(problem);
   if (problem.capacity_bytes) {
     const auto bound = lower_bound_bytes(problem);
     expects(*problem.capacity_bytes >= bound, [&] {
@@ -224,7 +337,15 @@ inline validation validate(const dsa_problem& problem, const dsa_plan& plan) {
                          std::to_string(plan.offsets[i]) + " breaks its alignment " +
                          std::to_string(b.alignment)};
     }
-    peak = std::max(peak, plan.offsets[i] + b.size_bytes);
+    // In 128 bits: an end past 2^64 - 1 is an invalid plan, not a wrapped one.
+    const detail::wide_bytes end = detail::wide_bytes{plan.offsets[i]} + b.size_bytes;
+    if (end > detail::max_bytes) {
+      return {false, "buffer " + std::to_string(b.id) + " at offset " +
+                         std::to_string(plan.offsets[i]) + " with " + std::to_string(b.size_bytes) +
+                         " bytes ends at " + detail::wide_to_string(end) +
+                         ", past 2^64 - 1 = " + std::to_string(detail::max_bytes)};
+    }
+    peak = std::max(peak, static_cast<std::uint64_t>(end));
   }
   if (peak != plan.peak_bytes) {
     return {false, "plan claims peak " + std::to_string(plan.peak_bytes) +
@@ -253,17 +374,15 @@ inline validation validate(const dsa_problem& problem, const dsa_plan& plan) {
       return offset != o.offset ? offset < o.offset : index < o.index;
     }
   };
-  std::vector<live_entry> live;  // sorted by offset
+  std::set<live_entry> live;  // ordered by offset
   std::size_t next_end = 0;
   for (const std::size_t i : order) {
     while (next_end < by_end.size() && buffers[by_end[next_end]].upper <= buffers[i].lower) {
       const std::size_t gone = by_end[next_end++];
-      const live_entry key{plan.offsets[gone], gone};
-      const auto it = std::lower_bound(live.begin(), live.end(), key);
-      if (it != live.end() && it->index == gone) live.erase(it);
+      live.erase(live_entry{plan.offsets[gone], gone});
     }
     const live_entry entry{plan.offsets[i], i};
-    const auto pos = std::lower_bound(live.begin(), live.end(), entry);
+    const auto pos = live.lower_bound(entry);
     auto clash = [&](std::size_t j) -> validation {
       const auto& a = buffers[i];
       const auto& b = buffers[j];

@@ -17,6 +17,12 @@
 //   free neighbours when freed. What an online allocator with no knowledge of
 //   the future achieves.
 //
+// The first two place through memo/plan/placement.hpp, which looks only at
+// a buffer's time neighbours (O(n log n) plus the neighbours scanned); the
+// heap keeps its free blocks by address and by size, O(n log n). Each
+// honours `options.time_limit_seconds`: past it, it raises `memo::error`
+// saying how far it got.
+//
 // Every solver honours alignment, returns a plan that passes `validate`, and
 // reports `proven_optimal` only when its peak equals the lower bound. With a
 // capacity set, a heuristic plan above the capacity is an error naming both
@@ -28,7 +34,9 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <set>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,53 +44,21 @@
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
 #include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/placement.hpp"
 
 namespace memo {
 
 namespace detail {
 
-/// Places buffers one at a time in `order`; each goes into a gap among the
-/// already-placed buffers that overlap it in time: the smallest gap that
-/// holds it (`best_fit`) or the lowest (`!best_fit`).
-inline dsa_plan place_in_order(const dsa_problem& problem, const std::vector<std::size_t>& order,
-                               bool best_fit) {
-  const auto& buffers = problem.buffers;
-  constexpr std::uint64_t unplaced = ~std::uint64_t{0};
+/// A placement of `problem` in `order` as a plan; errors name the solver.
+inline dsa_plan heuristic_plan(const dsa_problem& problem, const std::vector<std::uint32_t>& order,
+                               fit_rule rule, std::chrono::steady_clock::time_point deadline,
+                               std::string_view name) {
   dsa_plan plan;
-  plan.offsets.assign(buffers.size(), unplaced);
-  std::vector<std::size_t> placed;  // indices of placed buffers
-  placed.reserve(buffers.size());
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> busy;  // [offset, end) of overlapping ones
-  for (const std::size_t i : order) {
-    const auto& b = buffers[i];
-    busy.clear();
-    for (const std::size_t j : placed) {
-      if (b.overlaps_in_time(buffers[j])) {
-        busy.emplace_back(plan.offsets[j], plan.offsets[j] + buffers[j].size_bytes);
-      }
-    }
-    std::sort(busy.begin(), busy.end());
-    std::uint64_t floor = 0;  // everything below is either busy or a gap already considered
-    std::uint64_t chosen = unplaced;
-    std::uint64_t chosen_gap = unplaced;
-    for (const auto& [start, end] : busy) {
-      if (start > floor) {
-        const std::uint64_t candidate = checked_align_up(floor, b.alignment);
-        if (candidate <= start && start - candidate >= b.size_bytes) {
-          const std::uint64_t gap = start - floor;
-          if (chosen == unplaced || (best_fit && gap < chosen_gap)) {
-            chosen = candidate;
-            chosen_gap = gap;
-          }
-          if (!best_fit) break;
-        }
-      }
-      floor = std::max(floor, end);
-    }
-    if (chosen == unplaced) chosen = checked_align_up(floor, b.alignment);
-    plan.offsets[i] = chosen;
-    plan.peak_bytes = std::max(plan.peak_bytes, checked_add(chosen, b.size_bytes));
-    placed.push_back(i);
+  try {
+    plan.peak_bytes = place_in_order(problem.buffers, order, rule, plan.offsets, deadline);
+  } catch (const error& e) {
+    throw error(std::string(name) + ": " + e.message());
   }
   return plan;
 }
@@ -113,12 +89,6 @@ inline dsa_result finish_heuristic(const dsa_problem& problem, dsa_plan plan,
   return result;
 }
 
-inline std::vector<std::size_t> identity_order(std::size_t n) {
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  return order;
-}
-
 }  // namespace detail
 
 /// Best fit in decreasing size (ties: longer lifetime first, then earlier).
@@ -127,20 +97,22 @@ class greedy_by_size_solver {
   [[nodiscard]] std::string_view name() const noexcept { return "greedy-size"; }
 
   [[nodiscard]] dsa_result solve(const dsa_problem& problem,
-                                 const dsa_solve_options& /*options*/ = {}) const {
+                                 const dsa_solve_options& options = {}) const {
     const auto start = std::chrono::steady_clock::now();
     check_problem(problem);
+    const auto deadline = detail::solve_deadline(options, start);
     const auto& buffers = problem.buffers;
-    auto order = detail::identity_order(buffers.size());
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    auto order = detail::index_order(buffers.size());
+    // Lifetimes fit in int64 once check_problem passed.
+    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
       const auto& x = buffers[a];
       const auto& y = buffers[b];
       if (x.size_bytes != y.size_bytes) return x.size_bytes > y.size_bytes;
       if (x.upper - x.lower != y.upper - y.lower) return x.upper - x.lower > y.upper - y.lower;
       return x.lower < y.lower;
     });
-    return detail::finish_heuristic(problem, detail::place_in_order(problem, order, true), name(),
-                                    start);
+    return detail::finish_heuristic(problem, detail::heuristic_plan(problem, order, detail::fit_rule::best, deadline, name()),
+                                    name(), start);
   }
 };
 
@@ -150,19 +122,20 @@ class first_fit_solver {
   [[nodiscard]] std::string_view name() const noexcept { return "first-fit"; }
 
   [[nodiscard]] dsa_result solve(const dsa_problem& problem,
-                                 const dsa_solve_options& /*options*/ = {}) const {
+                                 const dsa_solve_options& options = {}) const {
     const auto start = std::chrono::steady_clock::now();
     check_problem(problem);
+    const auto deadline = detail::solve_deadline(options, start);
     const auto& buffers = problem.buffers;
-    auto order = detail::identity_order(buffers.size());
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    auto order = detail::index_order(buffers.size());
+    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
       const auto& x = buffers[a];
       const auto& y = buffers[b];
       if (x.lower != y.lower) return x.lower < y.lower;
       return x.size_bytes > y.size_bytes;
     });
-    return detail::finish_heuristic(problem, detail::place_in_order(problem, order, false), name(),
-                                    start);
+    return detail::finish_heuristic(problem, detail::heuristic_plan(problem, order, detail::fit_rule::lowest, deadline, name()),
+                                    name(), start);
   }
 };
 
@@ -173,62 +146,67 @@ class best_fit_heap_solver {
   [[nodiscard]] std::string_view name() const noexcept { return "best-fit-heap"; }
 
   [[nodiscard]] dsa_result solve(const dsa_problem& problem,
-                                 const dsa_solve_options& /*options*/ = {}) const {
+                                 const dsa_solve_options& options = {}) const {
     const auto start = std::chrono::steady_clock::now();
     check_problem(problem);
+    const auto deadline = detail::solve_deadline(options, start);
     const auto& buffers = problem.buffers;
-    struct event {
-      std::int64_t time;
-      bool is_malloc;
-      std::size_t index;
-    };
-    std::vector<event> events;
-    events.reserve(buffers.size() * 2);
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
-      events.push_back({buffers[i].lower, true, i});
-      events.push_back({buffers[i].upper, false, i});
-    }
-    std::stable_sort(events.begin(), events.end(), [](const event& a, const event& b) {
-      return a.time != b.time ? a.time < b.time : (!a.is_malloc && b.is_malloc);
-    });
-    std::map<std::uint64_t, std::uint64_t> free_blocks;  // offset -> size, below `top`
+    const auto events = detail::timeline_events(buffers);
+    // Free blocks below `top`, by address and by (size, address): the best
+    // fit is the first block in size order that holds the request aligned.
+    std::map<std::uint64_t, std::uint64_t> free_blocks;  // offset -> size
+    std::set<std::pair<std::uint64_t, std::uint64_t>> by_size;  // (size, offset)
     std::uint64_t top = 0;                                // end of the heap so far
     dsa_plan plan;
     plan.offsets.assign(buffers.size(), 0);
+    auto forget = [&](std::map<std::uint64_t, std::uint64_t>::iterator it) {
+      by_size.erase({it->second, it->first});
+      return free_blocks.erase(it);
+    };
     auto release = [&](std::uint64_t offset, std::uint64_t size) {
       if (size == 0) return;
       auto next = free_blocks.lower_bound(offset);
       if (next != free_blocks.end() && offset + size == next->first) {
         size += next->second;
-        next = free_blocks.erase(next);
+        next = forget(next);
       }
       if (next != free_blocks.begin()) {
         const auto prev = std::prev(next);
         if (prev->first + prev->second == offset) {
+          by_size.erase({prev->second, prev->first});
           prev->second += size;
+          by_size.emplace(prev->second, prev->first);
           return;
         }
       }
       free_blocks.emplace(offset, size);
+      by_size.emplace(size, offset);
     };
+    std::size_t served = 0;
     for (const auto& e : events) {
+      if (++served % 4096 == 0 && std::chrono::steady_clock::now() >= deadline) {
+        throw error(std::string(name()) + ": time limit reached after " + std::to_string(served - 1) +
+                    " of " + std::to_string(events.size()) + " requests");
+      }
       const auto& b = buffers[e.index];
       if (!e.is_malloc) {
         release(plan.offsets[e.index], b.size_bytes);
         continue;
       }
-      auto best = free_blocks.end();
-      for (auto it = free_blocks.begin(); it != free_blocks.end(); ++it) {
-        const std::uint64_t aligned = align_up(it->first, b.alignment);
-        if (aligned + b.size_bytes <= it->first + it->second &&
-            (best == free_blocks.end() || it->second < best->second)) {
+      auto best = by_size.end();
+      for (auto it = by_size.lower_bound({b.size_bytes, 0}); it != by_size.end(); ++it) {
+        const auto [size, block] = *it;
+        const detail::wide_bytes at =
+            (detail::wide_bytes{block} + b.alignment - 1) / b.alignment * b.alignment;
+        if (at + b.size_bytes <= detail::wide_bytes{block} + size) {
           best = it;
+          break;
         }
       }
       std::uint64_t offset = 0;
-      if (best != free_blocks.end()) {
-        const auto [block, size] = *best;
-        free_blocks.erase(best);
+      if (best != by_size.end()) {
+        const auto [size, block] = *best;
+        forget(free_blocks.find(block));
         offset = align_up(block, b.alignment);
         release(block, offset - block);
         release(offset + b.size_bytes, block + size - offset - b.size_bytes);
@@ -239,7 +217,7 @@ class best_fit_heap_solver {
           const auto last = std::prev(free_blocks.end());
           if (last->first + last->second == top) {
             base = last->first;
-            free_blocks.erase(last);
+            forget(last);
           }
         }
         offset = checked_align_up(base, b.alignment);
@@ -255,6 +233,7 @@ class best_fit_heap_solver {
 
 /// The best plan of the three heuristics (ties: the first in the order
 /// greedy-size, first-fit, best-fit-heap); its `solver` names the winner.
+/// The three share one time limit; one failing leaves the others.
 class best_greedy_solver {
  public:
   [[nodiscard]] std::string_view name() const noexcept { return "greedy"; }
@@ -263,15 +242,34 @@ class best_greedy_solver {
                                  const dsa_solve_options& options = {}) const {
     const auto start = std::chrono::steady_clock::now();
     check_problem(problem);
+    const auto deadline = detail::solve_deadline(options, start);
     dsa_problem unbounded = problem;  // so every heuristic returns a plan to compare
     unbounded.capacity_bytes.reset();
-    dsa_result best = greedy_by_size_solver{}.solve(unbounded, options);
-    for (auto candidate : {first_fit_solver{}.solve(unbounded, options),
-                           best_fit_heap_solver{}.solve(unbounded, options)}) {
-      if (candidate.plan.peak_bytes < best.plan.peak_bytes) best = std::move(candidate);
-    }
-    auto result = detail::finish_heuristic(problem, std::move(best.plan), best.solver, start);
-    return result;
+    // One time limit for the three: each gets what is left of it.
+    auto left = [&] {
+      dsa_solve_options o = options;
+      o.time_limit_seconds = std::max(
+          0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+      return o;
+    };
+    // A heuristic that fails (its time share ran out, or alignment padding
+    // took its plan past 2^64) leaves the others; all failing is an error
+    // carrying each reason.
+    std::optional<dsa_result> best;
+    std::string failures;
+    auto consider = [&](auto solver) {
+      try {
+        auto candidate = solver.solve(unbounded, left());
+        if (!best || candidate.plan.peak_bytes < best->plan.peak_bytes) best = std::move(candidate);
+      } catch (const error& e) {
+        failures += (failures.empty() ? "" : "; ") + e.message();
+      }
+    };
+    consider(greedy_by_size_solver{});
+    consider(first_fit_solver{});
+    consider(best_fit_heap_solver{});
+    if (!best) throw error("greedy: every heuristic failed: " + failures);
+    return detail::finish_heuristic(problem, std::move(best->plan), best->solver, start);
   }
 };
 

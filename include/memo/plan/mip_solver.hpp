@@ -56,34 +56,11 @@
 #include "memo/core/error.hpp"
 #include "memo/core/lp_solve.hpp"
 #include "memo/plan/dsa_problem.hpp"
-#include "memo/plan/exact_solver.hpp"
+#include "memo/plan/placement.hpp"
 
 namespace memo {
 
 namespace detail {
-
-/// Places buffers in `order` at the lowest aligned offset above their
-/// earlier time neighbours (every earlier neighbour is taken to be below).
-inline std::uint64_t compress_in_order(const std::vector<dsa_buffer>& buffers,
-                                       const std::vector<std::uint32_t>& order,
-                                       std::vector<std::uint64_t>& offsets) {
-  offsets.assign(buffers.size(), 0);
-  std::vector<std::uint32_t> done;
-  done.reserve(buffers.size());
-  std::uint64_t peak = 0;
-  for (const std::uint32_t i : order) {
-    std::uint64_t floor_bytes = 0;
-    for (const std::uint32_t j : done) {
-      if (buffers[i].overlaps_in_time(buffers[j])) {
-        floor_bytes = std::max(floor_bytes, offsets[j] + buffers[j].size_bytes);
-      }
-    }
-    offsets[i] = align_up(floor_bytes, buffers[i].alignment);
-    peak = std::max(peak, offsets[i] + buffers[i].size_bytes);
-    done.push_back(i);
-  }
-  return peak;
-}
 
 inline int mip_abort_when_due(lprec* /*lp*/, void* handle) {
   const auto* deadline = static_cast<const std::chrono::steady_clock::time_point*>(handle);
@@ -123,7 +100,7 @@ class mip_solver {
 
     // Warm start: the greedy plan, or the caller's plan when it is better.
     std::vector<std::uint64_t> warm;
-    std::uint64_t warm_peak = detail::greedy_upper_bound(buffers, warm);
+    std::uint64_t warm_peak = detail::lowest_fit_bound(buffers, warm, deadline);
     if (options.warm_start && validate(problem, *options.warm_start).ok &&
         options.warm_start->peak_bytes < warm_peak) {
       warm = options.warm_start->offsets;
@@ -217,7 +194,8 @@ class mip_solver {
           return xa != xb ? xa < xb : a < b;
         });
         std::vector<std::uint64_t> offsets;
-        const std::uint64_t peak = detail::compress_in_order(buffers, order, offsets);
+        const std::uint64_t peak =
+            detail::place_in_order(buffers, order, detail::fit_rule::above, offsets);
         // get_objective is the incumbent's value (the wrapper's objective()
         // reads lp_solve's working objective, a bound during branch-and-bound).
         const double objective_bytes =

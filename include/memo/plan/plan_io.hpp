@@ -63,6 +63,14 @@ inline std::string svg_number(double v) {
   return text;
 }
 
+/// A byte count computed in double, back as bytes: a value that rounds to
+/// 2^64 or above (a peak near 2^64 - 1 does) is the largest count, not UB.
+inline std::uint64_t svg_bytes(double bytes) {
+  constexpr double two_to_64 = 18446744073709551616.0;
+  if (!(bytes > 0.0)) return 0;
+  return bytes >= two_to_64 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(bytes);
+}
+
 inline std::string svg_escape(std::string_view text) {
   std::string out;
   for (const char c : text) {
@@ -100,9 +108,12 @@ inline std::string plan_svg(const dsa_problem& problem, const dsa_plan& plan,
   const auto bound = lower_bound_bytes(problem);
   const double y_max = static_cast<double>(std::max<std::uint64_t>({plan.peak_bytes, bound, 1}));
   const double plot_w = width - left - right, plot_h = height - top - bottom;
-  auto x = [&](std::int64_t t) {
-    return left + plot_w * static_cast<double>(t - t0) / static_cast<double>(t1 - t0);
+  // Differences taken unsigned: a timeline may span up to 2^64 - 1 ticks
+  // here even when it is longer than a checked problem allows.
+  auto span = [](std::int64_t from, std::int64_t to) {
+    return static_cast<double>(static_cast<std::uint64_t>(to) - static_cast<std::uint64_t>(from));
   };
+  auto x = [&](std::int64_t t) { return left + plot_w * span(t0, t) / span(t0, t1); };
   auto y = [&](double bytes) { return top + plot_h * (1.0 - bytes / y_max); };
   std::string s;
   s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + detail::svg_number(width) +
@@ -122,7 +133,7 @@ inline std::string plan_svg(const dsa_problem& problem, const dsa_plan& plan,
   for (int tick = 0; tick <= 4; ++tick) {
     const double bytes = y_max * tick / 4.0;
     s += "<text x=\"" + detail::svg_number(left - 6) + "\" y=\"" + detail::svg_number(y(bytes) + 4) +
-         "\" text-anchor=\"end\">" + format_bytes(static_cast<std::uint64_t>(bytes)) + "</text>\n";
+         "\" text-anchor=\"end\">" + format_bytes(detail::svg_bytes(bytes)) + "</text>\n";
   }
   s += "<text x=\"" + detail::svg_number(left) + "\" y=\"" + detail::svg_number(height - 15) +
        "\">time " + std::to_string(t0) + "</text>\n";

@@ -1,0 +1,292 @@
+// memo/plan/placement.hpp
+//
+// The placement step every DSA heuristic shares (MEMO section 4.2): take
+// the buffers one at a time in a given order and put each at an offset
+// where it clears every already-placed buffer it shares an instant with.
+// Three rules:
+//
+// * `fit_rule::lowest`: the lowest aligned offset that is free for the
+//   buffer's whole lifetime (first fit);
+// * `fit_rule::best`: the free gap between the placed time neighbours that
+//   holds the buffer and is the smallest (ties: the lowest), or on top of
+//   them when no gap holds it (best fit, the "greedy by size" of mobile
+//   inference runtimes);
+// * `fit_rule::above`: on top of every placed time neighbour (what a MIP's
+//   buffer order becomes when each buffer is dropped as low as it goes).
+//
+// Written once here: the greedy solvers and the MIP's warm start and plan
+// rebuild use it, and `lowest_fit_bound` is the quick upper bound a search
+// starts from.
+//
+// Cost. The placed buffers are kept in a centred interval tree over the
+// compressed timeline (the distinct lower and upper times): each node owns
+// a centre section and stores, once, every placed buffer that is live in
+// that section and in no smaller node's range, sorted by first and by last
+// section. The placed buffers that share an instant with a new one are
+// found in O(log n) node visits plus one step per buffer found (and a
+// subtree holding nothing placed is skipped), then sorted by offset and
+// scanned. A placement therefore costs O(log n + k log k), k the placed
+// time neighbours, instead of a scan of every placed buffer: near-linear
+// overall when a bounded number of buffers is live at once. Best fit has
+// to see every gap among the neighbours, so on traces with very many
+// buffers live together the cost grows with them.
+//
+// Offsets are computed in 128 bits: a placement whose end would pass
+// 2^64 - 1 raises `memo::error` rather than wrapping.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memo/core/error.hpp"
+#include "memo/plan/dsa_problem.hpp"
+
+namespace memo::detail {
+
+enum class fit_rule { lowest, best, above };
+
+/// Placed buffers indexed by time (see the top of this file). Buffers are
+/// named by their index into the vector given to the constructor, which
+/// must outlive the index.
+class placement_index {
+ public:
+  explicit placement_index(const std::vector<dsa_buffer>& buffers) : buffers_(&buffers) {
+    expects(buffers.size() < std::numeric_limits<std::uint32_t>::max(), [&] {
+      return std::to_string(buffers.size()) + " buffers are more than the placement indexes (2^32 - 2)";
+    });
+    // Compress the timeline: every distinct endpoint gets its rank, found
+    // by one sort of (time, endpoint) pairs.
+    std::vector<std::pair<std::int64_t, std::uint32_t>> ends;
+    ends.reserve(2 * buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      // The tree walk needs a non-empty lifetime (check_problem's rule).
+      expects(buffers[i].upper > buffers[i].lower, [&] {
+        return "placement: buffer " + std::to_string(buffers[i].id) + " has upper (" +
+               std::to_string(buffers[i].upper) + ") not above lower (" +
+               std::to_string(buffers[i].lower) + ")";
+      });
+      ends.emplace_back(buffers[i].lower, static_cast<std::uint32_t>(2 * i));
+      ends.emplace_back(buffers[i].upper, static_cast<std::uint32_t>(2 * i + 1));
+    }
+    std::sort(ends.begin(), ends.end());
+    first_.resize(buffers.size());
+    last_.resize(buffers.size());
+    std::uint32_t rank = 0;
+    for (std::size_t k = 0; k < ends.size(); ++k) {
+      if (k > 0 && ends[k].first != ends[k - 1].first) ++rank;
+      const std::uint32_t slot = ends[k].second;
+      (slot % 2 == 0 ? first_ : last_)[slot / 2] = rank;
+    }
+    sections_ = rank == 0 ? 1 : rank;  // rank + 1 distinct times, rank sections
+    // Heap numbering; a node of depth k covers at most sections / 2^k
+    // sections, so every index is below twice the sections.
+    std::size_t nodes = 2;
+    while (nodes < 2 * sections_) nodes <<= 1;
+    nodes_.assign(nodes, tree_node{});
+  }
+
+  /// Where `rule` puts buffer `i`, given the buffers placed so far.
+  [[nodiscard]] std::uint64_t choose(std::size_t i, fit_rule rule) const {
+    const auto& b = (*buffers_)[i];
+    busy_.clear();
+    collect(1, 0, sections_, first_[i], last_[i]);
+    std::sort(busy_.begin(), busy_.end());
+    std::uint64_t floor = 0;  // everything below is busy or a gap already considered
+    bool found = false;
+    std::uint64_t chosen = 0;
+    std::uint64_t chosen_gap = 0;
+    for (const auto& [start, end] : busy_) {
+      if (rule != fit_rule::above && start > floor) {
+        const wide_bytes candidate = round_up(floor, b.alignment);
+        if (candidate + b.size_bytes <= start) {
+          const std::uint64_t gap = start - floor;
+          if (!found || (rule == fit_rule::best && gap < chosen_gap)) {
+            found = true;
+            chosen = static_cast<std::uint64_t>(candidate);
+            chosen_gap = gap;
+          }
+          if (rule == fit_rule::lowest) break;
+        }
+      }
+      floor = std::max(floor, end);
+    }
+    if (found) return chosen;
+    const wide_bytes top = round_up(floor, b.alignment);
+    expects(top + b.size_bytes <= max_bytes, [&] {
+      return "buffer " + std::to_string(b.id) + " (" + std::to_string(b.size_bytes) +
+             " bytes, alignment " + std::to_string(b.alignment) + ") placed above " +
+             std::to_string(floor) + " bytes would end past 2^64 - 1 = " + std::to_string(max_bytes);
+    });
+    return static_cast<std::uint64_t>(top);
+  }
+
+  /// Records buffer `i` at `offset` (which must clear its placed neighbours).
+  void place(std::size_t i, std::uint64_t offset) {
+    const entry e{first_[i], last_[i], offset, offset + (*buffers_)[i].size_bytes};
+    std::size_t node = 1;
+    std::size_t lo = 0;
+    std::size_t hi = sections_;
+    while (true) {
+      ++nodes_[node].count;
+      const std::size_t c = lo + (hi - lo) / 2;
+      if (first_[i] <= c && c < last_[i]) break;
+      if (last_[i] <= c) {
+        hi = c;
+        node = 2 * node;
+      } else {
+        lo = c + 1;
+        node = 2 * node + 1;
+      }
+    }
+    if (nodes_[node].slot == none) {
+      nodes_[node].slot = static_cast<std::uint32_t>(lists_.size());
+      lists_.emplace_back();
+    }
+    auto& list = lists_[nodes_[node].slot];
+    list.by_first.insert(std::partition_point(list.by_first.begin(), list.by_first.end(),
+                                              [&](const entry& x) { return x.first <= e.first; }),
+                         e);
+    list.by_last.insert(std::partition_point(list.by_last.begin(), list.by_last.end(),
+                                             [&](const entry& x) { return x.last >= e.last; }),
+                        e);
+  }
+
+ private:
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  using interval = std::pair<std::uint64_t, std::uint64_t>;  // [offset, end)
+
+  // A placed buffer: live in sections [first, last), at [offset, end).
+  struct entry {
+    std::uint32_t first;
+    std::uint32_t last;
+    std::uint64_t offset;
+    std::uint64_t end;
+  };
+  // The buffers stored at a node all live in its centre section; kept by
+  // first section (ascending) and by last section (descending).
+  struct node_list {
+    std::vector<entry> by_first;
+    std::vector<entry> by_last;
+  };
+  struct tree_node {
+    std::uint32_t count = 0;    // placed buffers in the subtree
+    std::uint32_t slot = none;  // its list in lists_, or none
+  };
+
+  static wide_bytes round_up(std::uint64_t x, std::uint64_t alignment) {
+    return (wide_bytes{x} + alignment - 1) / alignment * alignment;
+  }
+
+  // Adds to busy_ every placed buffer of the subtree at `node` (sections
+  // [lo, hi)) that lives in a section of [a, b); a < b, both inside.
+  void collect(std::size_t node, std::size_t lo, std::size_t hi, std::size_t a, std::size_t b) const {
+    if (lo >= hi || nodes_[node].count == 0) return;
+    const std::size_t c = lo + (hi - lo) / 2;
+    const node_list* list = nodes_[node].slot == none ? nullptr : &lists_[nodes_[node].slot];
+    if (a <= c && c < b) {
+      if (list) for (const auto& e : list->by_first) busy_.emplace_back(e.offset, e.end);
+      if (a < c) collect(2 * node, lo, c, a, std::min(b, c));
+      if (b > c + 1) collect(2 * node + 1, c + 1, hi, std::max(a, c + 1), b);
+    } else if (b <= c) {
+      if (list) {
+        for (const auto& e : list->by_first) {
+          if (e.first >= b) break;
+          busy_.emplace_back(e.offset, e.end);
+        }
+      }
+      collect(2 * node, lo, c, a, b);
+    } else {
+      if (list) {
+        for (const auto& e : list->by_last) {
+          if (e.last <= a) break;
+          busy_.emplace_back(e.offset, e.end);
+        }
+      }
+      collect(2 * node + 1, c + 1, hi, a, b);
+    }
+  }
+
+  const std::vector<dsa_buffer>* buffers_;
+  std::vector<std::uint32_t> first_;  // per buffer: its sections are [first_, last_)
+  std::vector<std::uint32_t> last_;
+  std::size_t sections_ = 1;
+  std::vector<tree_node> nodes_;  // heap numbering: children of k are 2k, 2k + 1
+  std::vector<node_list> lists_;
+  mutable std::vector<interval> busy_;  // scratch of choose()
+};
+
+/// Places `buffers` one at a time in `order` (indices into `buffers`, each
+/// once) by `rule`; writes `offsets` (parallel to `buffers`) and returns the
+/// peak. Raises `memo::error` past `deadline` (checked every 1024
+/// placements) or when an offset would pass 2^64 - 1.
+inline std::uint64_t place_in_order(
+    const std::vector<dsa_buffer>& buffers, std::span<const std::uint32_t> order, fit_rule rule,
+    std::vector<std::uint64_t>& offsets,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
+  offsets.assign(buffers.size(), 0);
+  placement_index index(buffers);
+  std::uint64_t peak = 0;
+  std::size_t done = 0;
+  for (const std::uint32_t i : order) {
+    if (++done % 1024 == 0 && std::chrono::steady_clock::now() >= deadline) {
+      throw error("time limit reached after placing " + std::to_string(done - 1) + " of " +
+                  std::to_string(order.size()) + " buffers");
+    }
+    const std::uint64_t at = index.choose(i, rule);
+    offsets[i] = at;
+    index.place(i, at);
+    peak = std::max(peak, at + buffers[i].size_bytes);
+  }
+  return peak;
+}
+
+/// 0, 1, ..., n - 1, as 32-bit indices (the placement's index type).
+inline std::vector<std::uint32_t> index_order(std::size_t n) {
+  expects(n <= std::numeric_limits<std::uint32_t>::max(), [&] {
+    return std::to_string(n) + " buffers are more than the placement indexes (2^32 - 1)";
+  });
+  std::vector<std::uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  return order;
+}
+
+/// The better of two lowest-fit placements, decreasing size (ties: longer
+/// lifetime) and decreasing lifetime (ties: larger): a quick upper bound,
+/// the first incumbent of a search and the big-M of the MIP. Offsets
+/// parallel to `buffers`; returns the peak.
+inline std::uint64_t lowest_fit_bound(
+    const std::vector<dsa_buffer>& buffers, std::vector<std::uint64_t>& offsets,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
+  auto order = index_order(buffers.size());
+  // Lifetimes fit in int64 for a checked problem; compared unsigned anyway.
+  auto length = [&](std::uint32_t i) {
+    return static_cast<std::uint64_t>(buffers[i].upper) - static_cast<std::uint64_t>(buffers[i].lower);
+  };
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    if (buffers[a].size_bytes != buffers[b].size_bytes) return buffers[a].size_bytes > buffers[b].size_bytes;
+    if (length(a) != length(b)) return length(a) > length(b);
+    return a < b;
+  });
+  std::uint64_t best = place_in_order(buffers, order, fit_rule::lowest, offsets, deadline);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    if (length(a) != length(b)) return length(a) > length(b);
+    if (buffers[a].size_bytes != buffers[b].size_bytes) return buffers[a].size_bytes > buffers[b].size_bytes;
+    return a < b;
+  });
+  std::vector<std::uint64_t> other;
+  const std::uint64_t second = place_in_order(buffers, order, fit_rule::lowest, other, deadline);
+  if (second < best) {
+    best = second;
+    offsets.swap(other);
+  }
+  return best;
+}
+
+}  // namespace memo::detail

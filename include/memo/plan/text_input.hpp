@@ -1,0 +1,259 @@
+// memo/plan/text_input.hpp
+//
+// Reading and writing the planner's text files (MEMO section 4.2): the
+// pieces the request-trace parser, the DSA CSV parser and the plan CSV
+// parser share. Every input error is a `memo::error` whose message starts
+// with `<source>:<line>: `; a token echoed in a message is cut to 64
+// characters and its control bytes are escaped, so a malformed or hostile
+// input cannot flood or garble a terminal. Limits: a file larger than
+// `parse_options::max_input_bytes` and an input of more than
+// `parse_options::max_buffers` buffers are errors naming the limit, so an
+// endless stream (a pipe, /dev/zero) or a runaway input cannot eat memory
+// without bound. A UTF-8 byte-order mark at the start of the text is
+// skipped. Reads and writes check every call, the close included: a full
+// disk or a directory given as a file is an error, never an empty result.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+#include "memo/plan/dsa_problem.hpp"
+
+namespace memo {
+
+/// Options shared by the parsers.
+struct parse_options {
+  /// Checked against the lower bound once the whole input is read.
+  std::optional<std::uint64_t> capacity_bytes;
+  /// A file larger than this is refused before it is read to the end.
+  std::uint64_t max_input_bytes = std::uint64_t{1} << 30;
+  /// An input (or a stacked model) with more buffers is refused.
+  std::size_t max_buffers = std::size_t{1} << 24;
+};
+
+namespace detail {
+
+inline std::string_view trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r\n");
+  return text.substr(first, last - first + 1);
+}
+
+inline std::vector<std::string_view> split_words(std::string_view text) {
+  std::vector<std::string_view> words;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    std::size_t j = i;
+    while (j < text.size() && text[j] != ' ' && text[j] != '\t') ++j;
+    if (j > i) words.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return words;
+}
+
+/// Raises "<source>:<line>: <reason>"; line 0 means "no particular line".
+[[noreturn]] inline void input_error(std::string_view source, std::size_t line,
+                                     const std::string& reason) {
+  std::string text(source);
+  if (line > 0) text += ":" + std::to_string(line);
+  text += ": " + reason;
+  throw error(text);
+}
+
+template <class Int>
+std::optional<Int> parse_integer(std::string_view text) {
+  Int value{};
+  if (text.empty()) return std::nullopt;
+  if (text.front() == '+') text.remove_prefix(1);
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+
+/// `text` for an error message: at most 64 characters (then "..." and the
+/// full length), control bytes and non-ASCII bytes as \xNN.
+inline std::string quote(std::string_view text) {
+  constexpr std::size_t shown = 64;
+  std::string out;
+  for (std::size_t k = 0; k < text.size() && k < shown; ++k) {
+    const auto c = static_cast<unsigned char>(text[k]);
+    if (c < 0x20 || c >= 0x7f || c == '\\') {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > shown) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+/// Why `text` is not an integer of type Int: out of range when it is a
+/// well-formed number, malformed otherwise.
+template <class Int>
+std::string integer_problem(std::string_view text) {
+  std::string_view digits = text;
+  if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) digits.remove_prefix(1);
+  const bool numeric = !digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                                      [](char c) { return c >= '0' && c <= '9'; });
+  if (numeric) {
+    return "'" + quote(text) + "' does not fit in " +
+           (std::numeric_limits<Int>::is_signed ? "a signed" : "an unsigned") + " 64-bit integer (" +
+           std::to_string(std::numeric_limits<Int>::min()) + " to " +
+           std::to_string(std::numeric_limits<Int>::max()) + ")";
+  }
+  return "'" + quote(text) + "' is not " +
+         (std::numeric_limits<Int>::is_signed ? "an integer" : "a non-negative integer");
+}
+
+/// A byte count with an optional binary unit suffix; nullopt when malformed
+/// or out of range. A leading '-' is reported by the caller as a negative size.
+inline std::optional<std::uint64_t> parse_bytes(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return std::nullopt;
+  const auto number = parse_integer<std::uint64_t>(text.substr(0, digits));
+  if (!number) return std::nullopt;
+  const std::string_view unit = text.substr(digits);
+  std::uint64_t scale = 1;
+  if (unit.empty() || unit == "B") {
+    scale = 1;
+  } else if (unit == "KiB") {
+    scale = std::uint64_t{1} << 10;
+  } else if (unit == "MiB") {
+    scale = std::uint64_t{1} << 20;
+  } else if (unit == "GiB") {
+    scale = std::uint64_t{1} << 30;
+  } else if (unit == "TiB") {
+    scale = std::uint64_t{1} << 40;
+  } else {
+    return std::nullopt;
+  }
+  if (*number > std::numeric_limits<std::uint64_t>::max() / scale) return std::nullopt;
+  return *number * scale;
+}
+
+
+/// Why `text` is not a byte count: too large for 64 bits, or malformed.
+inline std::string bytes_problem(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string_view unit = text.substr(digits);
+  const bool well_formed = digits > 0 && (unit.empty() || unit == "B" || unit == "KiB" ||
+                                          unit == "MiB" || unit == "GiB" || unit == "TiB");
+  if (well_formed) {
+    return "size '" + quote(text) + "' is not a byte count that fits in 64 bits (at most " +
+           std::to_string(std::numeric_limits<std::uint64_t>::max()) + " bytes)";
+  }
+  return "size '" + quote(text) + "' is not a byte count (digits, optionally KiB/MiB/GiB/TiB)";
+}
+
+inline void check_capacity(const dsa_problem& problem, std::string_view source) {
+  if (!problem.capacity_bytes) return;
+  const auto bound = lower_bound_bytes(problem);
+  if (*problem.capacity_bytes < bound) {
+    input_error(source, 0,
+                "capacity " + std::to_string(*problem.capacity_bytes) +
+                    " bytes is below the lower bound " + std::to_string(bound) +
+                    " bytes (the most bytes live at one instant)");
+  }
+}
+
+
+/// Raises "<source>: <reason>" when the problem breaks the limits every
+/// solver relies on (`require_representable`).
+inline void check_representable(const dsa_problem& problem, std::string_view source) {
+  try {
+    require_representable(problem);
+  } catch (const error& e) {
+    input_error(source, 0, e.message());
+  }
+}
+
+/// The whole file, refusing directories, read errors and files larger than
+/// `limit_bytes` (read in chunks, so an endless stream stops at the limit).
+inline std::string read_whole_file(const std::filesystem::path& path,
+                                   std::uint64_t limit_bytes = parse_options{}.max_input_bytes) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw error(path.string() + ": is a directory, not a trace file");
+  }
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw error(path.string() + ": cannot open file for reading");
+  std::string text;
+  char chunk[1 << 16];
+  while (true) {
+    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file);
+    text.append(chunk, got);
+    if (text.size() > limit_bytes) {
+      std::fclose(file);
+      throw error(path.string() + ": input is larger than the limit of " + std::to_string(limit_bytes) +
+                  " bytes (parse_options::max_input_bytes)");
+    }
+    if (got < sizeof chunk) break;
+  }
+  const bool failed = std::ferror(file) != 0;
+  const int code = errno;
+  std::fclose(file);
+  if (failed) throw error(path.string() + ": read error: " + std::strerror(code));
+  return text;
+}
+
+/// Calls `fn(line_number, line_without_comment)` for every non-blank line;
+/// a UTF-8 byte-order mark at the very start is skipped.
+template <class Fn>
+void for_each_line(std::string_view text, Fn&& fn) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  std::size_t line_number = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const auto newline = text.find('\n', pos);
+    const auto stop = newline == std::string_view::npos ? text.size() : newline;
+    ++line_number;
+    std::string_view line = text.substr(pos, stop - pos);
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    line = trim(line);
+    if (!line.empty()) fn(line_number, line);
+    if (newline == std::string_view::npos) break;
+    pos = newline + 1;
+  }
+}
+
+}  // namespace detail
+
+/// Writes `text` to `path`; every write, the flush and the close are
+/// checked, so a full disk is an error rather than a truncated file.
+inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    throw error(path.string() + ": cannot open file for writing: " + std::strerror(errno));
+  }
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool flushed = std::fflush(file) == 0;
+  const int code = errno;
+  const bool closed = std::fclose(file) == 0;
+  if (!wrote || !flushed || !closed) {
+    throw error(path.string() + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
+                " (" + std::to_string(text.size()) + " bytes not all written)");
+  }
+}
+
+}  // namespace memo
