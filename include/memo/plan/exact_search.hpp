@@ -1,0 +1,505 @@
+// memo/plan/exact_search.hpp
+//
+// The branch-and-bound of memo's exact DSA solver (MEMO section 4.2 states
+// the problem; memo/plan/exact_solver.hpp drives this search and
+// docs/dsa-solvers.md gives the argument). One `dsa_search` explores the
+// canonical plans of one independent component under one ranking of its
+// buffers; a `search_portfolio` runs several rankings and restarts to
+// decide "is there a plan with peak <= T?".
+//
+// Guarantees: `found` comes with a plan whose every end was compared with
+// the target without forming a sum that could wrap; `exhausted` is a proof
+// (every pruning rule removes only branches that another branch matches or
+// beats, and every bound is a true lower bound on the final peak, computed
+// in 128 bits where it adds two 64-bit quantities). The deadline is read
+// every few thousand units of work, never only per node.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/exact_sections.hpp"
+
+namespace memo {
+
+/// Switches of the exact search, all on by default; turning one off keeps
+/// the answers exact and shows what that part buys (bench/exact_bench.cpp).
+struct exact_options {
+  bool dominance = true;       ///< prune branches that leave a hole a buffer could drop into
+  bool section_bounds = true;  ///< per-section "lowest floor + unplaced bytes" bounds
+  bool symmetry = true;        ///< interchangeable buffers placed in a fixed order
+  bool decomposition = true;   ///< solve time-disjoint components separately
+  bool restarts = true;        ///< short searches under perturbed rankings between rounds
+  /// (buffer, section) pairs kept for the section bounds, per buffer; longer
+  /// buffers beyond this budget are summarised by one value (sound, weaker).
+  std::size_t membership_per_buffer = 48;
+};
+
+namespace detail {
+
+/// The search state one decision needs. Every search of a portfolio resets
+/// and reuses the same workspace, so its size is paid once per component.
+struct search_workspace {
+  std::vector<std::uint8_t> placed;
+  std::vector<std::uint64_t> offset;
+  std::vector<std::uint64_t> floor;  // max end of placed time neighbours
+  std::vector<std::uint32_t> unplaced_neighbours;
+  std::vector<std::uint32_t> unplaced;
+  std::vector<std::uint32_t> position;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> trail;          // (rank, old floor)
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> section_trail;  // (section, old lowest)
+  std::vector<std::uint64_t> rem;     // unplaced bytes live in each section
+  std::vector<std::uint64_t> lowest;  // lowest aligned floor of the short unplaced buffers there
+  std::vector<std::uint32_t> stamp;
+  max_add_tree remaining;
+};
+
+/// The branch-and-bound over canonical plans of one component. Buffers are
+/// renumbered by rank (the tie-break among equal floors).
+class dsa_search {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// How buffers are ranked: by the heaviest load they take part in
+  /// ("total"), by lifetime ("width"), by size * lifetime ("area"), or by
+  /// start time (bottom-left filling). `perturbed` is total_width_area with
+  /// the load term scaled by a pseudo-random factor in [0.75, 1.25) drawn
+  /// from `seed` (equal for identical buffers), for restarts.
+  enum class ranking { total_width_area, width_area_total, total_area_width, start_size, perturbed };
+  enum class outcome { found, exhausted, timed_out, out_of_nodes };
+
+  dsa_search(const std::vector<dsa_buffer>& buffers, const section_table& table, ranking rank_by,
+             std::uint64_t seed = 0, const exact_options& options = {})
+      : table_(&table), options_(options) {
+    n_ = table.n;
+    std::vector<std::uint32_t> order(n_);
+    std::iota(order.begin(), order.end(), 0u);
+    auto width = [&](std::uint32_t i) { return lifetime_ticks(buffers[i]); };
+    auto area = [&](std::uint32_t i) {  // saturating, only for ordering
+      const auto w = width(i);
+      const auto sz = buffers[i].size_bytes;
+      return sz > exact_u64_max / w ? exact_u64_max : sz * w;
+    };
+    auto key = [&](std::uint32_t i) -> std::array<std::uint64_t, 3> {
+      const auto heavy = table.heaviest[i];
+      switch (rank_by) {
+        case ranking::total_width_area: return {heavy, width(i), area(i)};
+        case ranking::width_area_total: return {width(i), area(i), heavy};
+        case ranking::total_area_width: return {heavy, area(i), width(i)};
+        case ranking::start_size: return {exact_u64_max - table.first[i], buffers[i].size_bytes, width(i)};
+        case ranking::perturbed: {
+          const auto& b = buffers[i];
+          std::uint64_t h = seed * 0x9e3779b97f4a7c15ull;
+          for (const std::uint64_t v : {b.size_bytes, static_cast<std::uint64_t>(b.lower),
+                                        static_cast<std::uint64_t>(b.upper), b.alignment}) {
+            h = (h ^ v) * 0xff51afd7ed558ccdull;
+            h ^= h >> 33;
+          }
+          const double factor = 0.75 + 0.5 * static_cast<double>(h >> 11) * 0x1.0p-53;
+          const double scaled = static_cast<double>(heavy) * factor;
+          return {scaled >= 0x1.0p64 ? exact_u64_max : static_cast<std::uint64_t>(scaled), width(i), area(i)};
+        }
+      }
+      return {0, 0, 0};
+    };
+    // Identical buffers must end up adjacent (the symmetry rule relies on
+    // it): ties fall back to size, start, end, alignment, then input order.
+    std::vector<std::array<std::uint64_t, 3>> keys(n_);
+    for (std::uint32_t i = 0; i < n_; ++i) keys[i] = key(i);
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      if (keys[a] != keys[b]) return keys[a] > keys[b];
+      const auto& x = buffers[a];
+      const auto& y = buffers[b];
+      if (x.size_bytes != y.size_bytes) return x.size_bytes > y.size_bytes;
+      if (x.lower != y.lower) return x.lower < y.lower;
+      if (x.upper != y.upper) return x.upper < y.upper;
+      if (x.alignment != y.alignment) return x.alignment > y.alignment;
+      return a < b;
+    });
+    original_ = order;
+    rank_of_.resize(n_);
+    size_.resize(n_);
+    mask_.resize(n_);
+    first_.resize(n_);
+    last_.resize(n_);
+    twin_before_.assign(n_, none);
+    for (std::uint32_t r = 0; r < n_; ++r) {
+      const std::uint32_t i = order[r];
+      const auto& b = buffers[i];
+      rank_of_[i] = r;
+      size_[r] = b.size_bytes;
+      mask_[r] = b.alignment - 1;
+      first_[r] = table.first[i];
+      last_[r] = table.last[i];
+      if (table.in_long[i]) long_.push_back(r);
+      if (r > 0 && options_.symmetry) {
+        const auto& p = buffers[order[r - 1]];
+        if (p.size_bytes == b.size_bytes && p.lower == b.lower && p.upper == b.upper &&
+            p.alignment == b.alignment) {
+          twin_before_[r] = r - 1;
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] std::uint32_t original_index(std::uint32_t rank) const { return original_[rank]; }
+
+  /// Looks for plans with peak <= `target`; each one found becomes the
+  /// incumbent and the target drops to one byte below it, until a plan at or
+  /// under `good_enough` is found, the tree is exhausted, the deadline
+  /// passes or `node_limit` nodes were visited. `found` means good_enough
+  /// was reached; `exhausted` proves no plan under the final target exists.
+  outcome search(search_workspace& work, std::uint64_t target, std::uint64_t good_enough,
+                 clock::time_point deadline,
+                 std::uint64_t node_limit = std::numeric_limits<std::uint64_t>::max()) {
+    w_ = &work;
+    reset();
+    target_ = target;
+    good_enough_ = good_enough;
+    clock_.emplace(deadline, 1u << 16);
+    node_budget_end_ = saturating_add(nodes_, node_limit);
+    stop_ = timed_out_ = out_of_nodes_ = reached_ = false;
+    if (clock::now() >= deadline) return outcome::timed_out;
+    if (n_ == 0) {
+      record();
+      return outcome::found;
+    }
+    descend();
+    w_ = nullptr;
+    if (reached_) return outcome::found;
+    if (timed_out_) return outcome::timed_out;
+    return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
+  }
+
+  /// The best plan found by any search so far (by rank), if any.
+  [[nodiscard]] bool has_plan() const noexcept { return has_plan_; }
+  [[nodiscard]] std::uint64_t best_peak() const noexcept { return best_peak_; }
+  [[nodiscard]] const std::vector<std::uint64_t>& best_offsets() const noexcept { return best_; }
+  [[nodiscard]] std::uint64_t nodes() const noexcept { return nodes_; }
+
+ private:
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  using wide = wide_uint;
+
+  void reset() {
+    auto& w = *w_;
+    const auto& t = *table_;
+    w.placed.assign(n_, 0);
+    w.offset.assign(n_, 0);
+    w.floor.assign(n_, 0);
+    w.unplaced_neighbours.resize(n_);
+    w.unplaced.resize(n_);
+    w.position.resize(n_);
+    for (std::uint32_t r = 0; r < n_; ++r) {
+      w.unplaced_neighbours[r] = t.neighbours[original_[r]];
+      w.unplaced[r] = r;
+      w.position[r] = r;
+    }
+    unplaced_count_ = n_;
+    w.trail.clear();
+    w.section_trail.clear();
+    w.remaining.assign(t.load);
+    if (options_.section_bounds) {
+      w.rem = t.load;
+      w.lowest.assign(t.sections, 0);
+      for (std::uint32_t s = 0; s < t.sections; ++s) {
+        if (t.member_begin[s] == t.member_begin[s + 1]) w.lowest[s] = exact_u64_max;
+      }
+      w.stamp.assign(t.sections, 0);
+    }
+    undo_.clear();
+    undo_.reserve(n_);
+    stamp_ = 0;
+    top_ = 0;
+    peak_ = 0;
+    long_min_ = long_.empty() ? exact_u64_max : 0;
+  }
+
+  [[nodiscard]] std::uint64_t aligned_floor(std::uint32_t r) const noexcept {
+    return saturating_align_up(w_->floor[r], mask_[r]);
+  }
+  [[nodiscard]] bool overlaps(std::uint32_t a, std::uint32_t b) const noexcept {
+    return first_[a] < last_[b] && first_[b] < last_[a];
+  }
+
+  bool out_of_time(std::uint64_t work) {
+    ++nodes_;
+    if (clock_->expired(work)) {
+      timed_out_ = true;
+      stop_ = true;
+    }
+    if (nodes_ >= node_budget_end_) {
+      out_of_nodes_ = true;
+      stop_ = true;
+    }
+    return stop_;
+  }
+
+  void record() {
+    has_plan_ = true;
+    best_peak_ = peak_;
+    best_ = w_->offset;
+    if (peak_ <= good_enough_) {
+      reached_ = true;
+      stop_ = true;
+    } else {
+      target_ = peak_ - 1;
+    }
+  }
+
+  // The depth-first search over (offset, rank) keys, with an explicit stack
+  // (one frame per placed buffer, so tens of thousands deep is fine). A
+  // frame's `last_offset`/`last_rank` is the key every buffer placed below
+  // it must exceed; `pick` is the buffer its current child placed.
+  struct frame {
+    std::uint64_t last_offset;
+    std::int64_t last_rank;
+    std::uint32_t pick;
+    std::uint64_t pick_offset;
+  };
+
+  void descend() {
+    auto& w = *w_;
+    auto& stack = frames_;
+    stack.clear();
+    stack.push_back({0, -1, none, 0});
+    bool returning = false;
+    while (!stack.empty()) {
+      frame& f = stack.back();
+      if (returning) {
+        unplace(f.pick);
+        if (stop_) {
+          stack.pop_back();
+          continue;
+        }
+        f.last_offset = f.pick_offset;  // skip `pick` at this offset
+        f.last_rank = f.pick;
+        f.pick = none;
+        returning = false;
+      }
+      if (unplaced_count_ == 0) {
+        record();
+        stack.pop_back();
+        returning = true;
+        continue;
+      }
+      returning = true;  // unless a child is pushed below
+      if (out_of_time(unplaced_count_)) {
+        stack.pop_back();
+        continue;
+      }
+      // Scan the unplaced buffers: find the smallest key above the last one,
+      // and fail early on buffers that can no longer fit.
+      std::uint32_t pick = none;
+      std::uint64_t pick_offset = exact_u64_max;
+      std::uint64_t lowest_end = exact_u64_max;
+      bool dead = false;
+      for (std::uint32_t k = 0; k < unplaced_count_ && !dead; ++k) {
+        const std::uint32_t r = w.unplaced[k];
+        const std::uint64_t at = aligned_floor(r);
+        if (!ends_within(at, size_[r], target_)) {
+          dead = true;
+          break;
+        }
+        lowest_end = std::min(lowest_end, at + size_[r]);
+        const bool above =
+            at > f.last_offset || (at == f.last_offset && static_cast<std::int64_t>(r) > f.last_rank);
+        if (!above) {
+          dead = w.unplaced_neighbours[r] == 0;  // blocked for good
+          continue;
+        }
+        if (twin_before_[r] != none && !w.placed[twin_before_[r]]) continue;
+        if (at < pick_offset || (at == pick_offset && r < pick)) {
+          pick = r;
+          pick_offset = at;
+        }
+      }
+      // Dominance: a buffer that could sit entirely below pick_offset at its
+      // floor would clash with nothing placed now or later, so a plan that
+      // leaves that hole is matched by one that fills it (lower offsets sum).
+      // Bound: every unplaced buffer ends at or above pick_offset.
+      if (dead || pick == none || (options_.dominance && pick_offset >= lowest_end) || top_ > target_ ||
+          wide{pick_offset} + w.remaining.max_all() > target_) {
+        stack.pop_back();
+        continue;
+      }
+      place(pick, pick_offset);
+      f.pick = pick;
+      f.pick_offset = pick_offset;
+      returning = false;
+      stack.push_back({pick_offset, pick, none, 0});
+    }
+  }
+
+  struct undo_record {
+    std::size_t trail_size;
+    std::size_t section_trail_size;
+    wide top;
+    std::uint64_t peak;
+    std::uint64_t long_min;
+  };
+
+  void place(std::uint32_t r, std::uint64_t at) {
+    auto& w = *w_;
+    undo_.push_back({w.trail.size(), w.section_trail.size(), top_, peak_, long_min_});
+    const std::uint64_t end = at + size_[r];  // ends_within(at, size, target) held
+    if (options_.section_bounds) {
+      // h[s] + rem[s] becomes at + rem_before[s] on r's sections.
+      top_ = std::max(top_, wide{at} + w.remaining.max(first_[r], last_[r]));
+    }
+    w.remaining.add(first_[r], last_[r], ~size_[r] + 1);  // minus size, mod 2^64
+    peak_ = std::max(peak_, end);
+    w.placed[r] = 1;
+    w.offset[r] = at;
+    // Remove r from the unplaced list (swap with the last).
+    const std::uint32_t k = w.position[r];
+    const std::uint32_t moved = w.unplaced[unplaced_count_ - 1];
+    w.unplaced[k] = moved;
+    w.position[moved] = k;
+    w.unplaced[unplaced_count_ - 1] = r;
+    w.position[r] = unplaced_count_ - 1;
+    --unplaced_count_;
+    const std::size_t trail_before = w.trail.size();
+    for (std::uint32_t q_at = 0; q_at < unplaced_count_; ++q_at) {
+      const std::uint32_t q = w.unplaced[q_at];
+      if (!overlaps(q, r)) continue;
+      --w.unplaced_neighbours[q];
+      if (w.floor[q] < end) {
+        w.trail.emplace_back(q, w.floor[q]);
+        w.floor[q] = end;
+      }
+    }
+    if (!options_.section_bounds) return;
+    // Section floors: in a section, nothing still unplaced can start below
+    // the lowest floor of the unplaced buffers live there, so that plus the
+    // section's remaining load must fit. The lowest floor can only rise
+    // where the buffer that set it was r itself or a neighbour whose floor
+    // just rose; only those sections are rescanned.
+    if (++stamp_ == 0) {  // wrapped: no section may look rescanned already
+      std::fill(w.stamp.begin(), w.stamp.end(), 0u);
+      stamp_ = 1;
+    }
+    const auto& t = *table_;
+    const bool r_long = t.in_long[original_[r]] != 0;
+    bool long_changed = r_long && at == long_min_;
+    for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) {
+      w.rem[sec] -= size_[r];
+      if (!r_long && w.lowest[sec] == at) rescan(sec);
+    }
+    clock_->expired(last_[r] - first_[r]);
+    for (std::size_t e = trail_before; e < w.trail.size(); ++e) {
+      const std::uint32_t q = w.trail[e].first;
+      const std::uint64_t was = saturating_align_up(w.trail[e].second, mask_[q]);
+      if (was == aligned_floor(q)) continue;
+      if (t.in_long[original_[q]]) {
+        long_changed = long_changed || was == long_min_;
+        continue;
+      }
+      for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
+        if (w.lowest[sec] == was) rescan(sec);
+      }
+    }
+    if (long_changed) {
+      long_min_ = exact_u64_max;
+      for (const std::uint32_t q : long_) {
+        if (!w.placed[q]) long_min_ = std::min(long_min_, aligned_floor(q));
+      }
+      clock_->expired(long_.size());
+    }
+  }
+
+  void rescan(std::uint32_t sec) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    if (w.stamp[sec] == stamp_) return;
+    w.stamp[sec] = stamp_;
+    std::uint64_t lowest = exact_u64_max;
+    for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+      const std::uint32_t q = rank_of_[t.members[m]];
+      if (!w.placed[q]) lowest = std::min(lowest, aligned_floor(q));
+    }
+    clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+    if (lowest == w.lowest[sec]) return;
+    w.section_trail.emplace_back(sec, w.lowest[sec]);
+    w.lowest[sec] = lowest;
+    const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
+    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec]);
+  }
+
+  void unplace(std::uint32_t r) {
+    auto& w = *w_;
+    const undo_record u = undo_.back();
+    undo_.pop_back();
+    while (w.section_trail.size() > u.section_trail_size) {
+      w.lowest[w.section_trail.back().first] = w.section_trail.back().second;
+      w.section_trail.pop_back();
+    }
+    while (w.trail.size() > u.trail_size) {
+      w.floor[w.trail.back().first] = w.trail.back().second;
+      w.trail.pop_back();
+    }
+    for (std::uint32_t q_at = 0; q_at < unplaced_count_; ++q_at) {
+      const std::uint32_t q = w.unplaced[q_at];
+      if (overlaps(q, r)) ++w.unplaced_neighbours[q];
+    }
+    // r sits at position unplaced_count_ (LIFO), so growing the list restores it.
+    ++unplaced_count_;
+    w.placed[r] = 0;
+    if (options_.section_bounds) {
+      for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) w.rem[sec] += size_[r];
+    }
+    w.remaining.add(first_[r], last_[r], size_[r]);
+    top_ = u.top;
+    peak_ = u.peak;
+    long_min_ = u.long_min;
+  }
+
+  // Problem (by rank).
+  const section_table* table_;
+  exact_options options_;
+  std::uint32_t n_ = 0;
+  std::vector<std::uint32_t> original_;
+  std::vector<std::uint32_t> rank_of_;
+  std::vector<std::uint64_t> size_;
+  std::vector<std::uint64_t> mask_;
+  std::vector<std::uint32_t> first_;
+  std::vector<std::uint32_t> last_;  // one past
+  std::vector<std::uint32_t> twin_before_;
+  std::vector<std::uint32_t> long_;  // ranks of the buffers without section membership
+
+  // Search state (the rest lives in the workspace).
+  search_workspace* w_ = nullptr;
+  std::uint32_t unplaced_count_ = 0;
+  std::vector<undo_record> undo_;
+  std::vector<frame> frames_;
+  std::uint32_t stamp_ = 0;
+  wide top_ = 0;            // a proven lower bound on the peak (monotone on a path)
+  std::uint64_t peak_ = 0;  // highest end placed
+  std::uint64_t long_min_ = 0;
+  std::uint64_t target_ = 0;
+  std::uint64_t good_enough_ = 0;
+  std::optional<deadline_clock> clock_;
+  bool stop_ = false;
+  bool timed_out_ = false;
+  bool out_of_nodes_ = false;
+  bool reached_ = false;
+  std::uint64_t node_budget_end_ = 0;
+  std::uint64_t nodes_ = 0;
+
+  // Incumbent.
+  bool has_plan_ = false;
+  std::uint64_t best_peak_ = 0;
+  std::vector<std::uint64_t> best_;
+};
+
+}  // namespace detail
+}  // namespace memo
