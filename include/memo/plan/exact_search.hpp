@@ -61,6 +61,12 @@ struct search_workspace {
   std::vector<std::uint64_t> lowest;  // lowest aligned floor of the short unplaced buffers there
   std::vector<std::uint32_t> stamp;
   max_add_tree remaining;
+  placed_max_tree placed_ends;  // ends of all placed buffers: the floors of the long ones
+  placed_max_tree long_ends;    // ends of the placed long buffers
+  std::vector<std::uint64_t> long_part;          // per short buffer: long_ends over its span,
+  std::vector<std::uint64_t> long_part_version;  // valid while long_version is unchanged
+  std::uint64_t long_version = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, size)
 };
 
 /// The branch-and-bound over canonical plans of one component. Buffers are
@@ -132,6 +138,7 @@ class dsa_search {
     first_.resize(n_);
     last_.resize(n_);
     twin_before_.assign(n_, none);
+    is_long_.assign(n_, 0);
     for (std::uint32_t r = 0; r < n_; ++r) {
       const std::uint32_t i = order[r];
       const auto& b = buffers[i];
@@ -140,6 +147,7 @@ class dsa_search {
       mask_[r] = b.alignment - 1;
       first_[r] = table.first[i];
       last_[r] = table.last[i];
+      is_long_[r] = table.in_long[i];
       if (table.in_long[i]) long_.push_back(r);
       if (r > 0 && options_.symmetry) {
         const auto& p = buffers[order[r - 1]];
@@ -175,6 +183,10 @@ class dsa_search {
     }
     descend();
     w_ = nullptr;
+    // The stacks are as deep as the component; give the memory back, since
+    // a portfolio keeps several searches.
+    std::vector<undo_record>().swap(undo_);
+    std::vector<frame>().swap(frames_);
     if (reached_) return outcome::found;
     if (timed_out_) return outcome::timed_out;
     return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
@@ -208,6 +220,11 @@ class dsa_search {
     w.trail.clear();
     w.section_trail.clear();
     w.remaining.assign(t.load);
+    w.placed_ends.reset(t.sections);
+    w.long_ends.reset(t.sections);
+    w.long_part.assign(n_, 0);
+    w.long_part_version.assign(n_, 0);
+    w.long_version = 1;
     if (options_.section_bounds) {
       w.rem = t.load;
       w.lowest.assign(t.sections, 0);
@@ -217,15 +234,30 @@ class dsa_search {
       w.stamp.assign(t.sections, 0);
     }
     undo_.clear();
-    undo_.reserve(n_);
     stamp_ = 0;
     top_ = 0;
     peak_ = 0;
     long_min_ = long_.empty() ? exact_u64_max : 0;
   }
 
+  // A floor is the highest end of the placed time neighbours. Long buffers
+  // ask the tree of all placed ends. Short ones keep the part due to short
+  // neighbours in `floor` (raised and trailed as they are placed) and take
+  // the part due to long neighbours from the tree of long ends, cached
+  // until a long buffer is placed or removed: so placing a long buffer
+  // trails nothing per short buffer under it.
+  [[nodiscard]] std::uint64_t floor_of(std::uint32_t r) const noexcept {
+    auto& w = *w_;
+    if (is_long_[r]) return w.placed_ends.max(first_[r], last_[r]);
+    if (long_.empty()) return w.floor[r];
+    if (w.long_part_version[r] != w.long_version) {
+      w.long_part[r] = w.long_ends.max(first_[r], last_[r]);
+      w.long_part_version[r] = w.long_version;
+    }
+    return std::max(w.floor[r], w.long_part[r]);
+  }
   [[nodiscard]] std::uint64_t aligned_floor(std::uint32_t r) const noexcept {
-    return saturating_align_up(w_->floor[r], mask_[r]);
+    return saturating_align_up(floor_of(r), mask_[r]);
   }
   [[nodiscard]] bool overlaps(std::uint32_t a, std::uint32_t b) const noexcept {
     return first_[a] < last_[b] && first_[b] < last_[a];
@@ -265,13 +297,14 @@ class dsa_search {
     std::int64_t last_rank;
     std::uint32_t pick;
     std::uint64_t pick_offset;
+    std::uint64_t min_size;  // smallest unplaced buffer when `pick` was chosen
   };
 
   void descend() {
     auto& w = *w_;
     auto& stack = frames_;
     stack.clear();
-    stack.push_back({0, -1, none, 0});
+    stack.push_back({0, -1, none, 0, 0});
     bool returning = false;
     while (!stack.empty()) {
       frame& f = stack.back();
@@ -283,8 +316,14 @@ class dsa_search {
         }
         f.last_offset = f.pick_offset;  // skip `pick` at this offset
         f.last_rank = f.pick;
+        const std::uint32_t skipped = f.pick;
         f.pick = none;
         returning = false;
+        if (options_.section_bounds && !skip_fits(skipped, f.last_offset, f.min_size)) {
+          returning = true;
+          stack.pop_back();
+          continue;
+        }
       }
       if (unplaced_count_ == 0) {
         record();
@@ -302,6 +341,7 @@ class dsa_search {
       std::uint32_t pick = none;
       std::uint64_t pick_offset = exact_u64_max;
       std::uint64_t lowest_end = exact_u64_max;
+      std::uint64_t min_size = exact_u64_max;
       bool dead = false;
       for (std::uint32_t k = 0; k < unplaced_count_ && !dead; ++k) {
         const std::uint32_t r = w.unplaced[k];
@@ -311,6 +351,7 @@ class dsa_search {
           break;
         }
         lowest_end = std::min(lowest_end, at + size_[r]);
+        min_size = std::min(min_size, size_[r]);
         const bool above =
             at > f.last_offset || (at == f.last_offset && static_cast<std::int64_t>(r) > f.last_rank);
         if (!above) {
@@ -335,8 +376,9 @@ class dsa_search {
       place(pick, pick_offset);
       f.pick = pick;
       f.pick_offset = pick_offset;
+      f.min_size = min_size;
       returning = false;
-      stack.push_back({pick_offset, pick, none, 0});
+      stack.push_back({pick_offset, pick, none, 0, 0});
     }
   }
 
@@ -357,6 +399,11 @@ class dsa_search {
       top_ = std::max(top_, wide{at} + w.remaining.max(first_[r], last_[r]));
     }
     w.remaining.add(first_[r], last_[r], ~size_[r] + 1);  // minus size, mod 2^64
+    if (!long_.empty()) w.placed_ends.insert(first_[r], last_[r], end);
+    if (is_long_[r]) {
+      w.long_ends.insert(first_[r], last_[r], end);
+      ++w.long_version;
+    }
     peak_ = std::max(peak_, end);
     w.placed[r] = 1;
     w.offset[r] = at;
@@ -373,7 +420,7 @@ class dsa_search {
       const std::uint32_t q = w.unplaced[q_at];
       if (!overlaps(q, r)) continue;
       --w.unplaced_neighbours[q];
-      if (w.floor[q] < end) {
+      if (!is_long_[q] && !is_long_[r] && w.floor[q] < end) {
         w.trail.emplace_back(q, w.floor[q]);
         w.floor[q] = end;
       }
@@ -389,8 +436,7 @@ class dsa_search {
       stamp_ = 1;
     }
     const auto& t = *table_;
-    const bool r_long = t.in_long[original_[r]] != 0;
-    bool long_changed = r_long && at == long_min_;
+    const bool r_long = is_long_[r] != 0;
     for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) {
       w.rem[sec] -= size_[r];
       if (!r_long && w.lowest[sec] == at) rescan(sec);
@@ -398,22 +444,20 @@ class dsa_search {
     clock_->expired(last_[r] - first_[r]);
     for (std::size_t e = trail_before; e < w.trail.size(); ++e) {
       const std::uint32_t q = w.trail[e].first;
-      const std::uint64_t was = saturating_align_up(w.trail[e].second, mask_[q]);
-      if (was == aligned_floor(q)) continue;
-      if (t.in_long[original_[q]]) {
-        long_changed = long_changed || was == long_min_;
-        continue;
-      }
+      const std::uint64_t now = aligned_floor(q);  // refreshes the long part of q
+      const std::uint64_t long_part = long_.empty() ? 0 : w.long_part[q];
+      const std::uint64_t was = saturating_align_up(std::max(w.trail[e].second, long_part), mask_[q]);
+      if (was == now) continue;
       for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
         if (w.lowest[sec] == was) rescan(sec);
       }
     }
-    if (long_changed) {
+    if (!long_.empty()) {
       long_min_ = exact_u64_max;
       for (const std::uint32_t q : long_) {
         if (!w.placed[q]) long_min_ = std::min(long_min_, aligned_floor(q));
       }
-      clock_->expired(long_.size());
+      clock_->expired(long_.size() * 8);
     }
   }
 
@@ -433,6 +477,43 @@ class dsa_search {
     w.lowest[sec] = lowest;
     const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
     if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec]);
+  }
+
+  // After `skipped` was skipped at offset `at`: every unplaced buffer whose
+  // key is now at or below (at, skipped) is blocked, and can only be placed
+  // above a time neighbour placed later, so at or above at + min_size. In
+  // each section of the skipped buffer, for every height e, the unplaced
+  // buffers that cannot start below e must all fit above it (members only:
+  // leaving out the long buffers' bytes keeps it sound). This catches a
+  // section left unfillable at a height as soon as its last candidate there
+  // is skipped, instead of when the search moves past the height.
+  bool skip_fits(std::uint32_t skipped, std::uint64_t at, std::uint64_t min_size) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    if (is_long_[skipped]) return true;
+    const std::uint64_t blocked_from = saturating_add(at, min_size);
+    auto& lows = w.scratch;
+    for (std::uint32_t sec = first_[skipped]; sec < last_[skipped]; ++sec) {
+      lows.clear();
+      for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+        const std::uint32_t q = rank_of_[t.members[m]];
+        if (w.placed[q]) continue;
+        const std::uint64_t floor = aligned_floor(q);
+        const bool blocked = floor < at || (floor == at && q <= skipped);
+        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, size_[q]);
+      }
+      clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+      std::sort(lows.begin(), lows.end());
+      wide above = 0;
+      for (std::size_t k = lows.size(); k-- > 0;) {
+        above += lows[k].second;
+        if (wide{lows[k].first} + above > target_) return false;
+      }
+      const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
+      const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
+      if (from != exact_u64_max && wide{from} + w.rem[sec] > target_) return false;
+    }
+    return true;
   }
 
   void unplace(std::uint32_t r) {
@@ -458,6 +539,11 @@ class dsa_search {
       for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) w.rem[sec] += size_[r];
     }
     w.remaining.add(first_[r], last_[r], size_[r]);
+    if (!long_.empty()) w.placed_ends.erase();
+    if (is_long_[r]) {
+      w.long_ends.erase();
+      ++w.long_version;
+    }
     top_ = u.top;
     peak_ = u.peak;
     long_min_ = u.long_min;
@@ -474,6 +560,7 @@ class dsa_search {
   std::vector<std::uint32_t> first_;
   std::vector<std::uint32_t> last_;  // one past
   std::vector<std::uint32_t> twin_before_;
+  std::vector<std::uint8_t> is_long_;
   std::vector<std::uint32_t> long_;  // ranks of the buffers without section membership
 
   // Search state (the rest lives in the workspace).

@@ -149,7 +149,9 @@ inline std::optional<std::uint64_t> exact_plan_peak(const std::vector<dsa_buffer
     return (a.second & 1u) < (b.second & 1u);
   });
   std::vector<std::pair<std::uint64_t, std::uint32_t>> live;  // (offset, index), sorted
-  for (const auto& [time, code] : events) {
+  for (const auto& event : events) {
+    const std::int64_t time = event.first;
+    const std::uint32_t code = event.second;
     const std::uint32_t i = code / 2;
     const std::pair<std::uint64_t, std::uint32_t> key{offsets[i], i};
     const auto pos = std::lower_bound(live.begin(), live.end(), key);
@@ -341,6 +343,75 @@ class max_add_tree {
   std::vector<std::uint64_t> add_;
 };
 
+/// The highest end among placed buffers that share a section with a range,
+/// for buffers too long to have their floor kept up to date (raising the
+/// floor of every long buffer above each placement would trail memory in
+/// proportion to buffers times long neighbours). Placements and removals
+/// come in LIFO order, so every node keeps its maxima as values restored
+/// from one trail: `cover` (buffers whose span holds the node's range) and
+/// `below` (buffers stored at the node or under it).
+class placed_max_tree {
+ public:
+  void reset(std::size_t sections) {
+    size_ = 1;
+    while (size_ < sections) size_ <<= 1;
+    cover_.assign(2 * size_, 0);
+    below_.assign(2 * size_, 0);
+    trail_.clear();
+    counts_.clear();
+  }
+  void insert(std::size_t first, std::size_t last, std::uint64_t end) {
+    const std::size_t before = trail_.size();
+    insert(1, 0, size_, first, last, end);
+    counts_.push_back(static_cast<std::uint32_t>(trail_.size() - before));
+  }
+  /// Undoes the last insert.
+  void erase() {
+    for (std::uint32_t k = counts_.back(); k > 0; --k) {
+      const auto [code, old] = trail_.back();
+      (code & 1u ? cover_ : below_)[code >> 1] = old;
+      trail_.pop_back();
+    }
+    counts_.pop_back();
+  }
+  /// Highest end of the placed buffers live in some section of [first, last).
+  [[nodiscard]] std::uint64_t max(std::size_t first, std::size_t last) const {
+    return max(1, 0, size_, first, last);
+  }
+
+ private:
+  void raise(std::vector<std::uint64_t>& values, std::size_t node, bool is_cover, std::uint64_t end) {
+    if (values[node] >= end) return;
+    trail_.emplace_back(static_cast<std::uint32_t>(2 * node + (is_cover ? 1 : 0)), values[node]);
+    values[node] = end;
+  }
+  void insert(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
+              std::uint64_t end) {
+    if (last <= lo || hi <= first) return;
+    raise(below_, node, false, end);
+    if (first <= lo && hi <= last) {
+      raise(cover_, node, true, end);
+      return;
+    }
+    const std::size_t mid = (lo + hi) / 2;
+    insert(2 * node, lo, mid, first, last, end);
+    insert(2 * node + 1, mid, hi, first, last, end);
+  }
+  [[nodiscard]] std::uint64_t max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first,
+                                  std::size_t last) const {
+    if (last <= lo || hi <= first) return 0;
+    if (first <= lo && hi <= last) return below_[node];
+    const std::size_t mid = (lo + hi) / 2;
+    return std::max({cover_[node], max(2 * node, lo, mid, first, last), max(2 * node + 1, mid, hi, first, last)});
+  }
+
+  std::size_t size_ = 1;
+  std::vector<std::uint64_t> cover_;
+  std::vector<std::uint64_t> below_;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> trail_;  // (2 node + is_cover, old value)
+  std::vector<std::uint32_t> counts_;                           // trail entries per insert
+};
+
 /// What one component looks like in time, independent of any ranking:
 /// shared (read-only) by every search over the component.
 struct section_table {
@@ -433,19 +504,24 @@ struct section_table {
                                                    static_cast<std::size_t>(later));
       }
     }
-    // Membership: shortest spans first, within the budget.
+    // Membership: shortest spans first, within the budget, and none longer
+    // than 8 times the median span (at least 64 sections). A buffer that
+    // spans most of the timeline would otherwise be rescanned, and trailed,
+    // in thousands of sections each time a buffer under it is placed.
     std::vector<std::uint32_t> by_span(n);
     std::iota(by_span.begin(), by_span.end(), 0u);
     std::sort(by_span.begin(), by_span.end(), [&](std::uint32_t a, std::uint32_t b) {
       return last[a] - first[a] < last[b] - first[b];
     });
+    const std::size_t longest =
+        n == 0 ? 0 : std::max<std::size_t>(64, 8 * std::size_t{last[by_span[n / 2]] - first[by_span[n / 2]]});
     in_long.assign(n, 1);
     long_covered.assign(sections, 0);
     member_begin.assign(sections + 1, 0);
     std::size_t stored = 0;
     for (const std::uint32_t i : by_span) {
       const std::size_t span = last[i] - first[i];
-      if (stored + span > membership_budget) break;
+      if (span > longest || stored + span > membership_budget) break;
       stored += span;
       in_long[i] = 0;
     }

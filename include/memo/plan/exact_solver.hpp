@@ -64,7 +64,7 @@ class search_portfolio {
                    const exact_options& options)
       : buffers_(&buffers), table_(&table), options_(options) {
     for (const auto rank_by : {dsa_search::ranking::total_width_area, dsa_search::ranking::width_area_total,
-                               dsa_search::ranking::total_area_width}) {
+                               dsa_search::ranking::total_area_width, dsa_search::ranking::start_size}) {
       searches_.emplace_back(buffers, table, rank_by, 0, options);
     }
     fixed_ = searches_.size();
