@@ -67,6 +67,8 @@ struct search_workspace {
   std::vector<std::uint64_t> long_part_version;  // valid while long_version is unchanged
   std::uint64_t long_version = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, size)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> level_starts;  // candidate spans
+  std::vector<std::uint8_t> level_reach;
 };
 
 /// The branch-and-bound over canonical plans of one component. Buffers are
@@ -80,7 +82,7 @@ class dsa_search {
   /// start time (bottom-left filling). `perturbed` is total_width_area with
   /// the load term scaled by a pseudo-random factor in [0.75, 1.25) drawn
   /// from `seed` (equal for identical buffers), for restarts.
-  enum class ranking { total_width_area, width_area_total, total_area_width, start_size, perturbed };
+  enum class ranking { total_width_area, width_area_total, total_area_width, start_size, perturbed, perturbed_start };
   enum class outcome { found, exhausted, timed_out, out_of_nodes };
 
   dsa_search(const std::vector<dsa_buffer>& buffers, const section_table& table, ranking rank_by,
@@ -102,6 +104,19 @@ class dsa_search {
         case ranking::width_area_total: return {width(i), area(i), heavy};
         case ranking::total_area_width: return {heavy, area(i), width(i)};
         case ranking::start_size: return {exact_u64_max - table.first[i], buffers[i].size_bytes, width(i)};
+        case ranking::perturbed_start: {
+          // Bottom-left, with the size term scaled by a pseudo-random factor.
+          std::uint64_t h = (seed + 1) * 0xd1b54a32d192ed03ull;
+          for (const std::uint64_t v : {buffers[i].size_bytes, static_cast<std::uint64_t>(buffers[i].lower),
+                                        static_cast<std::uint64_t>(buffers[i].upper)}) {
+            h = (h ^ v) * 0xff51afd7ed558ccdull;
+            h ^= h >> 33;
+          }
+          const double factor = 0.5 + static_cast<double>(h >> 11) * 0x1.0p-53;
+          const double scaled = static_cast<double>(area(i)) * factor;
+          return {exact_u64_max - table.first[i], scaled >= 0x1.0p64 ? exact_u64_max : static_cast<std::uint64_t>(scaled),
+                  width(i)};
+        }
         case ranking::perturbed: {
           const auto& b = buffers[i];
           std::uint64_t h = seed * 0x9e3779b97f4a7c15ull;
@@ -368,8 +383,9 @@ class dsa_search {
       // floor would clash with nothing placed now or later, so a plan that
       // leaves that hole is matched by one that fills it (lower offsets sum).
       // Bound: every unplaced buffer ends at or above pick_offset.
+      const wide needed = pick == none ? 0 : wide{pick_offset} + w.remaining.max_all();
       if (dead || pick == none || (options_.dominance && pick_offset >= lowest_end) || top_ > target_ ||
-          wide{pick_offset} + w.remaining.max_all() > target_) {
+          needed > target_ || (options_.section_bounds && needed == target_ && !level_coverable(f, pick_offset))) {
         stack.pop_back();
         continue;
       }
@@ -477,6 +493,41 @@ class dsa_search {
     w.lowest[sec] = lowest;
     const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
     if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec]);
+  }
+
+  // A section where pick_offset + unplaced bytes == target is tight: its
+  // unplaced buffers must fill [pick_offset, target) without a gap, so one
+  // of them sits exactly at pick_offset. Those at pick_offset share no
+  // instant, and only the candidates (floor pick_offset, key above the
+  // last one) can be there. So some time-disjoint set of candidates must
+  // cover every tight section: an interval DP over the sections.
+  bool level_coverable(const frame& f, std::uint64_t level) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    auto& starts = w.level_starts;
+    starts.clear();
+    for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
+      const std::uint32_t r = w.unplaced[k];
+      if (aligned_floor(r) != level) continue;
+      if (level == f.last_offset && static_cast<std::int64_t>(r) <= f.last_rank) continue;
+      starts.emplace_back(first_[r], last_[r]);
+    }
+    std::sort(starts.begin(), starts.end());
+    auto& reach = w.level_reach;
+    reach.assign(t.sections + 1, 0);
+    reach[0] = 1;
+    std::size_t next = 0;
+    for (std::uint32_t sec = 0; sec < t.sections; ++sec) {
+      if (!reach[sec]) {
+        while (next < starts.size() && starts[next].first == sec) ++next;
+        continue;
+      }
+      for (; next < starts.size() && starts[next].first == sec; ++next) reach[starts[next].second] = 1;
+      const bool tight = w.rem[sec] != 0 && wide{level} + w.rem[sec] == target_;
+      if (!tight) reach[sec + 1] = 1;
+    }
+    clock_->expired(t.sections + unplaced_count_);
+    return reach[t.sections] != 0;
   }
 
   // After `skipped` was skipped at offset `at`: every unplaced buffer whose
