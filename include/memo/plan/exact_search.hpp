@@ -465,7 +465,7 @@ class dsa_search {
       const std::uint64_t was = saturating_align_up(std::max(w.trail[e].second, long_part), mask_[q]);
       if (was == now) continue;
       for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
-        if (w.lowest[sec] == was) rescan(sec);
+        if (stacking_ || w.lowest[sec] == was) rescan(sec);
       }
     }
     if (!long_.empty()) {
@@ -483,11 +483,25 @@ class dsa_search {
     if (w.stamp[sec] == stamp_) return;
     w.stamp[sec] = stamp_;
     std::uint64_t lowest = exact_u64_max;
+    auto& lows = w.scratch;
+    lows.clear();
     for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
       const std::uint32_t q = rank_of_[t.members[m]];
-      if (!w.placed[q]) lowest = std::min(lowest, aligned_floor(q));
+      if (w.placed[q]) continue;
+      const std::uint64_t floor = aligned_floor(q);
+      lowest = std::min(lowest, floor);
+      if (stacking_) lows.emplace_back(floor, size_[q]);
     }
     clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+    if (stacking_ && lows.size() > 1) {
+      // Stacking: the buffers here that cannot start below e all fit above e.
+      std::sort(lows.begin(), lows.end());
+      wide above = 0;
+      for (std::size_t k = lows.size(); k-- > 0;) {
+        above += lows[k].second;
+        top_ = std::max(top_, wide{lows[k].first} + above);
+      }
+    }
     if (lowest == w.lowest[sec]) return;
     w.section_trail.emplace_back(sec, w.lowest[sec]);
     w.lowest[sec] = lowest;
@@ -611,6 +625,7 @@ class dsa_search {
   std::vector<std::uint32_t> first_;
   std::vector<std::uint32_t> last_;  // one past
   std::vector<std::uint32_t> twin_before_;
+  bool stacking_ = true;  // the stacking bound in every rescan (else only the lowest floor)
   std::vector<std::uint8_t> is_long_;
   std::vector<std::uint32_t> long_;  // ranks of the buffers without section membership
 

@@ -81,7 +81,10 @@ class search_portfolio {
       if (!options_.restarts) continue;
       // Restarts: as many nodes as the fixed rankings had, in short searches.
       for (std::uint64_t spent = 0; spent < fixed_ * limit; spent += first_limit_) {
-        dsa_search restart(*buffers_, *table_, dsa_search::ranking::perturbed, ++seed_, options_);
+        // Alternately around the heaviest-load ranking and the bottom-left one.
+        ++seed_;
+        const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
+        dsa_search restart(*buffers_, *table_, rank_by, seed_, options_);
         const auto result = restart.search(work_, target, target, deadline, first_limit_);
         restart_nodes_ += restart.nodes();
         if (result == dsa_search::outcome::found) {
