@@ -587,7 +587,10 @@ TEST_CASE("exact: every switch off still gives the brute-force optimum") {
       case 2: options.symmetry = false; break;
       case 3: options.decomposition = false; break;
       case 4: options.restarts = false; break;
-      default: options.membership_per_buffer = 0; break;
+      default:
+        options.membership_per_buffer = 0;
+        options.membership_floor = static_cast<std::size_t>(trial % 4);
+        break;
     }
     INFO("trial " << trial);
     const dsa_problem problem{buffers, {}};

@@ -39,9 +39,12 @@ struct exact_options {
   bool symmetry = true;        ///< interchangeable buffers placed in a fixed order
   bool decomposition = true;   ///< solve time-disjoint components separately
   bool restarts = true;        ///< short searches under perturbed rankings between rounds
-  /// (buffer, section) pairs kept for the section bounds, per buffer; longer
-  /// buffers beyond this budget are summarised by one value (sound, weaker).
+  /// (buffer, section) pairs kept for the section bounds: this many per
+  /// buffer, or `membership_floor` in all if that is more (16 MiB of
+  /// 4-byte entries; small instances keep every pair). Buffers beyond the
+  /// budget are summarised by one value (sound, weaker).
   std::size_t membership_per_buffer = 48;
+  std::size_t membership_floor = std::size_t{1} << 22;
 };
 
 namespace detail {

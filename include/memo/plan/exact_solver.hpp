@@ -185,7 +185,8 @@ class exact_solver {
     std::uint64_t lower_bound = 0;
     for (std::size_t c = 0; c < components.size(); ++c) {
       for (const auto i : components[c]) parts[c].push_back(buffers[i]);
-      const std::size_t budget = std::max<std::size_t>(options_.membership_per_buffer * parts[c].size(), 4096);
+      const std::size_t budget =
+          std::max(options_.membership_per_buffer * parts[c].size(), options_.membership_floor);
       tables[c].emplace(parts[c], budget);
       lower_bound = std::max(lower_bound, tables[c]->lower_bound);
     }
