@@ -488,7 +488,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {100, 300, 1000};
   std::vector<std::size_t> cut_sizes = {100, 200, 300, 400, 500};
   std::vector<std::size_t> trace_sizes = {20000, 60000};
-  double ablation_limit = 2.0;
+  double ablation_limit = 1.0;
   if (quick) {
     sizes = {100};
     cut_sizes = {100};

@@ -247,10 +247,25 @@ inline std::optional<std::uint64_t> lowest_fit_greedy(const std::vector<dsa_buff
   return peak;
 }
 
-/// The better of two greedy orders: decreasing size, always run to the end
-/// (so that a plan exists whatever the time limit), then decreasing
-/// lifetime while `until` has time left. Returns nullopt only when no
-/// finished order has a 64-bit peak.
+/// Every buffer above the previous one (aligned): valid for any lifetimes,
+/// O(n), and the plan of last resort when the time limit leaves no time for
+/// a greedy. Nullopt when its peak does not fit in 64 bits.
+inline std::optional<std::uint64_t> stacked_plan(const std::vector<dsa_buffer>& buffers,
+                                                 std::vector<std::uint64_t>& offsets) {
+  offsets.assign(buffers.size(), 0);
+  std::uint64_t top = 0;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const std::uint64_t at = saturating_align_up(top, buffers[i].alignment - 1);
+    if (!ends_within(at, buffers[i].size_bytes, exact_u64_max)) return std::nullopt;
+    offsets[i] = at;
+    top = at + buffers[i].size_bytes;
+  }
+  return top;
+}
+
+/// The better of two greedy orders (decreasing size; decreasing lifetime),
+/// each stopped by `until`; when neither finished, the stacked plan.
+/// Returns nullopt only when no plan it made has a 64-bit peak.
 inline std::optional<std::uint64_t> greedy_upper_bound(const std::vector<dsa_buffer>& buffers,
                                                        std::vector<std::uint64_t>& offsets,
                                                        deadline_clock& until) {
@@ -262,19 +277,21 @@ inline std::optional<std::uint64_t> greedy_upper_bound(const std::vector<dsa_buf
     if (length(a) != length(b)) return length(a) > length(b);
     return a < b;
   });
-  std::optional<std::uint64_t> best = lowest_fit_greedy(buffers, order, offsets);
-  if (until.expired_now()) return best;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-    if (length(a) != length(b)) return length(a) > length(b);
-    if (buffers[a].size_bytes != buffers[b].size_bytes) return buffers[a].size_bytes > buffers[b].size_bytes;
-    return a < b;
-  });
-  std::vector<std::uint64_t> other;
-  const auto second = lowest_fit_greedy(buffers, order, other, &until);
-  if (second && (!best || *second < *best)) {
-    best = second;
-    offsets.swap(other);
+  std::optional<std::uint64_t> best = lowest_fit_greedy(buffers, order, offsets, &until);
+  if (!until.expired_now()) {
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      if (length(a) != length(b)) return length(a) > length(b);
+      if (buffers[a].size_bytes != buffers[b].size_bytes) return buffers[a].size_bytes > buffers[b].size_bytes;
+      return a < b;
+    });
+    std::vector<std::uint64_t> other;
+    const auto second = lowest_fit_greedy(buffers, order, other, &until);
+    if (second && (!best || *second < *best)) {
+      best = second;
+      offsets.swap(other);
+    }
   }
+  if (!best && until.expired()) best = stacked_plan(buffers, offsets);
   return best;
 }
 

@@ -15,10 +15,10 @@
 // `memo::error` naming the instant and the sum. A warm start is used only
 // after the same exact check passes; an invalid one is ignored.
 //
-// Time: the limit bounds the whole solve. What is always done, whatever the
-// limit, is the problem check and one lowest-offset greedy plan (linear in
-// the buffers times their time neighbours), so that a plan exists; the
-// second greedy order, the tables and the search all stop at the deadline.
+// Time: the limit bounds the whole solve: the greedy plans, the tables and
+// the search all stop at the deadline. What is always done is the problem
+// check, the tables (O(n log n)) and, when no greedy finished, the stacked
+// plan (every buffer above the previous one), so that a plan exists.
 //
 // Memory: linear in the buffers (no neighbour lists; section membership
 // within a budget per buffer; one search workspace shared by all rankings).
