@@ -488,7 +488,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {100, 300, 1000};
   std::vector<std::size_t> cut_sizes = {100, 200, 300, 400, 500};
   std::vector<std::size_t> trace_sizes = {20000, 60000};
-  double ablation_limit = 1.0;
+  double ablation_limit = 1.5;
   if (quick) {
     sizes = {100};
     cut_sizes = {100};
@@ -563,8 +563,8 @@ int main(int argc, char** argv) {
       const char* mode;
       std::size_t n;
     };
-    std::vector<item> items = {{"random-dense", "min", 300}, {"mixed-align", "min", 100}, {"cut", "fit", 200},
-                               {"nested", "min", 1000},      {"gpt", "min", 1000},        {"random-medium", "min", 1000}};
+    std::vector<item> items = {{"cut", "fit", 300},         {"cut", "fit", 500}, {"random-dense", "min", 1000},
+                               {"random-dense", "min", 300}, {"mixed-align", "min", 100}};
     const int ablation_seeds = quick ? 1 : 3;
     if (quick) items = {{"random-dense", "min", 100}, {"cut", "fit", 50}};
     for (const auto& it : items) {

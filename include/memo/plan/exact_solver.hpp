@@ -23,9 +23,11 @@
 // Memory: linear in the buffers (no neighbour lists; section membership
 // within a budget per buffer; one search workspace shared by all rankings).
 //
-// The pieces: memo/plan/exact_sections.hpp (time sections, loads, exact
-// check, greedy), memo/plan/exact_search.hpp (the branch-and-bound), and
-// here the portfolio of rankings and the driver (decomposition, decisions,
+// The pieces: memo/plan/exact_sections.hpp (arithmetic, time sections,
+// loads, segment trees), memo/plan/exact_greedy.hpp (the exact plan check,
+// the greedy), memo/plan/exact_state.hpp (switches, workspace, rankings),
+// memo/plan/exact_search.hpp (the branch-and-bound), and here the
+// portfolio of rankings and the driver (decomposition, decisions,
 // minimisation). docs/dsa-solvers.md has the full argument.
 #pragma once
 
@@ -41,6 +43,7 @@
 
 #include "memo/core/error.hpp"
 #include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/exact_greedy.hpp"
 #include "memo/plan/exact_search.hpp"
 #include "memo/plan/exact_sections.hpp"
 
