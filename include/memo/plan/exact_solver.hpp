@@ -84,6 +84,7 @@ class search_portfolio {
       if (!options_.restarts) continue;
       // Restarts: as many nodes as the fixed rankings had, in short searches.
       for (std::uint64_t spent = 0; spent < fixed_ * limit; spent += first_limit_) {
+        if (clock::now() >= deadline) return verdict::unknown;
         // Alternately around the heaviest-load ranking and the bottom-left one.
         ++seed_;
         const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
@@ -221,6 +222,7 @@ class exact_solver {
       // Built only when the first plan is not already good enough.
       std::optional<detail::search_portfolio> searches;
       auto decide = [&](std::uint64_t target, clock::time_point until_time) {
+        if (clock::now() >= until_time) return verdict::unknown;  // no time to build the rankings
         if (!searches) searches.emplace(part, *tables[c], options_);
         return searches->decide(target, until_time);
       };
