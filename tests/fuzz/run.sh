@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the plan fuzz targets with clang's libFuzzer (plus Address and
+# Builds the plan fuzz targets (FUZZ_TARGETS, default: the two parsers) with
+# clang's libFuzzer (plus Address and
 # UndefinedBehavior sanitizers) and runs each for a while on a seed corpus
 # made of the bundled examples and the near-64-bit-limit seeds in seeds/.
 #
@@ -14,13 +15,15 @@ build="${1:-${TMPDIR:-/tmp}/memo-fuzz}"
 seconds="${2:-20}"
 cxx="${FUZZ_CXX:-clang++}"
 mkdir -p "$build"
-for target in trace_fuzz csv_fuzz; do
+for target in ${FUZZ_TARGETS:-trace_fuzz csv_fuzz}; do
   "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -I "$root/include" -include "$here/source_location_shim.hpp" "$here/$target.cpp" -o "$build/$target"
   corpus="$build/${target}_corpus"
   mkdir -p "$corpus"
   if [[ $target == trace_fuzz ]]; then
     cp "$root"/examples/traces/*.trace "$here"/seeds/*.trace "$corpus"/
+  elif [[ $target == exact_fuzz ]]; then
+    : # binary input; starts from an empty corpus
   else
     cp "$root"/examples/traces/*.csv "$here"/seeds/*.csv "$corpus"/
   fi

@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
+#include <limits>
 #include <chrono>
 #include <cstdint>
 #include <numeric>
@@ -16,20 +19,22 @@ namespace {
 using memo::dsa_buffer;
 using memo::dsa_problem;
 
+__extension__ typedef unsigned __int128 u128;
+
 // Reference: every gravity-compressed plan lists, by increasing offset, as a
 // sequence in which each buffer sits at the lowest aligned offset above the
 // earlier buffers it shares time with. Trying every permutation therefore
-// reaches an optimal plan.
-std::uint64_t brute_force_peak(const std::vector<dsa_buffer>& buffers) {
+// reaches an optimal plan. In 128 bits, so that it is exact for any sizes.
+u128 brute_force_peak128(const std::vector<dsa_buffer>& buffers) {
   std::vector<std::size_t> perm(buffers.size());
   std::iota(perm.begin(), perm.end(), std::size_t{0});
-  std::uint64_t best = UINT64_MAX;
-  std::vector<std::uint64_t> offset(buffers.size());
+  u128 best = ~u128{0};
+  std::vector<u128> offset(buffers.size());
   do {
-    std::uint64_t peak = 0;
+    u128 peak = 0;
     for (std::size_t k = 0; k < perm.size() && peak < best; ++k) {
       const auto& b = buffers[perm[k]];
-      std::uint64_t at = 0;
+      u128 at = 0;
       for (std::size_t q = 0; q < k; ++q) {
         const auto& o = buffers[perm[q]];
         if (b.lower < o.upper && o.lower < b.upper) at = std::max(at, offset[perm[q]] + o.size_bytes);
@@ -41,6 +46,56 @@ std::uint64_t brute_force_peak(const std::vector<dsa_buffer>& buffers) {
     best = std::min(best, peak);
   } while (std::next_permutation(perm.begin(), perm.end()));
   return buffers.empty() ? 0 : best;
+}
+
+std::uint64_t brute_force_peak(const std::vector<dsa_buffer>& buffers) {
+  const u128 best = brute_force_peak128(buffers);
+  REQUIRE(best <= UINT64_MAX);
+  return static_cast<std::uint64_t>(best);
+}
+
+// The most bytes live at one instant, from every start time, in 128 bits.
+u128 load_bound128(const std::vector<dsa_buffer>& buffers) {
+  u128 best = 0;
+  for (const auto& at : buffers) {
+    u128 live = 0;
+    for (const auto& b : buffers) {
+      if (b.lower <= at.lower && at.lower < b.upper) live += b.size_bytes;
+    }
+    best = std::max(best, live);
+  }
+  return best;
+}
+
+// Independent validator (not memo::validate): offsets aligned, every pair of
+// time-overlapping buffers disjoint in address, all in 128 bits; returns the
+// peak, which must fit in 64 bits.
+std::uint64_t independent_peak(const std::vector<dsa_buffer>& buffers, const std::vector<std::uint64_t>& offsets) {
+  REQUIRE(offsets.size() == buffers.size());
+  u128 peak = 0;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    INFO("buffer " << buffers[i].id << " at " << offsets[i]);
+    REQUIRE(offsets[i] % buffers[i].alignment == 0);
+    peak = std::max(peak, u128{offsets[i]} + buffers[i].size_bytes);
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& a = buffers[i];
+      const auto& b = buffers[j];
+      if (!(a.lower < b.upper && b.lower < a.upper)) continue;
+      INFO("and buffer " << b.id << " at " << offsets[j]);
+      REQUIRE((u128{offsets[i]} + a.size_bytes <= offsets[j] || u128{offsets[j]} + b.size_bytes <= offsets[i]));
+    }
+  }
+  REQUIRE(peak <= UINT64_MAX);
+  return static_cast<std::uint64_t>(peak);
+}
+
+// The bench CSV form id,lower,upper,size.
+std::vector<dsa_buffer> from_rows(std::initializer_list<std::array<std::uint64_t, 4>> rows) {
+  std::vector<dsa_buffer> buffers;
+  for (const auto& r : rows) {
+    buffers.push_back({r[0], r[3], static_cast<std::int64_t>(r[1]), static_cast<std::int64_t>(r[2]), 1});
+  }
+  return buffers;
 }
 
 std::vector<dsa_buffer> random_buffers(std::mt19937_64& rng, std::size_t n, std::int64_t horizon,
@@ -122,18 +177,21 @@ TEST_CASE("exact: every ranking decides exactly (found at the optimum, exhausted
     const auto buffers = random_buffers(rng, n, 5, 12, trial % 2 == 0);
     const std::uint64_t optimum = brute_force_peak(buffers);
     INFO("trial " << trial << " optimum " << optimum);
-    for (int variant = 0; variant < 6; ++variant) {
-      const auto ranking = variant < 3 ? static_cast<search::ranking>(variant) : search::ranking::perturbed;
-      search at(buffers, ranking, static_cast<std::uint64_t>(variant));
-      REQUIRE(at.search(optimum, optimum, far) == search::outcome::found);
+    // A small membership budget on odd trials: some buffers are summarised.
+    const memo::detail::section_table table(buffers, trial % 2 == 1 ? 3 : 1000);
+    memo::detail::search_workspace work;
+    for (int variant = 0; variant < 7; ++variant) {
+      const auto ranking = variant < 4 ? static_cast<search::ranking>(variant) : search::ranking::perturbed;
+      search at(buffers, table, ranking, static_cast<std::uint64_t>(variant));
+      REQUIRE(at.search(work, optimum, optimum, far) == search::outcome::found);
       CHECK(at.best_peak() == optimum);
       memo::dsa_plan plan;
       plan.offsets.resize(n);
       for (std::uint32_t r = 0; r < n; ++r) plan.offsets[at.original_index(r)] = at.best_offsets()[r];
       plan.peak_bytes = at.best_peak();
-      CHECK(memo::validate(dsa_problem{buffers, {}}, plan).ok);
-      search below(buffers, ranking, static_cast<std::uint64_t>(variant));
-      CHECK(below.search(optimum - 1, optimum - 1, far) == search::outcome::exhausted);
+      CHECK(independent_peak(buffers, plan.offsets) == optimum);
+      search below(buffers, table, ranking, static_cast<std::uint64_t>(variant));
+      CHECK(below.search(work, optimum - 1, optimum - 1, far) == search::outcome::exhausted);
     }
   }
 }
@@ -360,4 +418,211 @@ TEST_CASE("exact: documentation example") {
   CHECK(result.lower_bound_bytes == 12288);
   CHECK(result.proven_optimal);
   CHECK(memo::validate(problem, result.plan).ok);
+}
+
+TEST_CASE("exact: live sums past 2^63 give the true optimum, proven") {
+  // A repro of a wrong "proven optimal" from signed section loads: loads of
+  // about 1.2e19 bytes (past INT64_MAX, under UINT64_MAX).
+  const auto buffers = from_rows({{0, 1, 4, 3909907711275394215ull},
+                                  {1, 1, 4, 1303302570425131405ull},
+                                  {2, 0, 4, 3909907711275394215ull},
+                                  {3, 0, 1, 4170568225360420496ull},
+                                  {4, 2, 4, 781981542255078843ull},
+                                  {5, 0, 3, 2085284112680210248ull}});
+  const dsa_problem problem{buffers, {}};
+  const u128 optimum = brute_force_peak128(buffers);
+  REQUIRE(optimum <= UINT64_MAX);
+  REQUIRE(load_bound128(buffers) > u128{std::numeric_limits<std::int64_t>::max()});
+  memo::exact_solver solver;
+  const auto result = solver.solve(problem, {});
+  CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+  CHECK(result.plan.peak_bytes == static_cast<std::uint64_t>(optimum));
+  CHECK(result.proven_optimal);
+  CHECK(result.lower_bound_bytes == static_cast<std::uint64_t>(load_bound128(buffers)));
+  // Capacity at the optimum fits; one byte less is proven infeasible when
+  // the optimum is above the bound, and fits otherwise.
+  dsa_problem fit{buffers, static_cast<std::uint64_t>(optimum)};
+  const auto fitted = solver.solve(fit, {});
+  CHECK(independent_peak(buffers, fitted.plan.offsets) <= fitted.plan.peak_bytes);
+  CHECK(fitted.plan.peak_bytes <= static_cast<std::uint64_t>(optimum));
+  if (optimum > load_bound128(buffers)) {
+    dsa_problem below{buffers, static_cast<std::uint64_t>(optimum - 1)};
+    CHECK_THROWS_WITH_AS(solver.solve(below, {}), doctest::Contains("is infeasible"), memo::error);
+  }
+}
+
+TEST_CASE("exact: sizes near 2^64 match a 128-bit brute force or are rejected") {
+  // Sizes between 2^60 and 2^63 with alignments up to 2^62: live sums and
+  // canonical ends pass 2^63 and, on some instances, 2^64. The solver must
+  // then either return the exact optimum (proven) or throw memo::error; a
+  // plan is never wrong.
+  std::mt19937_64 rng(77);
+  memo::exact_solver solver;
+  int solved = 0;
+  int rejected = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = 2 + static_cast<std::size_t>(trial % 5);
+    std::vector<dsa_buffer> buffers;
+    for (std::size_t i = 0; i < n; ++i) {
+      dsa_buffer b;
+      b.id = i;
+      b.lower = static_cast<std::int64_t>(rng() % 4);
+      b.upper = b.lower + 1 + static_cast<std::int64_t>(rng() % 4);
+      b.size_bytes = (std::uint64_t{1} << (60 + rng() % 3)) + rng() % (std::uint64_t{1} << 61);
+      b.alignment = trial % 3 == 0 ? std::uint64_t{1} << (rng() % 63) : 1;
+      buffers.push_back(b);
+    }
+    const dsa_problem problem{buffers, {}};
+    const u128 optimum = brute_force_peak128(buffers);
+    INFO("trial " << trial);
+    try {
+      const auto result = solver.solve(problem, {});
+      ++solved;
+      CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+      CHECK(u128{result.plan.peak_bytes} >= optimum);
+      CHECK((result.proven_optimal && u128{result.plan.peak_bytes} == optimum));
+    } catch (const memo::error& e) {
+      ++rejected;
+      INFO(e.message());
+      // Only problems whose sizes or optimum do not fit in 64 bits are rejected.
+      u128 total = 0;
+      for (const auto& b : buffers) total += (u128{b.size_bytes} + b.alignment - 1) / b.alignment * b.alignment;
+      CHECK((optimum > UINT64_MAX || total > UINT64_MAX));
+    }
+  }
+  CHECK(solved > 50);
+  CHECK(rejected > 10);
+}
+
+TEST_CASE("exact: intervals spanning the whole signed range") {
+  constexpr auto lo = std::numeric_limits<std::int64_t>::min();
+  constexpr auto hi = std::numeric_limits<std::int64_t>::max();
+  const std::vector<dsa_buffer> buffers = {
+      {1, 100, lo, hi, 1}, {2, 50, lo, 0, 16}, {3, 70, -1, hi, 64}, {4, 30, hi - 1, hi, 1}, {5, 20, lo, lo + 1, 8}};
+  const dsa_problem problem{buffers, {}};
+  memo::exact_solver solver;
+  const auto result = solver.solve(problem, {});
+  CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+  CHECK(result.plan.peak_bytes == brute_force_peak(buffers));
+  CHECK(result.proven_optimal);
+  // Without decomposition the single component is the same.
+  memo::exact_options off;
+  off.decomposition = false;
+  const auto whole = memo::exact_solver(off).solve(problem, {});
+  CHECK(whole.plan.peak_bytes == result.plan.peak_bytes);
+}
+
+TEST_CASE("exact: a warm start better than the greedy is kept, even with no time to search") {
+  std::mt19937_64 rng(17);
+  memo::exact_solver solver;
+  int used = 0;
+  for (int trial = 0; trial < 400 && used < 20; ++trial) {
+    const auto buffers = random_buffers(rng, 7, 4, 12, trial % 2 == 0);
+    std::vector<std::uint64_t> greedy;
+    const std::uint64_t greedy_peak = memo::detail::greedy_upper_bound(buffers, greedy);
+    const std::uint64_t optimum = brute_force_peak(buffers);
+    if (greedy_peak == optimum) continue;
+    ++used;
+    // An optimal plan from the solver with time, then given as the warm
+    // start of a solve with none.
+    const dsa_problem problem{buffers, {}};
+    const auto best = solver.solve(problem, {});
+    REQUIRE(best.plan.peak_bytes == optimum);
+    memo::dsa_solve_options options;
+    options.time_limit_seconds = 0.0;
+    options.warm_start = best.plan;
+    const auto warm = solver.solve(problem, options);
+    CHECK(independent_peak(buffers, warm.plan.offsets) == optimum);
+    CHECK(warm.plan.peak_bytes == optimum);
+    CHECK(warm.plan.peak_bytes < greedy_peak);
+  }
+  CHECK(used == 20);
+}
+
+TEST_CASE("exact: invalid warm starts are never used") {
+  // A (2^63 bytes) and B (2^62 bytes) live together. The "plan" B at 0,
+  // A at 3 * 2^62 wraps: A's end is 2^64 + 2^62, which reads as 2^62, so a
+  // naive check sees no overlap and a peak of 2^62, below the lower bound.
+  // That one, one that overlaps, one misaligned and ones of the wrong
+  // length must all be ignored.
+  const std::uint64_t half = std::uint64_t{1} << 63;
+  const std::uint64_t quarter = half / 2;
+  memo::exact_solver solver;
+  {
+    const std::vector<dsa_buffer> buffers = {{1, half, 0, 2, 1}, {2, quarter, 0, 2, 1}};
+    const dsa_problem problem{buffers, {}};
+    memo::dsa_solve_options options;
+    options.time_limit_seconds = 0.0;
+    options.warm_start = memo::dsa_plan{{3 * quarter, 0}, quarter};
+    const auto result = solver.solve(problem, options);
+    CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+    CHECK(result.plan.peak_bytes == half + quarter);
+    CHECK(result.proven_optimal);
+  }
+  std::vector<dsa_buffer> small = {{1, 8, 0, 4, 8}, {2, 8, 1, 3, 8}, {3, 4, 2, 5, 4}};
+  const dsa_problem problem{small, {}};
+  const std::uint64_t optimum = brute_force_peak(small);
+  for (const auto& bad : {memo::dsa_plan{{0, 4, 0}, 12},         // overlap
+                          memo::dsa_plan{{0, 12, 8}, 20},        // 12 is not 8-aligned
+                          memo::dsa_plan{{0, 8}, 16},            // too few offsets
+                          memo::dsa_plan{{0, 8, 16, 0}, 20}}) {  // too many
+    memo::dsa_solve_options options;
+    options.warm_start = bad;
+    const auto result = solver.solve(problem, options);
+    CHECK(independent_peak(small, result.plan.offsets) == result.plan.peak_bytes);
+    CHECK(result.plan.peak_bytes == optimum);
+  }
+}
+
+TEST_CASE("exact: every switch off still gives the brute-force optimum") {
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 150; ++trial) {
+    const std::size_t n = 1 + static_cast<std::size_t>(trial % 8);
+    const auto buffers = random_buffers(rng, n, 2 + trial % 5, 16, trial % 3 == 0);
+    const std::uint64_t optimum = brute_force_peak(buffers);
+    memo::exact_options options;
+    switch (trial % 6) {
+      case 0: options.dominance = false; break;
+      case 1: options.section_bounds = false; break;
+      case 2: options.symmetry = false; break;
+      case 3: options.decomposition = false; break;
+      case 4: options.restarts = false; break;
+      default:
+        options.membership_per_buffer = 0;
+        options.membership_floor = static_cast<std::size_t>(trial % 4);
+        break;
+    }
+    INFO("trial " << trial);
+    const dsa_problem problem{buffers, {}};
+    const auto result = memo::exact_solver(options).solve(problem, {});
+    CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+    CHECK(result.plan.peak_bytes == optimum);
+    CHECK(result.proven_optimal);
+  }
+}
+
+TEST_CASE("exact: a load past 2^64 is rejected naming the sum") {
+  // The section table is where the search reads loads; it refuses a section
+  // whose live bytes do not fit in 64 bits (check_problem may or may not
+  // have caught it first, depending on alignment totals).
+  const std::uint64_t big = (std::uint64_t{1} << 63) + 5;
+  const std::vector<dsa_buffer> buffers = {{1, big, 0, 2, 1}, {2, big, 1, 3, 1}};
+  CHECK_THROWS_WITH_AS(memo::detail::section_table(buffers, 100),
+                       doctest::Contains("total 2^64 * 1 + 10 bytes, which does not fit in 64 bits"), memo::error);
+  CHECK_THROWS_AS(memo::exact_solver{}.solve(dsa_problem{buffers, {}}, {}), memo::error);
+}
+
+TEST_CASE("exact: the exact plan check catches wrapping ends and overlaps") {
+  const std::uint64_t half = std::uint64_t{1} << 63;
+  const std::vector<dsa_buffer> buffers = {{1, half, 0, 2, 1}, {2, half, 1, 3, 1}};
+  std::string reason;
+  CHECK(!memo::detail::exact_plan_peak(buffers, {0, half}, std::nullopt, reason).has_value());
+  CHECK(reason.find("ends past 2^64 - 1") != std::string::npos);
+  reason.clear();
+  const std::vector<dsa_buffer> fits = {{1, half - 1, 0, 2, 1}, {2, half, 1, 3, 1}};
+  CHECK(memo::detail::exact_plan_peak(fits, {0, half - 1}, std::nullopt, reason) ==
+        std::optional<std::uint64_t>(std::numeric_limits<std::uint64_t>::max()));
+  CHECK(!memo::detail::exact_plan_peak(fits, {0, half - 2}, std::nullopt, reason).has_value());
+  CHECK(reason.find("share addresses") != std::string::npos);
+  CHECK(!memo::detail::exact_plan_peak(fits, {0, half - 1}, half, reason).has_value());
 }

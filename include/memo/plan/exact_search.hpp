@@ -1,0 +1,556 @@
+// memo/plan/exact_search.hpp
+//
+// The branch-and-bound of memo's exact DSA solver (MEMO section 4.2 states
+// the problem; memo/plan/exact_solver.hpp drives this search and
+// docs/dsa-solvers.md gives the argument). One `dsa_search` explores the
+// canonical plans of one independent component under one ranking of its
+// buffers; a `search_portfolio` runs several rankings and restarts to
+// decide "is there a plan with peak <= T?".
+//
+// Guarantees: `found` comes with a plan whose every end was compared with
+// the target without forming a sum that could wrap; `exhausted` is a proof
+// (every pruning rule removes only branches that another branch matches or
+// beats, and every bound is a true lower bound on the final peak, computed
+// in 128 bits where it adds two 64-bit quantities). The deadline is read
+// every few thousand units of work, never only per node.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/exact_sections.hpp"
+#include "memo/plan/exact_state.hpp"
+
+namespace memo::detail {
+
+/// The branch-and-bound over canonical plans of one component. Buffers are
+/// renumbered by rank (the tie-break among equal floors).
+class dsa_search {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  using ranking = search_ranking;
+  enum class outcome { found, exhausted, timed_out, out_of_nodes };
+
+  dsa_search(const std::vector<dsa_buffer>& buffers, const section_table& table, ranking rank_by,
+             std::uint64_t seed = 0, const exact_options& options = {})
+      : table_(&table), options_(options) {
+    n_ = table.n;
+    const std::vector<std::uint32_t> order = rank_buffers(buffers, table, rank_by, seed);
+    original_ = order;
+    rank_of_.resize(n_);
+    size_.resize(n_);
+    mask_.resize(n_);
+    first_.resize(n_);
+    last_.resize(n_);
+    twin_before_.assign(n_, none);
+    is_long_.assign(n_, 0);
+    for (std::uint32_t r = 0; r < n_; ++r) {
+      const std::uint32_t i = order[r];
+      const auto& b = buffers[i];
+      rank_of_[i] = r;
+      size_[r] = b.size_bytes;
+      mask_[r] = b.alignment - 1;
+      first_[r] = table.first[i];
+      last_[r] = table.last[i];
+      is_long_[r] = table.in_long[i];
+      if (table.in_long[i]) long_.push_back(r);
+      if (r > 0 && options_.symmetry) {
+        const auto& p = buffers[order[r - 1]];
+        if (p.size_bytes == b.size_bytes && p.lower == b.lower && p.upper == b.upper &&
+            p.alignment == b.alignment) {
+          twin_before_[r] = r - 1;
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] std::uint32_t original_index(std::uint32_t rank) const { return original_[rank]; }
+
+  /// Looks for plans with peak <= `target`; each one found becomes the
+  /// incumbent and the target drops to one byte below it, until a plan at or
+  /// under `good_enough` is found, the tree is exhausted, the deadline
+  /// passes or `node_limit` nodes were visited. `found` means good_enough
+  /// was reached; `exhausted` proves no plan under the final target exists.
+  outcome search(search_workspace& work, std::uint64_t target, std::uint64_t good_enough,
+                 clock::time_point deadline,
+                 std::uint64_t node_limit = std::numeric_limits<std::uint64_t>::max()) {
+    w_ = &work;
+    reset();
+    target_ = target;
+    good_enough_ = good_enough;
+    clock_.emplace(deadline, 1u << 16);
+    node_budget_end_ = saturating_add(nodes_, node_limit);
+    stop_ = timed_out_ = out_of_nodes_ = reached_ = false;
+    if (clock::now() >= deadline) return outcome::timed_out;
+    if (n_ == 0) {
+      record();
+      return outcome::found;
+    }
+    descend();
+    w_ = nullptr;
+    // The stacks are as deep as the component; give the memory back, since
+    // a portfolio keeps several searches.
+    std::vector<undo_record>().swap(undo_);
+    std::vector<frame>().swap(frames_);
+    if (reached_) return outcome::found;
+    if (timed_out_) return outcome::timed_out;
+    return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
+  }
+
+  /// The best plan found by any search so far (by rank), if any.
+  [[nodiscard]] bool has_plan() const noexcept { return has_plan_; }
+  [[nodiscard]] std::uint64_t best_peak() const noexcept { return best_peak_; }
+  [[nodiscard]] const std::vector<std::uint64_t>& best_offsets() const noexcept { return best_; }
+  [[nodiscard]] std::uint64_t nodes() const noexcept { return nodes_; }
+
+ private:
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  using wide = wide_uint;
+
+  void reset() {
+    auto& w = *w_;
+    const auto& t = *table_;
+    w.placed.assign(n_, 0);
+    w.offset.assign(n_, 0);
+    w.floor.assign(n_, 0);
+    w.unplaced_neighbours.resize(n_);
+    w.unplaced.resize(n_);
+    w.position.resize(n_);
+    for (std::uint32_t r = 0; r < n_; ++r) {
+      w.unplaced_neighbours[r] = t.neighbours[original_[r]];
+      w.unplaced[r] = r;
+      w.position[r] = r;
+    }
+    unplaced_count_ = n_;
+    w.trail.clear();
+    w.section_trail.clear();
+    w.remaining.assign(t.load);
+    w.placed_ends.reset(t.sections);
+    w.long_ends.reset(t.sections);
+    w.long_part.assign(n_, 0);
+    w.long_part_version.assign(n_, 0);
+    w.long_version = 1;
+    if (options_.section_bounds) {
+      w.rem = t.load;
+      w.lowest.assign(t.sections, 0);
+      for (std::uint32_t s = 0; s < t.sections; ++s) {
+        if (t.member_begin[s] == t.member_begin[s + 1]) w.lowest[s] = exact_u64_max;
+      }
+      w.stamp.assign(t.sections, 0);
+    }
+    undo_.clear();
+    stamp_ = 0;
+    top_ = 0;
+    peak_ = 0;
+    long_min_ = long_.empty() ? exact_u64_max : 0;
+  }
+
+  // A floor is the highest end of the placed time neighbours. Long buffers
+  // ask the tree of all placed ends. Short ones keep the part due to short
+  // neighbours in `floor` (raised and trailed as they are placed) and take
+  // the part due to long neighbours from the tree of long ends, cached
+  // until a long buffer is placed or removed: so placing a long buffer
+  // trails nothing per short buffer under it.
+  [[nodiscard]] std::uint64_t floor_of(std::uint32_t r) const noexcept {
+    auto& w = *w_;
+    if (is_long_[r]) return w.placed_ends.max(first_[r], last_[r]);
+    if (long_.empty()) return w.floor[r];
+    if (w.long_part_version[r] != w.long_version) {
+      w.long_part[r] = w.long_ends.max(first_[r], last_[r]);
+      w.long_part_version[r] = w.long_version;
+    }
+    return std::max(w.floor[r], w.long_part[r]);
+  }
+  [[nodiscard]] std::uint64_t aligned_floor(std::uint32_t r) const noexcept {
+    return saturating_align_up(floor_of(r), mask_[r]);
+  }
+  [[nodiscard]] bool overlaps(std::uint32_t a, std::uint32_t b) const noexcept {
+    return first_[a] < last_[b] && first_[b] < last_[a];
+  }
+
+  bool out_of_time(std::uint64_t work) {
+    ++nodes_;
+    if (clock_->expired(work)) {
+      timed_out_ = true;
+      stop_ = true;
+    }
+    if (nodes_ >= node_budget_end_) {
+      out_of_nodes_ = true;
+      stop_ = true;
+    }
+    return stop_;
+  }
+
+  void record() {
+    has_plan_ = true;
+    best_peak_ = peak_;
+    best_ = w_->offset;
+    if (peak_ <= good_enough_) {
+      reached_ = true;
+      stop_ = true;
+    } else {
+      target_ = peak_ - 1;
+    }
+  }
+
+  // The depth-first search over (offset, rank) keys, with an explicit stack
+  // (one frame per placed buffer, so tens of thousands deep is fine). A
+  // frame's `last_offset`/`last_rank` is the key every buffer placed below
+  // it must exceed; `pick` is the buffer its current child placed.
+  struct frame {
+    std::uint64_t last_offset;
+    std::int64_t last_rank;
+    std::uint32_t pick;
+    std::uint64_t pick_offset;
+    std::uint64_t min_size;  // smallest unplaced buffer when `pick` was chosen
+  };
+
+  void descend() {
+    auto& w = *w_;
+    auto& stack = frames_;
+    stack.clear();
+    stack.push_back({0, -1, none, 0, 0});
+    bool returning = false;
+    while (!stack.empty()) {
+      frame& f = stack.back();
+      if (returning) {
+        // Stopping leaves the state as it is: the next search resets the
+        // workspace, and unwinding tens of thousands of frames one by one
+        // (each O(unplaced)) would take seconds past the deadline.
+        if (stop_) break;
+        unplace(f.pick);
+        f.last_offset = f.pick_offset;  // skip `pick` at this offset
+        f.last_rank = f.pick;
+        const std::uint32_t skipped = f.pick;
+        f.pick = none;
+        returning = false;
+        if (options_.section_bounds && !skip_fits(skipped, f.last_offset, f.min_size)) {
+          returning = true;
+          stack.pop_back();
+          continue;
+        }
+      }
+      if (unplaced_count_ == 0) {
+        record();
+        stack.pop_back();
+        returning = true;
+        continue;
+      }
+      returning = true;  // unless a child is pushed below
+      if (out_of_time(unplaced_count_)) {
+        stack.pop_back();
+        continue;
+      }
+      // Scan the unplaced buffers: find the smallest key above the last one,
+      // and fail early on buffers that can no longer fit.
+      std::uint32_t pick = none;
+      std::uint64_t pick_offset = exact_u64_max;
+      std::uint64_t lowest_end = exact_u64_max;
+      std::uint64_t min_size = exact_u64_max;
+      bool dead = false;
+      for (std::uint32_t k = 0; k < unplaced_count_ && !dead; ++k) {
+        const std::uint32_t r = w.unplaced[k];
+        const std::uint64_t at = aligned_floor(r);
+        if (!ends_within(at, size_[r], target_)) {
+          dead = true;
+          break;
+        }
+        lowest_end = std::min(lowest_end, at + size_[r]);
+        min_size = std::min(min_size, size_[r]);
+        const bool above =
+            at > f.last_offset || (at == f.last_offset && static_cast<std::int64_t>(r) > f.last_rank);
+        if (!above) {
+          dead = w.unplaced_neighbours[r] == 0;  // blocked for good
+          continue;
+        }
+        if (twin_before_[r] != none && !w.placed[twin_before_[r]]) continue;
+        if (at < pick_offset || (at == pick_offset && r < pick)) {
+          pick = r;
+          pick_offset = at;
+        }
+      }
+      // Dominance: a buffer that could sit entirely below pick_offset at its
+      // floor would clash with nothing placed now or later, so a plan that
+      // leaves that hole is matched by one that fills it (lower offsets sum).
+      // Bound: every unplaced buffer ends at or above pick_offset.
+      const wide needed = pick == none ? 0 : wide{pick_offset} + w.remaining.max_all();
+      if (dead || pick == none || (options_.dominance && pick_offset >= lowest_end) || top_ > target_ ||
+          needed > target_ || (options_.section_bounds && needed == target_ && !level_coverable(f, pick_offset))) {
+        stack.pop_back();
+        continue;
+      }
+      place(pick, pick_offset);
+      f.pick = pick;
+      f.pick_offset = pick_offset;
+      f.min_size = min_size;
+      returning = false;
+      stack.push_back({pick_offset, pick, none, 0, 0});
+    }
+  }
+
+  struct undo_record {
+    std::size_t trail_size;
+    std::size_t section_trail_size;
+    wide top;
+    std::uint64_t peak;
+    std::uint64_t long_min;
+  };
+
+  void place(std::uint32_t r, std::uint64_t at) {
+    auto& w = *w_;
+    undo_.push_back({w.trail.size(), w.section_trail.size(), top_, peak_, long_min_});
+    const std::uint64_t end = at + size_[r];  // ends_within(at, size, target) held
+    if (options_.section_bounds) {
+      // h[s] + rem[s] becomes at + rem_before[s] on r's sections.
+      top_ = std::max(top_, wide{at} + w.remaining.max(first_[r], last_[r]));
+    }
+    w.remaining.add(first_[r], last_[r], ~size_[r] + 1);  // minus size, mod 2^64
+    if (!long_.empty()) w.placed_ends.insert(first_[r], last_[r], end);
+    if (is_long_[r]) {
+      w.long_ends.insert(first_[r], last_[r], end);
+      ++w.long_version;
+    }
+    peak_ = std::max(peak_, end);
+    w.placed[r] = 1;
+    w.offset[r] = at;
+    // Remove r from the unplaced list (swap with the last).
+    const std::uint32_t k = w.position[r];
+    const std::uint32_t moved = w.unplaced[unplaced_count_ - 1];
+    w.unplaced[k] = moved;
+    w.position[moved] = k;
+    w.unplaced[unplaced_count_ - 1] = r;
+    w.position[r] = unplaced_count_ - 1;
+    --unplaced_count_;
+    const std::size_t trail_before = w.trail.size();
+    for (std::uint32_t q_at = 0; q_at < unplaced_count_; ++q_at) {
+      const std::uint32_t q = w.unplaced[q_at];
+      if (!overlaps(q, r)) continue;
+      --w.unplaced_neighbours[q];
+      if (!is_long_[q] && !is_long_[r] && w.floor[q] < end) {
+        w.trail.emplace_back(q, w.floor[q]);
+        w.floor[q] = end;
+      }
+    }
+    if (!options_.section_bounds) return;
+    // Section floors: in a section, nothing still unplaced can start below
+    // the lowest floor of the unplaced buffers live there, so that plus the
+    // section's remaining load must fit. The lowest floor can only rise
+    // where the buffer that set it was r itself or a neighbour whose floor
+    // just rose; only those sections are rescanned.
+    if (++stamp_ == 0) {  // wrapped: no section may look rescanned already
+      std::fill(w.stamp.begin(), w.stamp.end(), 0u);
+      stamp_ = 1;
+    }
+    const bool r_long = is_long_[r] != 0;
+    for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) {
+      w.rem[sec] -= size_[r];
+      if (!r_long && w.lowest[sec] == at) rescan(sec);
+    }
+    clock_->expired(last_[r] - first_[r]);
+    for (std::size_t e = trail_before; e < w.trail.size(); ++e) {
+      const std::uint32_t q = w.trail[e].first;
+      const std::uint64_t now = aligned_floor(q);  // refreshes the long part of q
+      const std::uint64_t long_part = long_.empty() ? 0 : w.long_part[q];
+      const std::uint64_t was = saturating_align_up(std::max(w.trail[e].second, long_part), mask_[q]);
+      if (was == now) continue;
+      for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
+        if (stacking_ || w.lowest[sec] == was) rescan(sec);
+      }
+    }
+    if (!long_.empty()) {
+      long_min_ = exact_u64_max;
+      for (const std::uint32_t q : long_) {
+        if (!w.placed[q]) long_min_ = std::min(long_min_, aligned_floor(q));
+      }
+      clock_->expired(long_.size() * 8);
+    }
+  }
+
+  void rescan(std::uint32_t sec) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    if (w.stamp[sec] == stamp_) return;
+    w.stamp[sec] = stamp_;
+    std::uint64_t lowest = exact_u64_max;
+    auto& lows = w.scratch;
+    lows.clear();
+    for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+      const std::uint32_t q = rank_of_[t.members[m]];
+      if (w.placed[q]) continue;
+      const std::uint64_t floor = aligned_floor(q);
+      lowest = std::min(lowest, floor);
+      if (stacking_) lows.emplace_back(floor, size_[q]);
+    }
+    clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+    if (stacking_ && lows.size() > 1) {
+      // Stacking: the buffers here that cannot start below e all fit above e.
+      std::sort(lows.begin(), lows.end());
+      wide above = 0;
+      for (std::size_t k = lows.size(); k-- > 0;) {
+        above += lows[k].second;
+        top_ = std::max(top_, wide{lows[k].first} + above);
+      }
+    }
+    if (lowest == w.lowest[sec]) return;
+    w.section_trail.emplace_back(sec, w.lowest[sec]);
+    w.lowest[sec] = lowest;
+    const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
+    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec]);
+  }
+
+  // A section where pick_offset + unplaced bytes == target is tight: its
+  // unplaced buffers must fill [pick_offset, target) without a gap, so one
+  // of them sits exactly at pick_offset. Those at pick_offset share no
+  // instant, and only the candidates (floor pick_offset, key above the
+  // last one) can be there. So some time-disjoint set of candidates must
+  // cover every tight section: an interval DP over the sections.
+  bool level_coverable(const frame& f, std::uint64_t level) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    auto& starts = w.level_starts;
+    starts.clear();
+    for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
+      const std::uint32_t r = w.unplaced[k];
+      if (aligned_floor(r) != level) continue;
+      if (level == f.last_offset && static_cast<std::int64_t>(r) <= f.last_rank) continue;
+      starts.emplace_back(first_[r], last_[r]);
+    }
+    std::sort(starts.begin(), starts.end());
+    auto& reach = w.level_reach;
+    reach.assign(t.sections + 1, 0);
+    reach[0] = 1;
+    std::size_t next = 0;
+    for (std::uint32_t sec = 0; sec < t.sections; ++sec) {
+      if (!reach[sec]) {
+        while (next < starts.size() && starts[next].first == sec) ++next;
+        continue;
+      }
+      for (; next < starts.size() && starts[next].first == sec; ++next) reach[starts[next].second] = 1;
+      const bool tight = w.rem[sec] != 0 && wide{level} + w.rem[sec] == target_;
+      if (!tight) reach[sec + 1] = 1;
+    }
+    clock_->expired(t.sections + unplaced_count_);
+    return reach[t.sections] != 0;
+  }
+
+  // After `skipped` was skipped at offset `at`: every unplaced buffer whose
+  // key is now at or below (at, skipped) is blocked, and can only be placed
+  // above a time neighbour placed later, so at or above at + min_size. In
+  // each section of the skipped buffer, for every height e, the unplaced
+  // buffers that cannot start below e must all fit above it (members only:
+  // leaving out the long buffers' bytes keeps it sound). This catches a
+  // section left unfillable at a height as soon as its last candidate there
+  // is skipped, instead of when the search moves past the height.
+  bool skip_fits(std::uint32_t skipped, std::uint64_t at, std::uint64_t min_size) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    if (is_long_[skipped]) return true;
+    const std::uint64_t blocked_from = saturating_add(at, min_size);
+    auto& lows = w.scratch;
+    for (std::uint32_t sec = first_[skipped]; sec < last_[skipped]; ++sec) {
+      lows.clear();
+      for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+        const std::uint32_t q = rank_of_[t.members[m]];
+        if (w.placed[q]) continue;
+        const std::uint64_t floor = aligned_floor(q);
+        const bool blocked = floor < at || (floor == at && q <= skipped);
+        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, size_[q]);
+      }
+      clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+      std::sort(lows.begin(), lows.end());
+      wide above = 0;
+      for (std::size_t k = lows.size(); k-- > 0;) {
+        above += lows[k].second;
+        if (wide{lows[k].first} + above > target_) return false;
+      }
+      const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
+      const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
+      if (from != exact_u64_max && wide{from} + w.rem[sec] > target_) return false;
+    }
+    return true;
+  }
+
+  void unplace(std::uint32_t r) {
+    auto& w = *w_;
+    const undo_record u = undo_.back();
+    undo_.pop_back();
+    while (w.section_trail.size() > u.section_trail_size) {
+      w.lowest[w.section_trail.back().first] = w.section_trail.back().second;
+      w.section_trail.pop_back();
+    }
+    while (w.trail.size() > u.trail_size) {
+      w.floor[w.trail.back().first] = w.trail.back().second;
+      w.trail.pop_back();
+    }
+    for (std::uint32_t q_at = 0; q_at < unplaced_count_; ++q_at) {
+      const std::uint32_t q = w.unplaced[q_at];
+      if (overlaps(q, r)) ++w.unplaced_neighbours[q];
+    }
+    // r sits at position unplaced_count_ (LIFO), so growing the list restores it.
+    ++unplaced_count_;
+    w.placed[r] = 0;
+    if (options_.section_bounds) {
+      for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) w.rem[sec] += size_[r];
+    }
+    w.remaining.add(first_[r], last_[r], size_[r]);
+    if (!long_.empty()) w.placed_ends.erase();
+    if (is_long_[r]) {
+      w.long_ends.erase();
+      ++w.long_version;
+    }
+    top_ = u.top;
+    peak_ = u.peak;
+    long_min_ = u.long_min;
+  }
+
+  // Problem (by rank).
+  const section_table* table_;
+  exact_options options_;
+  std::uint32_t n_ = 0;
+  std::vector<std::uint32_t> original_;
+  std::vector<std::uint32_t> rank_of_;
+  std::vector<std::uint64_t> size_;
+  std::vector<std::uint64_t> mask_;
+  std::vector<std::uint32_t> first_;
+  std::vector<std::uint32_t> last_;  // one past
+  std::vector<std::uint32_t> twin_before_;
+  bool stacking_ = true;  // the stacking bound in every rescan (else only the lowest floor)
+  std::vector<std::uint8_t> is_long_;
+  std::vector<std::uint32_t> long_;  // ranks of the buffers without section membership
+
+  // Search state (the rest lives in the workspace).
+  search_workspace* w_ = nullptr;
+  std::uint32_t unplaced_count_ = 0;
+  std::vector<undo_record> undo_;
+  std::vector<frame> frames_;
+  std::uint32_t stamp_ = 0;
+  wide top_ = 0;            // a proven lower bound on the peak (monotone on a path)
+  std::uint64_t peak_ = 0;  // highest end placed
+  std::uint64_t long_min_ = 0;
+  std::uint64_t target_ = 0;
+  std::uint64_t good_enough_ = 0;
+  std::optional<deadline_clock> clock_;
+  bool stop_ = false;
+  bool timed_out_ = false;
+  bool out_of_nodes_ = false;
+  bool reached_ = false;
+  std::uint64_t node_budget_end_ = 0;
+  std::uint64_t nodes_ = 0;
+
+  // Incumbent.
+  bool has_plan_ = false;
+  std::uint64_t best_peak_ = 0;
+  std::vector<std::uint64_t> best_;
+};
+
+}  // namespace memo::detail

@@ -1,0 +1,151 @@
+// memo/plan/exact_state.hpp
+//
+// What memo's exact DSA search (memo/plan/exact_search.hpp; MEMO section
+// 4.2 poses the problem) is configured with and works in: its switches
+// (`exact_options`), the workspace that every ranking of a component
+// shares, and the rankings themselves (the fixed order that breaks ties
+// among buffers at the same floor).
+//
+// Guarantees: a ranking is a permutation in which interchangeable buffers
+// (same size, lifetime and alignment) are adjacent, which the symmetry rule
+// relies on; its keys saturate instead of overflowing.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "memo/plan/dsa_problem.hpp"
+#include "memo/plan/exact_sections.hpp"
+
+namespace memo {
+
+/// Switches of the exact search, all on by default; turning one off keeps
+/// the answers exact and shows what that part buys (bench/exact_bench.cpp).
+struct exact_options {
+  bool dominance = true;       ///< prune branches that leave a hole a buffer could drop into
+  bool section_bounds = true;  ///< per-section "lowest floor + unplaced bytes" bounds
+  bool symmetry = true;        ///< interchangeable buffers placed in a fixed order
+  bool decomposition = true;   ///< solve time-disjoint components separately
+  bool restarts = true;        ///< short searches under perturbed rankings between rounds
+  /// (buffer, section) pairs kept for the section bounds: this many per
+  /// buffer, or `membership_floor` in all if that is more (16 MiB of
+  /// 4-byte entries; small instances keep every pair). Buffers beyond the
+  /// budget are summarised by one value (sound, weaker).
+  std::size_t membership_per_buffer = 48;
+  std::size_t membership_floor = std::size_t{1} << 22;
+};
+
+namespace detail {
+
+/// The search state one decision needs. Every search of a portfolio resets
+/// and reuses the same workspace, so its size is paid once per component.
+struct search_workspace {
+  std::vector<std::uint8_t> placed;
+  std::vector<std::uint64_t> offset;
+  std::vector<std::uint64_t> floor;  // max end of placed time neighbours
+  std::vector<std::uint32_t> unplaced_neighbours;
+  std::vector<std::uint32_t> unplaced;
+  std::vector<std::uint32_t> position;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> trail;          // (rank, old floor)
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> section_trail;  // (section, old lowest)
+  std::vector<std::uint64_t> rem;     // unplaced bytes live in each section
+  std::vector<std::uint64_t> lowest;  // lowest aligned floor of the short unplaced buffers there
+  std::vector<std::uint32_t> stamp;
+  max_add_tree remaining;
+  placed_max_tree placed_ends;  // ends of all placed buffers: the floors of the long ones
+  placed_max_tree long_ends;    // ends of the placed long buffers
+  std::vector<std::uint64_t> long_part;          // per short buffer: long_ends over its span,
+  std::vector<std::uint64_t> long_part_version;  // valid while long_version is unchanged
+  std::uint64_t long_version = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, size)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> level_starts;  // candidate spans
+  std::vector<std::uint8_t> level_reach;
+};
+
+/// How buffers are ranked: by the heaviest load they take part in
+/// ("total"), by lifetime ("width"), by size * lifetime ("area"), or by
+/// start time (bottom-left filling). `perturbed` is total_width_area with
+/// the load term scaled by a pseudo-random factor in [0.75, 1.25) drawn
+/// from `seed` (equal for identical buffers), `perturbed_start` is
+/// bottom-left with the area term scaled by one in [0.5, 1.5); both for
+/// restarts.
+enum class search_ranking {
+  total_width_area,
+  width_area_total,
+  total_area_width,
+  start_size,
+  perturbed,
+  perturbed_start
+};
+
+/// The buffers of a component in rank order (rank -> index).
+inline std::vector<std::uint32_t> rank_buffers(const std::vector<dsa_buffer>& buffers, const section_table& table,
+                                             search_ranking rank_by, std::uint64_t seed) {
+  const std::uint32_t n = table.n;
+  std::vector<std::uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  auto width = [&](std::uint32_t i) { return lifetime_ticks(buffers[i]); };
+  auto area = [&](std::uint32_t i) {  // saturating, only for ordering
+    const auto w = width(i);
+    const auto sz = buffers[i].size_bytes;
+    return sz > exact_u64_max / w ? exact_u64_max : sz * w;
+  };
+  auto key = [&](std::uint32_t i) -> std::array<std::uint64_t, 3> {
+    const auto heavy = table.heaviest[i];
+    switch (rank_by) {
+      case search_ranking::total_width_area: return {heavy, width(i), area(i)};
+      case search_ranking::width_area_total: return {width(i), area(i), heavy};
+      case search_ranking::total_area_width: return {heavy, area(i), width(i)};
+      case search_ranking::start_size: return {exact_u64_max - table.first[i], buffers[i].size_bytes, width(i)};
+      case search_ranking::perturbed_start: {
+        // Bottom-left, with the size term scaled by a pseudo-random factor.
+        std::uint64_t h = (seed + 1) * 0xd1b54a32d192ed03ull;
+        for (const std::uint64_t v : {buffers[i].size_bytes, static_cast<std::uint64_t>(buffers[i].lower),
+                                      static_cast<std::uint64_t>(buffers[i].upper)}) {
+          h = (h ^ v) * 0xff51afd7ed558ccdull;
+          h ^= h >> 33;
+        }
+        const double factor = 0.5 + static_cast<double>(h >> 11) * 0x1.0p-53;
+        const double scaled = static_cast<double>(area(i)) * factor;
+        return {exact_u64_max - table.first[i], scaled >= 0x1.0p64 ? exact_u64_max : static_cast<std::uint64_t>(scaled),
+                width(i)};
+      }
+      case search_ranking::perturbed: {
+        const auto& b = buffers[i];
+        std::uint64_t h = seed * 0x9e3779b97f4a7c15ull;
+        for (const std::uint64_t v : {b.size_bytes, static_cast<std::uint64_t>(b.lower),
+                                      static_cast<std::uint64_t>(b.upper), b.alignment}) {
+          h = (h ^ v) * 0xff51afd7ed558ccdull;
+          h ^= h >> 33;
+        }
+        const double factor = 0.75 + 0.5 * static_cast<double>(h >> 11) * 0x1.0p-53;
+        const double scaled = static_cast<double>(heavy) * factor;
+        return {scaled >= 0x1.0p64 ? exact_u64_max : static_cast<std::uint64_t>(scaled), width(i), area(i)};
+      }
+    }
+    return {0, 0, 0};
+  };
+  // Identical buffers must end up adjacent (the symmetry rule relies on
+  // it): ties fall back to size, start, end, alignment, then input order.
+  std::vector<std::array<std::uint64_t, 3>> keys(n);
+  for (std::uint32_t i = 0; i < n; ++i) keys[i] = key(i);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    if (keys[a] != keys[b]) return keys[a] > keys[b];
+    const auto& x = buffers[a];
+    const auto& y = buffers[b];
+    if (x.size_bytes != y.size_bytes) return x.size_bytes > y.size_bytes;
+    if (x.lower != y.lower) return x.lower < y.lower;
+    if (x.upper != y.upper) return x.upper < y.upper;
+    if (x.alignment != y.alignment) return x.alignment > y.alignment;
+    return a < b;
+  });
+  return order;
+}
+
+}  // namespace detail
+}  // namespace memo
