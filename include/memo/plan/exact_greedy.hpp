@@ -4,9 +4,9 @@
 // plans it did not build (MEMO section 4.2 poses the problem;
 // memo/plan/exact_solver.hpp is the solver): `exact_plan_peak`, an exact
 // validity check that forms no sum that could wrap; `lowest_fit_greedy`,
-// the solver's one placement routine (kept in one function so that it can
-// be exchanged for the planner's shared one); the greedy orders; and the
-// stacked plan of last resort.
+// the planner's one lowest-offset placement (placement.hpp) seen through
+// the search's deadline; the greedy orders; and the stacked plan of last
+// resort.
 //
 // Guarantees: every plan returned has ends that fit in 64 bits (nullopt
 // otherwise), and the greedy honours the deadline it is given.
@@ -23,6 +23,7 @@
 #include "memo/core/error.hpp"
 #include "memo/plan/dsa_problem.hpp"
 #include "memo/plan/exact_sections.hpp"
+#include "memo/plan/placement.hpp"
 
 namespace memo::detail {
 
@@ -57,26 +58,15 @@ inline std::optional<std::uint64_t> exact_plan_peak(const std::vector<dsa_buffer
     reason = "peak " + std::to_string(peak) + " bytes exceeds the capacity " + std::to_string(*capacity);
     return std::nullopt;
   }
-  // Sweep in time; live buffers ordered by offset. Frees before mallocs at
-  // one instant ([lower, upper) intervals that touch do not meet).
-  std::vector<std::pair<std::int64_t, std::uint32_t>> events;  // (time, 2 * index + is_malloc)
-  events.reserve(2 * buffers.size());
-  for (std::uint32_t i = 0; i < buffers.size(); ++i) {
-    events.emplace_back(buffers[i].lower, 2 * i + 1);
-    events.emplace_back(buffers[i].upper, 2 * i);
-  }
-  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
-    if (a.first != b.first) return a.first < b.first;
-    return (a.second & 1u) < (b.second & 1u);
-  });
+  // Sweep in time (frees before mallocs at one instant: intervals
+  // [lower, upper) that touch do not meet); live buffers ordered by offset.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> live;  // (offset, index), sorted
-  for (const auto& event : events) {
-    const std::int64_t time = event.first;
-    const std::uint32_t code = event.second;
-    const std::uint32_t i = code / 2;
+  for (const auto& event : timeline_events(buffers)) {
+    const std::int64_t time = event.time;
+    const auto i = static_cast<std::uint32_t>(event.index);
     const std::pair<std::uint64_t, std::uint32_t> key{offsets[i], i};
     const auto pos = std::lower_bound(live.begin(), live.end(), key);
-    if ((code & 1u) == 0) {
+    if (!event.is_malloc) {
       live.erase(pos);
       continue;
     }
@@ -100,72 +90,21 @@ inline std::optional<std::uint64_t> exact_plan_peak(const std::vector<dsa_buffer
   return peak;
 }
 
-/// Lowest-offset placement in a given order: each buffer goes to the lowest
-/// aligned offset where it clears every time-overlapping buffer placed so
-/// far. This is the one placement routine of the exact search; it fills
-/// `offsets` (parallel to `buffers`) and returns the peak, or nullopt when an
-/// end would pass 2^64 - 1 or the deadline passed first. Placed buffers are
-/// indexed by time buckets (long ones kept apart), so a buffer is compared
-/// with its time neighbours and the long buffers, not with every buffer.
+/// Lowest-offset greedy in `order`: the planner's one placement
+/// (placement.hpp, fit_rule::lowest). Fills `offsets` (parallel to
+/// `buffers`) and returns the peak, or nullopt when an end would pass
+/// 2^64 - 1 or the deadline passed first.
 inline std::optional<std::uint64_t> lowest_fit_greedy(const std::vector<dsa_buffer>& buffers,
                                                       const std::vector<std::uint32_t>& order,
                                                       std::vector<std::uint64_t>& offsets,
                                                       deadline_clock* until = nullptr) {
-  const std::size_t n = buffers.size();
-  offsets.assign(n, 0);
-  std::vector<std::int64_t> times;
-  times.reserve(n);
-  for (const auto& b : buffers) times.push_back(b.lower);
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end()), times.end());
-  // Bucket k holds the buffers live at some start time of ranks [k w, (k+1) w).
-  const std::size_t width = std::max<std::size_t>(1, times.size() / std::max<std::size_t>(1, n / 4));
-  const std::size_t bucket_count = (times.size() + width - 1) / width;
-  auto span_of = [&](const dsa_buffer& b) {
-    const auto lo = static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), b.lower) - times.begin());
-    const auto hi = static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), b.upper) - times.begin());
-    return std::pair<std::size_t, std::size_t>{lo / width, (hi + width - 1) / width};
-  };
-  std::vector<std::vector<std::uint32_t>> buckets(bucket_count);
-  std::vector<std::uint32_t> long_placed;  // spanning more than 16 buckets
-  std::vector<std::uint32_t> seen(n, 0);
-  std::uint32_t stamp = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> busy;  // [offset, end) of neighbours
-  std::uint64_t peak = 0;
-  for (const std::uint32_t i : order) {
-    const auto& b = buffers[i];
-    const auto [lo, hi] = span_of(b);
-    ++stamp;
-    busy.clear();
-    auto consider = [&](std::uint32_t j) {
-      if (seen[j] == stamp) return;
-      seen[j] = stamp;
-      if (b.overlaps_in_time(buffers[j])) busy.emplace_back(offsets[j], offsets[j] + buffers[j].size_bytes);
-    };
-    for (std::size_t k = lo; k < hi; ++k) {
-      for (const std::uint32_t j : buckets[k]) consider(j);
-    }
-    for (const std::uint32_t j : long_placed) consider(j);
-    if (until != nullptr && until->expired(busy.size() + 1)) return std::nullopt;
-    std::sort(busy.begin(), busy.end());
-    const std::uint64_t mask = b.alignment - 1;
-    std::uint64_t candidate = 0;
-    for (const auto& [start, end] : busy) {
-      const std::uint64_t at = saturating_align_up(candidate, mask);
-      if (ends_within(at, b.size_bytes, start)) break;
-      candidate = std::max(candidate, end);
-    }
-    const std::uint64_t at = saturating_align_up(candidate, mask);
-    if (!ends_within(at, b.size_bytes, exact_u64_max)) return std::nullopt;
-    offsets[i] = at;
-    peak = std::max(peak, at + b.size_bytes);
-    if (hi - lo > 16) {
-      long_placed.push_back(i);
-    } else {
-      for (std::size_t k = lo; k < hi; ++k) buckets[k].push_back(i);
-    }
+  const auto deadline = until != nullptr ? until->deadline() : deadline_clock::clock::time_point::max();
+  try {
+    return place_in_order(buffers, order, fit_rule::lowest, offsets, deadline);
+  } catch (const error&) {
+    if (until != nullptr) (void)until->expired_now();
+    return std::nullopt;  // past the deadline, or an end past 2^64 - 1
   }
-  return peak;
 }
 
 /// Every buffer above the previous one (aligned): valid for any lifetimes,
