@@ -413,6 +413,20 @@ TEST_CASE("chunked_causal_attention: bad shapes and views are errors that name t
   backend.synchronize(stream);
 }
 
+TEST_CASE("chunked_causal_attention: with offload a backward before any forward is an error") {
+  memo::host_backend backend;
+  const attention_shape s{.tokens = 6, .heads = 1, .kv_heads = 1, .head_dim = 4, .chunk = 4, .offload = true};
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream();
+  std::vector<float> x(6 * 4), lse(6), g(6 * 4);
+  CHECK_THROWS_WITH_AS(attn.backward(stream, dense3<const float>(x, 6, 1, 4), {}, {}, dense3<const float>(x, 6, 1, 4),
+                                     dense3<const float>(x, 6, 1, 4), cview2<float>(lse, 1, 6),
+                                     dense3<float>(g, 6, 1, 4), dense3<float>(g, 6, 1, 4), dense3<float>(g, 6, 1, 4)),
+                       doctest::Contains("call forward first"), memo::error);
+}
+
 TEST_CASE("chunked_causal_attention: forward and backward allocate nothing") {
   memo::host_backend backend;
   const attention_shape s{.tokens = 37, .heads = 4, .kv_heads = 2, .head_dim = 16, .chunk = 8, .offload = true};

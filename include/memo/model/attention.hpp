@@ -169,6 +169,7 @@ class chunked_causal_attention {
       launch(on, detail::attention_finish_kernel{s, rows, q0, o, lse}, {heads, rows});
     }
     join_copies(on);
+    stored_ = true;
   }
 
   /// dq += dL/dQ, dk += dL/dK, dv += dL/dV given dout = dL/dO, enqueued on
@@ -186,6 +187,9 @@ class chunked_causal_attention {
                 tensor_view<float, 3> dk,          // [tokens, kv_heads, head_dim]
                 tensor_view<float, 3> dv) {        // [tokens, kv_heads, head_dim]
     const char* call = "chunked_causal_attention::backward";
+    expects(!shape_.offload || stored_,
+            "chunked_causal_attention::backward with offload reads K/V from the host store that "
+            "forward fills: call forward first");
     expect_operand(q, shape_.heads, call, "q", true);
     if (!shape_.offload) {
       expect_operand(k, shape_.kv_heads, call, "k", true);
@@ -455,6 +459,7 @@ class chunked_causal_attention {
   event_type stage_free_;                // the staging buffers were copied out
   event_type copy_done_;                 // everything issued on the copy stream
   std::optional<stream_type> copy_;
+  bool stored_ = false;  // a forward has filled the host store
 };
 
 }  // namespace memo
