@@ -450,3 +450,24 @@ TEST_CASE("chunked_causal_attention: forward and backward allocate nothing") {
   // And the work was real.
   MEMO_CHECK_CLOSE(dq, naive_attention(s, in).dq, 2e-5, 2e-4);
 }
+
+TEST_CASE("chunked_causal_attention: the host chunk is the largest whose head working set fits the cache") {
+  // Working set of one head: 2 c^2 + 5 c d floats.
+  auto fits = [](std::int64_t c, std::int64_t d, std::size_t cache) {
+    return static_cast<std::size_t>(2 * c * c + 5 * c * d) * sizeof(float) <= cache;
+  };
+  for (const std::int64_t d : {16, 64, 128, 256}) {
+    for (const std::size_t cache : {memo::mib / 4, memo::mib, 2 * memo::mib, 32 * memo::mib}) {
+      CAPTURE(d);
+      CAPTURE(cache);
+      const std::int64_t c = memo::host_attention_chunk(d, cache);
+      CHECK(c >= 64);
+      CHECK(c <= 1024);
+      CHECK((c & (c - 1)) == 0);
+      if (c > 64) CHECK(fits(c, d, cache));
+      if (c < 1024) CHECK_FALSE(fits(2 * c, d, cache));
+    }
+  }
+  CHECK(memo::host_attention_chunk(64, memo::mib) == 256);
+  CHECK(memo::host_attention_chunk(128, memo::mib) == 128);
+}
