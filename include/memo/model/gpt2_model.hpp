@@ -26,12 +26,14 @@
 // synchronise it. The backend must outlive the model.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
