@@ -69,6 +69,7 @@
 #endif
 
 // model/: GPT-2 in llm.c's formats: configuration and parameter table, checkpoints, token files, built-in data
+#include "memo/model/attention.hpp"
 #include "memo/model/binary_file.hpp"
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/checkpoint.hpp"

@@ -1,0 +1,460 @@
+// memo/model/attention.hpp
+//
+// Chunked causal attention (FPDT sections 4.1-4.2, Figures 4, 5 and 7),
+// written once against the Backend concept.
+//
+// The sequence is cut into chunks of c tokens. Forward: for query chunk i,
+// the key/value chunks j = 0 .. i meet it one at a time; each step is two
+// GEMMs (S = Q K^T / sqrt(d), acc += P V) around the online-softmax row
+// update, so only O [tokens, heads, head_dim] and the per-row log-sum-exp
+// [heads, tokens] are kept -- never a [tokens, tokens] score matrix. Chunks
+// j > i are fully masked and skipped; only the diagonal chunk j = i applies
+// the causal mask (as a count of visible keys, so the GEMMs need none).
+//
+// Backward (FPDT Figure 7's order): D = rowsum(dO * O) once, then an outer
+// loop over key/value chunks j and an inner loop over query chunks i >= j.
+// P is recomputed from Q, K and the saved log-sum-exp; dS = P (dP - D).
+// dK_j and dV_j accumulate in a chunk-sized tile and are final when their
+// outer step ends (which is what lets FPDT keep K/V on the host: each chunk
+// comes back exactly once); dQ accumulates across outer steps.
+//
+// Host offload (shape.offload): in the forward, K/V chunk i is packed and
+// copied to pinned host memory during query step i; every later use of
+// chunk j < i (forward) and every use in the backward reads the host copy,
+// fetched into one of TWO device slots on a copy stream the object owns, so
+// the fetch of chunk j + 1 overlaps the compute on chunk j. Events order the
+// two streams: the compute stream waits for a slot's fetch, and a fetch into
+// a slot waits for the compute that last read it. So with offload the
+// caller's K/V are read only for chunk i at forward step i, and never by the
+// backward: after the forward the caller may drop or reuse them.
+//
+// Memory: the object allocates nothing. required_device_bytes(shape) and
+// required_pinned_bytes(shape) size the regions (region_carver's counting
+// mode); both grow linearly in tokens (device: the [heads, tokens] row
+// statistics of the backward; the rest is chunk-sized).
+//
+// Layouts (all fp32, all views in elements):
+//   q, o, dout, dq   [tokens, heads, head_dim]     stride(2) == 1 for q, dout
+//   k, v, dk, dv     [tokens, kv_heads, head_dim]  stride(2) == 1 for k, v
+//   lse              [heads, tokens]               any strides
+// Other strides are free, so q, k and v can be slices of llm.c's fused
+// [tokens, 3 C] QKV buffer (C = heads * head_dim, head h at columns h * D):
+//   q = {qkv,         {T, H, D}, {3C, D, 1}}
+//   k = {qkv + C,     {T, H, D}, {3C, D, 1}}
+//   v = {qkv + 2 C,   {T, H, D}, {3C, D, 1}}
+// Gradients are accumulated (+=), like every backward operator in memo:
+// zero dq, dk, dv first for a plain gradient.
+//
+// Streams and lifetime: all work is ordered on the caller's stream; the
+// copy stream's work is joined back into it before forward/backward return,
+// so synchronising the caller's stream covers everything. The backend and
+// both regions must outlive the object; the destructor waits for the copy
+// stream. Not copyable or movable (the copy stream's events refer to it).
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memo/backend/compute.hpp"
+#include "memo/backend/concepts.hpp"
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+#include "memo/core/memory_region.hpp"
+#include "memo/core/tensor_view.hpp"
+#include "memo/model/attention_tiles.hpp"
+
+namespace memo {
+
+template <Backend B>
+class chunked_causal_attention {
+ public:
+  using stream_type = typename B::stream;
+  using event_type = typename B::event;
+
+  /// Device scratch bytes for `shape` (score tiles, row statistics, K/V slots).
+  [[nodiscard]] static std::size_t required_device_bytes(const attention_shape& shape) {
+    shape.validate();
+    region_carver device;
+    region_carver pinned;
+    (void)carve(shape, device, pinned);
+    return device.required_bytes();
+  }
+  /// Pinned host bytes for `shape` (the host-resident K/V; 0 without offload).
+  [[nodiscard]] static std::size_t required_pinned_bytes(const attention_shape& shape) {
+    shape.validate();
+    region_carver device;
+    region_carver pinned;
+    (void)carve(shape, device, pinned);
+    return pinned.required_bytes();
+  }
+
+  /// Builds over regions of at least required_device_bytes(shape) (device)
+  /// and required_pinned_bytes(shape) (pinned host) bytes, which the caller
+  /// owns. Creates the copy stream when offloading.
+  chunked_causal_attention(B& backend, const attention_shape& shape, memory_region device,
+                           memory_region pinned)
+      : backend_(backend), shape_(checked(shape)),
+        fetched_{backend.make_event(), backend.make_event()},
+        slot_free_{backend.make_event(), backend.make_event()},
+        staged_(backend.make_event()), stage_free_(backend.make_event()),
+        copy_done_(backend.make_event()) {
+    region_carver device_carver(device, "chunked_causal_attention device scratch");
+    region_carver pinned_carver(pinned, "chunked_causal_attention pinned K/V store");
+    parts_ = carve(shape_, device_carver, pinned_carver);
+    if (shape_.offload) copy_.emplace(backend_.make_stream("attention K/V copy"));
+  }
+
+  chunked_causal_attention(const chunked_causal_attention&) = delete;
+  chunked_causal_attention& operator=(const chunked_causal_attention&) = delete;
+
+  ~chunked_causal_attention() {
+    if (!copy_) return;
+    try {
+      backend_.synchronize(*copy_);
+    } catch (...) {
+      // The error also reached the caller's stream through copy_done_.
+    }
+  }
+
+  [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }
+
+  /// O and lse of causal softmax(Q K^T / sqrt(d)) V, enqueued on `on`.
+  void forward(stream_type& on,
+               tensor_view<const float, 3> q,  // [tokens, heads, head_dim]
+               tensor_view<const float, 3> k,  // [tokens, kv_heads, head_dim]
+               tensor_view<const float, 3> v,  // [tokens, kv_heads, head_dim]
+               tensor_view<float, 3> o,        // [tokens, heads, head_dim]
+               tensor_view<float, 2> lse) {    // [heads, tokens]
+    const char* call = "chunked_causal_attention::forward";
+    expect_operand(q, shape_.heads, call, "q", true);
+    expect_operand(k, shape_.kv_heads, call, "k", true);
+    expect_operand(v, shape_.kv_heads, call, "v", true);
+    expect_operand(o, shape_.heads, call, "o", false);
+    expect_lse(lse, call);
+
+    const std::int64_t c = shape_.chunk;
+    const std::int64_t t = shape_.tile();
+    const std::int64_t heads = shape_.heads;
+    const detail::attention_scratch s = scratch();
+    for (std::int64_t i = 0; i < shape_.chunks(); ++i) {
+      const std::int64_t q0 = i * c;
+      const std::int64_t rows = rows_of(i);
+      if (shape_.offload) store_chunk(on, k, v, i);
+      launch(on, detail::attention_start_kernel{s, rows}, {heads, rows});
+      if (shape_.offload && i > 0) fetch(0);
+      for (std::int64_t j = 0; j <= i; ++j) {
+        const bool diagonal = j == i;
+        kv_chunk kv = diagonal || !shape_.offload ? caller_chunk(k, v, j) : slot_chunk(j);
+        if (!diagonal && shape_.offload) {
+          if (j + 1 < i) fetch(j + 1);
+          backend_.wait(on, fetched_[j % 2]);
+        }
+        const std::int64_t cols = rows_of(j);
+        // S = Q_i K_j^T / sqrt(d)                        [heads][rows, cols]
+        grouped_gemm(on, {rows, cols, shape_.head_dim, matrix_op::none, matrix_op::transpose},
+                     scale(), query_operand(q, q0), kv.k, 0.0f,
+                     output_operand{s.scores, cols, t * t, true});
+        launch(on,
+               detail::attention_softmax_kernel{s, rows, cols, {q0, j * c, diagonal}},
+               {heads, rows});
+        // acc += P V_j                                   [heads][rows, head_dim]
+        grouped_gemm(on, {rows, shape_.head_dim, cols}, 1.0f, gemm_operand{s.scores, cols, t * t, true},
+                     kv.v, 1.0f, output_operand{s.acc, shape_.head_dim, t * shape_.head_dim, true});
+        if (!diagonal && shape_.offload) backend_.record(slot_free_[j % 2], on);
+      }
+      launch(on, detail::attention_finish_kernel{s, rows, q0, o, lse}, {heads, rows});
+    }
+    join_copies(on);
+  }
+
+  /// dq += dL/dQ, dk += dL/dK, dv += dL/dV given dout = dL/dO, enqueued on
+  /// `on`. q, k, v, o and lse are the forward's; with offload k and v are
+  /// not read (K/V come from the host store the forward filled) and may be
+  /// empty views.
+  void backward(stream_type& on,
+                tensor_view<const float, 3> q,     // [tokens, heads, head_dim]
+                tensor_view<const float, 3> k,     // [tokens, kv_heads, head_dim]
+                tensor_view<const float, 3> v,     // [tokens, kv_heads, head_dim]
+                tensor_view<const float, 3> o,     // [tokens, heads, head_dim]
+                tensor_view<const float, 3> dout,  // [tokens, heads, head_dim]
+                tensor_view<const float, 2> lse,   // [heads, tokens]
+                tensor_view<float, 3> dq,          // [tokens, heads, head_dim]
+                tensor_view<float, 3> dk,          // [tokens, kv_heads, head_dim]
+                tensor_view<float, 3> dv) {        // [tokens, kv_heads, head_dim]
+    const char* call = "chunked_causal_attention::backward";
+    expect_operand(q, shape_.heads, call, "q", true);
+    if (!shape_.offload) {
+      expect_operand(k, shape_.kv_heads, call, "k", true);
+      expect_operand(v, shape_.kv_heads, call, "v", true);
+    }
+    expect_operand(o, shape_.heads, call, "o", false);
+    expect_operand(dout, shape_.heads, call, "dout", true);
+    expect_lse(lse, call);
+    expect_operand(dq, shape_.heads, call, "dq", false);
+    expect_operand(dk, shape_.kv_heads, call, "dk", false);
+    expect_operand(dv, shape_.kv_heads, call, "dv", false);
+
+    const std::int64_t c = shape_.chunk;
+    const std::int64_t t = shape_.tile();
+    const std::int64_t d = shape_.head_dim;
+    const std::int64_t heads = shape_.heads;
+    const std::int64_t kv_heads = shape_.kv_heads;
+    const detail::attention_scratch s = scratch();
+    const tensor_view<float, 2> delta = delta_view();
+    launch(on, detail::attention_delta_kernel{delta, dout, o}, {heads, shape_.tokens});
+
+    const std::size_t kv_tile_bytes = static_cast<std::size_t>(kv_heads * shape_.tile() * d) * sizeof(float);
+    if (shape_.offload) fetch(0);
+    for (std::int64_t j = 0; j < shape_.chunks(); ++j) {
+      const std::int64_t k0 = j * c;
+      const std::int64_t cols = rows_of(j);
+      kv_chunk kv = shape_.offload ? slot_chunk(j) : caller_chunk(k, v, j);
+      if (shape_.offload) {
+        if (j + 1 < shape_.chunks()) fetch(j + 1);
+        backend_.wait(on, fetched_[j % 2]);
+      }
+      backend_.memset_async(parts_.dk.data, 0, kv_tile_bytes, on);
+      backend_.memset_async(parts_.dv.data, 0, kv_tile_bytes, on);
+      const output_operand dk_tile{parts_.dk.template as<float>(), d, t * d, false};
+      const output_operand dv_tile{parts_.dv.template as<float>(), d, t * d, false};
+      for (std::int64_t i = j; i < shape_.chunks(); ++i) {
+        const std::int64_t q0 = i * c;
+        const std::int64_t rows = rows_of(i);
+        const output_operand scores{s.scores, cols, t * t, true};
+        const output_operand dprobs{s.dprobs, cols, t * t, true};
+        // S = Q_i K_j^T / sqrt(d);  dP = dO_i V_j^T       [heads][rows, cols]
+        grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, scale(),
+                     query_operand(q, q0), kv.k, 0.0f, scores);
+        grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, 1.0f,
+                     query_operand(dout, q0), kv.v, 0.0f, dprobs);
+        launch(on,
+               detail::attention_backward_kernel{s, rows, cols, q0, lse, delta, {q0, k0, i == j}},
+               {heads, rows});
+        // dV_j += P^T dO_i;  dK_j += dS^T Q_i / sqrt(d)    [kv_heads][cols, head_dim]
+        grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, 1.0f, scores,
+                     query_operand(dout, q0), 1.0f, dv_tile);
+        grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, scale(), dprobs,
+                     query_operand(q, q0), 1.0f, dk_tile);
+        // dQ_i += dS K_j / sqrt(d), through the acc tile   [heads][rows, head_dim]
+        grouped_gemm(on, {rows, d, cols}, scale(), dprobs, kv.k, 0.0f,
+                     output_operand{s.acc, d, t * d, true});
+        launch(on, detail::attention_add_rows_kernel{dq, s.acc, t, q0}, {heads, rows});
+      }
+      if (shape_.offload) backend_.record(slot_free_[j % 2], on);
+      launch(on, detail::attention_add_rows_kernel{dk, parts_.dk.template as<float>(), t, k0},
+             {kv_heads, cols});
+      launch(on, detail::attention_add_rows_kernel{dv, parts_.dv.template as<float>(), t, k0},
+             {kv_heads, cols});
+    }
+    join_copies(on);
+  }
+
+ private:
+  struct parts {
+    memory_region scores, dprobs, max, sum, acc, delta, dk, dv;
+    std::array<memory_region, 2> slot_k, slot_v;
+    memory_region stage_k, stage_v;
+    memory_region host_k, host_v;
+  };
+
+  /// One matrix per head: row-major, `ld` between rows, `head_stride`
+  /// between heads; `per_query_head` says whether the heads are the query
+  /// heads (H of them) or the kv heads (H / group).
+  struct gemm_operand {
+    const float* data;
+    std::int64_t ld;
+    std::int64_t head_stride;
+    bool per_query_head;
+  };
+  struct output_operand {
+    float* data;
+    std::int64_t ld;
+    std::int64_t head_stride;
+    bool per_query_head;
+    // A tile written by one GEMM is read by the next.
+    operator gemm_operand() const { return {data, ld, head_stride, per_query_head}; }
+  };
+  struct kv_chunk {
+    gemm_operand k, v;
+  };
+
+  static attention_shape checked(const attention_shape& shape) {
+    shape.validate();
+    return shape;
+  }
+
+  static std::size_t float_bytes(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
+    return checked_mul(checked_mul(checked_mul(static_cast<std::uint64_t>(a), static_cast<std::uint64_t>(b)),
+                                   static_cast<std::uint64_t>(c)),
+                       sizeof(float));
+  }
+
+  /// The one table of sizes, run in counting mode to size and for real to carve.
+  static parts carve(const attention_shape& shape, region_carver& device, region_carver& pinned) {
+    const std::int64_t t = shape.tile();
+    const std::int64_t h = shape.heads;
+    const std::int64_t kv_tile = shape.kv_heads * shape.head_dim;
+    parts p;
+    p.scores = device.take(float_bytes(h, t, t), "scores [heads, chunk, chunk]");
+    p.dprobs = device.take(float_bytes(h, t, t), "dprobs [heads, chunk, chunk]");
+    p.max = device.take(float_bytes(h, t), "running max [heads, chunk]");
+    p.sum = device.take(float_bytes(h, t), "running sum [heads, chunk]");
+    p.acc = device.take(float_bytes(h, t, shape.head_dim), "acc [heads, chunk, head_dim]");
+    p.delta = device.take(float_bytes(h, shape.tokens), "delta [heads, tokens]");
+    p.dk = device.take(float_bytes(t, kv_tile), "dk tile [kv_heads, chunk, head_dim]");
+    p.dv = device.take(float_bytes(t, kv_tile), "dv tile [kv_heads, chunk, head_dim]");
+    if (shape.offload) {
+      for (int slot = 0; slot < 2; ++slot) {
+        p.slot_k[slot] = device.take(float_bytes(t, kv_tile), "K slot [chunk, kv_heads, head_dim]");
+        p.slot_v[slot] = device.take(float_bytes(t, kv_tile), "V slot [chunk, kv_heads, head_dim]");
+      }
+      p.stage_k = device.take(float_bytes(t, kv_tile), "K staging [chunk, kv_heads, head_dim]");
+      p.stage_v = device.take(float_bytes(t, kv_tile), "V staging [chunk, kv_heads, head_dim]");
+      p.host_k = pinned.take(float_bytes(shape.tokens, kv_tile), "host K [tokens, kv_heads, head_dim]");
+      p.host_v = pinned.take(float_bytes(shape.tokens, kv_tile), "host V [tokens, kv_heads, head_dim]");
+    }
+    return p;
+  }
+
+  [[nodiscard]] float scale() const {
+    return static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape_.head_dim)));
+  }
+  [[nodiscard]] std::int64_t rows_of(std::int64_t chunk_index) const {
+    return std::min(shape_.chunk, shape_.tokens - chunk_index * shape_.chunk);
+  }
+  [[nodiscard]] detail::attention_scratch scratch() const {
+    return {parts_.scores.template as<float>(), parts_.dprobs.template as<float>(),
+            parts_.max.template as<float>(),    parts_.sum.template as<float>(),
+            parts_.acc.template as<float>(),    shape_.tile(), shape_.head_dim};
+  }
+  [[nodiscard]] tensor_view<float, 2> delta_view() const {
+    return tensor_view<float, 2>::contiguous(parts_.delta.template as<float>(),
+                                             {shape_.heads, shape_.tokens});
+  }
+  [[nodiscard]] static gemm_operand query_operand(const tensor_view<const float, 3>& t,
+                                                  std::int64_t first) {
+    return {t.data() + first * t.stride(0), t.stride(0), t.stride(1), true};
+  }
+  [[nodiscard]] kv_chunk caller_chunk(const tensor_view<const float, 3>& k,
+                                      const tensor_view<const float, 3>& v,
+                                      std::int64_t j) const {
+    const std::int64_t first = j * shape_.chunk;
+    return {{k.data() + first * k.stride(0), k.stride(0), k.stride(1), false},
+            {v.data() + first * v.stride(0), v.stride(0), v.stride(1), false}};
+  }
+  [[nodiscard]] kv_chunk slot_chunk(std::int64_t j) const {
+    const std::int64_t ld = shape_.kv_heads * shape_.head_dim;
+    return {{parts_.slot_k[j % 2].template as<float>(), ld, shape_.head_dim, false},
+            {parts_.slot_v[j % 2].template as<float>(), ld, shape_.head_dim, false}};
+  }
+
+  /// Runs a (head, row) kernel; those built on an ops row operator check
+  /// head 0's views on the host first (every head's have the same shape).
+  template <class Kernel>
+  void launch(stream_type& on, const Kernel& kernel, extent_2d extent) {
+    if constexpr (requires { kernel.op(0).validate(); }) kernel.op(0).validate();
+    backend_.parallel_for(on, extent, kernel);
+  }
+
+  /// C_h = alpha op(A_h) op(B_h) + beta C_h for every query head h, where
+  /// kv-head operands are indexed by h / group. One strided batch per
+  /// position inside a group (count kv_heads), so query-head operands step
+  /// by group * head_stride. A kv-head output accumulates over the group,
+  /// so beta must then be 1.
+  void grouped_gemm(stream_type& on, gemm_shape shape, float alpha, gemm_operand a,
+                    gemm_operand b, float beta, output_operand c) {
+    const std::int64_t group = shape_.group();
+    shape.lda = a.ld;
+    shape.ldb = b.ld;
+    shape.ldc = c.ld;
+    for (std::int64_t i = 0; i < group; ++i) {
+      auto offset = [&](bool per_query, std::int64_t stride) { return per_query ? i * stride : 0; };
+      auto step = [&](bool per_query, std::int64_t stride) { return per_query ? group * stride : stride; };
+      const gemm_batch batch{shape_.kv_heads, step(a.per_query_head, a.head_stride),
+                             step(b.per_query_head, b.head_stride),
+                             step(c.per_query_head, c.head_stride)};
+      backend_.gemm_strided_batched(on, shape, batch, alpha,
+                                    a.data + offset(a.per_query_head, a.head_stride),
+                                    b.data + offset(b.per_query_head, b.head_stride), beta,
+                                    c.data + offset(c.per_query_head, c.head_stride));
+    }
+  }
+
+  /// Forward step i with offload: chunk i of the caller's K/V is packed on
+  /// the compute stream and copied to the host store on the copy stream.
+  void store_chunk(stream_type& on, const tensor_view<const float, 3>& k,
+                   const tensor_view<const float, 3>& v, std::int64_t i) {
+    const std::int64_t rows = rows_of(i);
+    const std::int64_t first = i * shape_.chunk;
+    backend_.wait(on, stage_free_);  // the previous chunk's copy has read the staging buffers
+    launch(on, detail::attention_pack_rows_kernel{parts_.stage_k.template as<float>(), k, first},
+           {rows, shape_.kv_heads});
+    launch(on, detail::attention_pack_rows_kernel{parts_.stage_v.template as<float>(), v, first},
+           {rows, shape_.kv_heads});
+    backend_.record(staged_, on);
+    backend_.wait(*copy_, staged_);
+    const std::size_t bytes = float_bytes(rows, shape_.kv_heads, shape_.head_dim);
+    const std::size_t offset = float_bytes(first, shape_.kv_heads, shape_.head_dim);
+    backend_.copy_async(parts_.host_k.data + offset, parts_.stage_k.data, bytes,
+                        copy_kind::device_to_host, *copy_);
+    backend_.copy_async(parts_.host_v.data + offset, parts_.stage_v.data, bytes,
+                        copy_kind::device_to_host, *copy_);
+    backend_.record(stage_free_, *copy_);
+  }
+
+  /// Fetches K/V chunk j from the host store into slot j % 2 on the copy
+  /// stream, once the compute that last read that slot is done.
+  void fetch(std::int64_t j) {
+    const int slot = static_cast<int>(j % 2);
+    const std::size_t bytes = float_bytes(rows_of(j), shape_.kv_heads, shape_.head_dim);
+    const std::size_t offset = float_bytes(j * shape_.chunk, shape_.kv_heads, shape_.head_dim);
+    backend_.wait(*copy_, slot_free_[slot]);
+    backend_.copy_async(parts_.slot_k[slot].data, parts_.host_k.data + offset, bytes,
+                        copy_kind::host_to_device, *copy_);
+    backend_.copy_async(parts_.slot_v[slot].data, parts_.host_v.data + offset, bytes,
+                        copy_kind::host_to_device, *copy_);
+    backend_.record(fetched_[slot], *copy_);
+  }
+
+  /// Later work on `on` waits for everything issued on the copy stream.
+  void join_copies(stream_type& on) {
+    if (!copy_) return;
+    backend_.record(copy_done_, *copy_);
+    backend_.wait(on, copy_done_);
+  }
+
+  template <class T>
+  void expect_operand(const tensor_view<T, 3>& t, std::int64_t heads, const char* call,
+                      const char* name, bool gemm_operand_view) const {
+    t.expect_shape({shape_.tokens, heads, shape_.head_dim}, (std::string(call) + ": " + name).c_str());
+    expects(t.data() != nullptr, [&] { return std::string(call) + ": " + name + " is a null view"; });
+    expects(t.stride(0) >= 0 && t.stride(1) >= 0 && t.stride(2) >= 0, [&] {
+      return std::string(call) + ": " + name + " has a negative stride";
+    });
+    expects(!gemm_operand_view || t.stride(2) == 1, [&] {
+      return std::string(call) + ": " + name + " is a GEMM operand, so its head_dim stride must be 1 (it is " +
+             std::to_string(t.stride(2)) + ")";
+    });
+  }
+  template <class T>
+  void expect_lse(const tensor_view<T, 2>& lse, const char* call) const {
+    lse.expect_shape({shape_.heads, shape_.tokens}, (std::string(call) + ": lse").c_str());
+    expects(lse.data() != nullptr, [&] { return std::string(call) + ": lse is a null view"; });
+  }
+
+  B& backend_;
+  attention_shape shape_;
+  parts parts_{};
+  std::array<event_type, 2> fetched_;    // slot s holds its chunk (recorded on the copy stream)
+  std::array<event_type, 2> slot_free_;  // slot s was last read (recorded on the compute stream)
+  event_type staged_;                    // the staging buffers hold chunk i
+  event_type stage_free_;                // the staging buffers were copied out
+  event_type copy_done_;                 // everything issued on the copy stream
+  std::optional<stream_type> copy_;
+};
+
+}  // namespace memo

@@ -1,0 +1,438 @@
+#include "memo/model/attention.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "memo/backend/host_backend.hpp"
+#include "ops/test_support.hpp"
+
+using memo::attention_shape;
+using memo::tensor_view;
+using namespace memo_test;
+using attention = memo::chunked_causal_attention<memo::host_backend>;
+
+namespace {
+
+// Inputs of one attention, dense: q, dout [T, H, D]; k, v [T, Hkv, D].
+struct inputs {
+  std::vector<float> q, k, v, dout;
+};
+
+inputs random_inputs(const attention_shape& s, unsigned seed, double scale = 1.0) {
+  const auto qn = static_cast<std::size_t>(s.tokens * s.heads * s.head_dim);
+  const auto kn = static_cast<std::size_t>(s.tokens * s.kv_heads * s.head_dim);
+  return {random_vector<float>(qn, seed, -scale, scale), random_vector<float>(kn, seed + 1, -scale, scale),
+          random_vector<float>(kn, seed + 2), random_vector<float>(qn, seed + 3)};
+}
+
+struct outputs {
+  std::vector<double> o, lse, dq, dk, dv;  // o, dq [T,H,D]; lse [H,T]; dk, dv [T,Hkv,D]
+};
+
+// Causal softmax attention in fp64, O(T^2), straight from the definition.
+outputs naive_attention(const attention_shape& s, const inputs& in) {
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto qi = [&](std::int64_t t, std::int64_t h, std::int64_t d) { return (t * H + h) * D + d; };
+  auto ki = [&](std::int64_t t, std::int64_t h, std::int64_t d) { return (t * Hkv + h) * D + d; };
+  outputs r;
+  r.o.assign(T * H * D, 0.0);
+  r.dq.assign(T * H * D, 0.0);
+  r.lse.assign(H * T, 0.0);
+  r.dk.assign(T * Hkv * D, 0.0);
+  r.dv.assign(T * Hkv * D, 0.0);
+  for (std::int64_t h = 0; h < H; ++h) {
+    const std::int64_t g = h / (H / Hkv);
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::vector<double> p(t + 1);
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (std::int64_t d = 0; d < D; ++d) dot += double(in.q[qi(t, h, d)]) * double(in.k[ki(j, g, d)]);
+        p[j] = dot * scale;
+        m = std::max(m, p[j]);
+      }
+      double z = 0;
+      for (auto& x : p) z += std::exp(x - m);
+      r.lse[h * T + t] = m + std::log(z);
+      for (auto& x : p) x = std::exp(x - m) / z;
+      // Forward.
+      for (std::int64_t j = 0; j <= t; ++j)
+        for (std::int64_t d = 0; d < D; ++d) r.o[qi(t, h, d)] += p[j] * double(in.v[ki(j, g, d)]);
+      // Backward: dP = dO V^T, dS = P (dP - sum_j P dP), dQ = dS K s, dK = dS^T Q s, dV = P^T dO.
+      std::vector<double> dp(t + 1);
+      double delta = 0;
+      for (std::int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (std::int64_t d = 0; d < D; ++d) dot += double(in.dout[qi(t, h, d)]) * double(in.v[ki(j, g, d)]);
+        dp[j] = dot;
+        delta += p[j] * dot;
+      }
+      for (std::int64_t j = 0; j <= t; ++j) {
+        const double ds = p[j] * (dp[j] - delta);
+        for (std::int64_t d = 0; d < D; ++d) {
+          r.dq[qi(t, h, d)] += ds * double(in.k[ki(j, g, d)]) * scale;
+          r.dk[ki(j, g, d)] += ds * double(in.q[qi(t, h, d)]) * scale;
+          r.dv[ki(j, g, d)] += p[j] * double(in.dout[qi(t, h, d)]);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// A region from one of the backend's resources, returned on destruction.
+template <class Resource>
+struct owned_region {
+  Resource& resource;
+  memo::memory_region region;
+  owned_region(Resource& r, std::size_t bytes)
+      : resource(r), region{static_cast<std::byte*>(r.allocate(bytes, 256)), bytes} {}
+  ~owned_region() { resource.deallocate(region.data, region.bytes, 256); }
+  owned_region(const owned_region&) = delete;
+  owned_region& operator=(const owned_region&) = delete;
+};
+
+template <class T>
+tensor_view<T, 3> dense3(std::vector<std::remove_const_t<T>>& v, std::int64_t a, std::int64_t b,
+                         std::int64_t c) {
+  REQUIRE(static_cast<std::int64_t>(v.size()) == a * b * c);
+  return tensor_view<T, 3>::contiguous(v.data(), {a, b, c});
+}
+
+struct result {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+// Forward then backward on the host backend with dense tensors; the
+// gradients start from `grad_init` (the attention accumulates).
+result run_dense(memo::host_backend& backend, const attention_shape& s, const inputs& in,
+                 float grad_init = 0.0f) {
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream("compute");
+  auto q = in.q, k = in.k, v = in.v, dout = in.dout;
+  result r{std::vector<float>(T * H * D, -7.0f), std::vector<float>(H * T, -7.0f),
+           std::vector<float>(T * H * D, grad_init), std::vector<float>(T * Hkv * D, grad_init),
+           std::vector<float>(T * Hkv * D, grad_init)};
+  attn.forward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
+               dense3<const float>(v, T, Hkv, D), dense3<float>(r.o, T, H, D),
+               view2<float>(r.lse, H, T));
+  attn.backward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
+                dense3<const float>(v, T, Hkv, D), dense3<const float>(r.o, T, H, D),
+                dense3<const float>(dout, T, H, D), cview2<float>(r.lse, H, T),
+                dense3<float>(r.dq, T, H, D), dense3<float>(r.dk, T, Hkv, D),
+                dense3<float>(r.dv, T, Hkv, D));
+  backend.synchronize(stream);
+  return r;
+}
+
+std::vector<double> plus(std::vector<double> v, double x) {
+  for (auto& e : v) e += x;
+  return v;
+}
+
+void check_against_naive(const result& got, const outputs& ref, float grad_init, double tol) {
+  MEMO_CHECK_CLOSE(got.o, ref.o, tol, 10 * tol);
+  MEMO_CHECK_CLOSE(got.lse, ref.lse, tol, 10 * tol);
+  MEMO_CHECK_CLOSE(got.dq, plus(ref.dq, grad_init), tol, 10 * tol);
+  MEMO_CHECK_CLOSE(got.dk, plus(ref.dk, grad_init), tol, 10 * tol);
+  MEMO_CHECK_CLOSE(got.dv, plus(ref.dv, grad_init), tol, 10 * tol);
+}
+
+}  // namespace
+
+TEST_CASE("chunked_causal_attention: forward and backward equal an fp64 naive attention") {
+  memo::host_backend backend;
+  struct config {
+    std::int64_t tokens, chunk, heads, kv_heads, head_dim;
+  };
+  const config configs[] = {
+      {1, 4, 2, 2, 8},     // T = 1
+      {5, 8, 2, 1, 8},     // T < c, GQA with one kv head
+      {7, 3, 4, 2, 16},    // c does not divide T, Hkv = H / 2
+      {16, 4, 4, 4, 8},    // c divides T
+      {33, 8, 4, 1, 16},   // a one-token last chunk
+      {9, 1, 1, 1, 4},     // c = 1
+      {17, 17, 3, 3, 8},   // c = T
+      {40, 16, 2, 1, 64},  // head_dim 64
+      {24, 16, 2, 2, 128}, // head_dim 128
+  };
+  for (const auto& c : configs) {
+    for (const bool offload : {false, true}) {
+      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload};
+      CAPTURE(s.tokens);
+      CAPTURE(s.chunk);
+      CAPTURE(s.heads);
+      CAPTURE(s.kv_heads);
+      CAPTURE(s.head_dim);
+      CAPTURE(offload);
+      const auto in = random_inputs(s, static_cast<unsigned>(c.tokens * 31 + c.chunk));
+      const float init = 0.25f;  // gradients accumulate onto what is there
+      check_against_naive(run_dense(backend, s, in, init), naive_attention(s, in), init, 2e-5);
+    }
+  }
+}
+
+TEST_CASE("chunked_causal_attention: strided views inside a fused [T, 3C] QKV buffer") {
+  memo::host_backend backend;
+  for (const bool offload : {false, true}) {
+    CAPTURE(offload);
+    const attention_shape s{.tokens = 19, .heads = 4, .kv_heads = 4, .head_dim = 8, .chunk = 5, .offload = offload};
+    const std::int64_t T = s.tokens, H = s.heads, D = s.head_dim, C = H * D;
+    const auto qkv = random_vector<float>(T * 3 * C, 41);
+    // The dense copies the reference reads: q | k | v columns of each row.
+    inputs in{std::vector<float>(T * C), std::vector<float>(T * C), std::vector<float>(T * C),
+              random_vector<float>(T * C, 42)};
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t x = 0; x < C; ++x) {
+        in.q[t * C + x] = qkv[t * 3 * C + x];
+        in.k[t * C + x] = qkv[t * 3 * C + C + x];
+        in.v[t * C + x] = qkv[t * 3 * C + 2 * C + x];
+      }
+    const auto ref = naive_attention(s, in);
+
+    // O lives in a padded [T, C + 3] buffer; the padding must stay untouched.
+    const std::int64_t o_ld = C + 3;
+    std::vector<float> o_buffer(T * o_ld, 99.0f), lse(H * T), dqkv(T * 3 * C, 0.0f);
+    auto fused = [&](auto* base, std::int64_t part) {
+      using T3 = std::remove_pointer_t<decltype(base)>;
+      return tensor_view<T3, 3>(base + part * C, {T, H, D}, {3 * C, D, 1});
+    };
+    const tensor_view<float, 3> o(o_buffer.data(), {T, H, D}, {o_ld, D, 1});
+    owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+    owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+    attention attn(backend, s, device.region, pinned.region);
+    auto stream = backend.make_stream();
+    attn.forward(stream, fused(qkv.data(), 0), fused(qkv.data(), 1), fused(qkv.data(), 2), o,
+                 view2<float>(lse, H, T));
+    attn.backward(stream, fused(qkv.data(), 0), fused(qkv.data(), 1), fused(qkv.data(), 2), o,
+                  dense3<const float>(in.dout, T, H, D), cview2<float>(lse, H, T),
+                  fused(dqkv.data(), 0), fused(dqkv.data(), 1), fused(dqkv.data(), 2));
+    backend.synchronize(stream);
+
+    std::vector<float> got_o(T * C), dq(T * C), dk(T * C), dv(T * C);
+    for (std::int64_t t = 0; t < T; ++t) {
+      for (std::int64_t x = 0; x < C; ++x) {
+        got_o[t * C + x] = o_buffer[t * o_ld + x];
+        dq[t * C + x] = dqkv[t * 3 * C + x];
+        dk[t * C + x] = dqkv[t * 3 * C + C + x];
+        dv[t * C + x] = dqkv[t * 3 * C + 2 * C + x];
+      }
+      for (std::int64_t x = C; x < o_ld; ++x) CHECK(o_buffer[t * o_ld + x] == 99.0f);
+    }
+    MEMO_CHECK_CLOSE(got_o, ref.o, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(lse, ref.lse, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(dq, ref.dq, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(dk, ref.dk, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(dv, ref.dv, 2e-5, 2e-4);
+  }
+}
+
+TEST_CASE("chunked_causal_attention: scores in the thousands stay finite and accurate") {
+  memo::host_backend backend;
+  // |q|, |k| up to 60 with head_dim 16: scores up to 60 * 60 * 16 / 4 = 14400,
+  // exp of which overflows fp32 and fp64 unless the maximum is shifted out.
+  const attention_shape s{.tokens = 21, .heads = 2, .kv_heads = 1, .head_dim = 16, .chunk = 6, .offload = true};
+  const auto in = random_inputs(s, 77, 60.0);
+  const auto got = run_dense(backend, s, in);
+  const auto ref = naive_attention(s, in);
+  for (const auto* v : {&got.o, &got.lse, &got.dq, &got.dk, &got.dv})
+    CHECK(std::all_of(v->begin(), v->end(), [](float x) { return std::isfinite(x); }));
+  MEMO_CHECK_CLOSE(got.o, ref.o, 1e-3, 1e-3);
+  MEMO_CHECK_CLOSE(got.lse, ref.lse, 1e-3, 1e-5);
+  MEMO_CHECK_CLOSE(got.dv, ref.dv, 1e-3, 1e-3);
+  // dS = P (dP - D) is a difference of nearly equal terms for a one-hot P;
+  // scaled by |k| ~ 60 its fp32 rounding is what remains.
+  MEMO_CHECK_CLOSE(got.dq, ref.dq, 2e-2, 1e-2);
+  MEMO_CHECK_CLOSE(got.dk, ref.dk, 2e-2, 1e-2);
+}
+
+TEST_CASE("chunked_causal_attention: backward by central finite differences of the forward") {
+  memo::host_backend backend;
+  const attention_shape s{.tokens = 5, .heads = 2, .kv_heads = 1, .head_dim = 4, .chunk = 2, .offload = true};
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  const auto in = random_inputs(s, 5);
+  // loss = sum(O * dout), so dL/dO = dout.
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream();
+  std::vector<float> o(T * H * D), lse(H * T);
+  auto loss = [&](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v) {
+    auto qc = q, kc = k, vc = v;
+    attn.forward(stream, dense3<const float>(qc, T, H, D), dense3<const float>(kc, T, Hkv, D),
+                 dense3<const float>(vc, T, Hkv, D), dense3<float>(o, T, H, D), view2<float>(lse, H, T));
+    backend.synchronize(stream);
+    double l = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) l += double(o[i]) * double(in.dout[i]);
+    return l;
+  };
+  const double h = 1e-2;  // fp32 forward: a large step keeps rounding below the truncation error
+  auto fd = [&](int which) {
+    auto x = convert<double>(which == 0 ? in.q : which == 1 ? in.k : in.v);
+    return finite_difference(
+        [&](const std::vector<double>& p) {
+          const auto pf = convert<float>(p);
+          return loss(which == 0 ? pf : in.q, which == 1 ? pf : in.k, which == 2 ? pf : in.v);
+        },
+        x, h);
+  };
+  const auto fd_q = fd(0), fd_k = fd(1), fd_v = fd(2);
+  const auto got = run_dense(backend, s, in);
+  MEMO_CHECK_CLOSE(got.dq, fd_q, 1e-3, 1e-2);
+  MEMO_CHECK_CLOSE(got.dk, fd_k, 1e-3, 1e-2);
+  MEMO_CHECK_CLOSE(got.dv, fd_v, 1e-3, 1e-2);
+}
+
+TEST_CASE("chunked_causal_attention: with offload the backward reads K/V only from the host store") {
+  memo::host_backend backend;
+  const attention_shape s{.tokens = 23, .heads = 4, .kv_heads = 2, .head_dim = 8, .chunk = 4, .offload = true};
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  const auto in = random_inputs(s, 9);
+  const auto ref = naive_attention(s, in);
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream();
+  auto q = in.q, k = in.k, v = in.v, dout = in.dout;
+  std::vector<float> o(T * H * D), lse(H * T), dq(T * H * D), dk(T * Hkv * D), dv(T * Hkv * D);
+  for (int step = 0; step < 2; ++step) {  // the object is reusable: a second step gives the same
+    CAPTURE(step);
+    k = in.k;
+    v = in.v;
+    std::fill(dq.begin(), dq.end(), 0.0f);
+    std::fill(dk.begin(), dk.end(), 0.0f);
+    std::fill(dv.begin(), dv.end(), 0.0f);
+    attn.forward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
+                 dense3<const float>(v, T, Hkv, D), dense3<float>(o, T, H, D), view2<float>(lse, H, T));
+    backend.synchronize(stream);
+    // The caller's K/V are gone: poison them and pass empty views.
+    std::fill(k.begin(), k.end(), std::numeric_limits<float>::quiet_NaN());
+    std::fill(v.begin(), v.end(), std::numeric_limits<float>::quiet_NaN());
+    attn.backward(stream, dense3<const float>(q, T, H, D), {}, {}, dense3<const float>(o, T, H, D),
+                  dense3<const float>(dout, T, H, D), cview2<float>(lse, H, T),
+                  dense3<float>(dq, T, H, D), dense3<float>(dk, T, Hkv, D), dense3<float>(dv, T, Hkv, D));
+    backend.synchronize(stream);
+    MEMO_CHECK_CLOSE(o, ref.o, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(dq, ref.dq, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(dk, ref.dk, 2e-5, 2e-4);
+    MEMO_CHECK_CLOSE(dv, ref.dv, 2e-5, 2e-4);
+  }
+}
+
+TEST_CASE("chunked_causal_attention: a throttled copy link still gives the same result") {
+  // Slow copies make the fetch of chunk j + 1 still running while chunk j
+  // computes, so a missing event shows up as a wrong result (and a race
+  // under ThreadSanitizer).
+  memo::host_backend::options options;
+  options.host_to_device_bytes_per_second = 2.0e7;
+  options.device_to_host_bytes_per_second = 2.0e7;
+  memo::host_backend backend(options);
+  const attention_shape s{.tokens = 30, .heads = 2, .kv_heads = 2, .head_dim = 16, .chunk = 4, .offload = true};
+  const auto in = random_inputs(s, 13);
+  check_against_naive(run_dense(backend, s, in), naive_attention(s, in), 0.0f, 2e-5);
+}
+
+TEST_CASE("chunked_causal_attention: sizing by counting equals what the constructor takes") {
+  memo::host_backend backend;
+  for (const bool offload : {false, true}) {
+    CAPTURE(offload);
+    const attention_shape s{.tokens = 50, .heads = 4, .kv_heads = 2, .head_dim = 8, .chunk = 16, .offload = offload};
+    const std::size_t device_bytes = attention::required_device_bytes(s);
+    const std::size_t pinned_bytes = attention::required_pinned_bytes(s);
+    CHECK(device_bytes > 0);
+    // The pinned store is K and V for every token, and nothing without offload.
+    CHECK(pinned_bytes >= (offload ? std::size_t{2 * 50 * 2 * 8 * 4} : 0));
+    if (!offload) CHECK(pinned_bytes == 0);
+    owned_region device(backend.device_memory(), device_bytes);
+    owned_region pinned(backend.pinned_memory(), std::max<std::size_t>(pinned_bytes, 1));
+    // Exactly the counted bytes are enough ...
+    CHECK_NOTHROW((void)attention(backend, s, device.region, pinned.region.subregion(0, pinned_bytes)));
+    // ... and one byte fewer is a clear error.
+    try {
+      (void)attention(backend, s, device.region.subregion(0, device_bytes - 1), pinned.region);
+      FAIL("an undersized device region was accepted");
+    } catch (const memo::error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("chunked_causal_attention device scratch") != std::string::npos);
+      CHECK(what.find(std::to_string(device_bytes - 1)) != std::string::npos);
+    }
+    if (offload) {
+      CHECK_THROWS_AS((void)attention(backend, s, device.region, pinned.region.subregion(0, pinned_bytes - 1)),
+                      memo::error);
+    }
+  }
+  // Device memory grows linearly in tokens at a fixed chunk; naive
+  // attention's scores grow quadratically.
+  auto bytes = [](std::int64_t t) {
+    return static_cast<double>(attention::required_device_bytes({t, 4, 4, 64, 256, true}));
+  };
+  const double step1 = bytes(8192) - bytes(4096), step2 = bytes(16384) - bytes(8192);
+  CHECK(step2 == doctest::Approx(2 * step1).epsilon(0.01));
+  CHECK(bytes(65536) < 0.01 * 65536.0 * 65536.0 * 4 * 4);
+}
+
+TEST_CASE("chunked_causal_attention: bad shapes and views are errors that name them") {
+  memo::host_backend backend;
+  CHECK_THROWS_WITH_AS((void)attention::required_device_bytes({10, 6, 4, 8, 4, false}),
+                       doctest::Contains("does not divide"), memo::error);
+  CHECK_THROWS_WITH_AS((void)attention::required_device_bytes({10, 4, 4, 8, 0, false}),
+                       doctest::Contains("chunk = 0"), memo::error);
+  CHECK_THROWS_WITH_AS((void)attention::required_device_bytes({-1, 4, 4, 8, 4, false}),
+                       doctest::Contains("tokens = -1"), memo::error);
+
+  const attention_shape s{.tokens = 6, .heads = 2, .kv_heads = 1, .head_dim = 4, .chunk = 4};
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  attention attn(backend, s, device.region, {});
+  auto stream = backend.make_stream();
+  std::vector<float> q(6 * 2 * 4), k(6 * 4), o(6 * 2 * 4), lse(2 * 6);
+  // k shaped as if it had two kv heads.
+  CHECK_THROWS_WITH_AS(attn.forward(stream, dense3<const float>(q, 6, 2, 4), dense3<const float>(q, 6, 2, 4),
+                                    dense3<const float>(k, 6, 1, 4), dense3<float>(o, 6, 2, 4),
+                                    view2<float>(lse, 2, 6)),
+                       doctest::Contains("forward: k has shape [6, 2, 4], expected [6, 1, 4]"), memo::error);
+  // q with a non-unit head_dim stride cannot be a GEMM operand.
+  const tensor_view<const float, 3> q_strided(q.data(), {6, 2, 2}, {8, 4, 2});
+  const attention_shape s2{.tokens = 6, .heads = 2, .kv_heads = 1, .head_dim = 2, .chunk = 4};
+  owned_region device2(backend.device_memory(), attention::required_device_bytes(s2));
+  attention attn2(backend, s2, device2.region, {});
+  const auto k2 = tensor_view<const float, 3>::contiguous(k.data(), {6, 1, 2});
+  CHECK_THROWS_WITH_AS(attn2.forward(stream, q_strided, k2, k2,
+                                     tensor_view<float, 3>(o.data(), {6, 2, 2}, {4, 2, 1}),
+                                     view2<float>(lse, 2, 6)),
+                       doctest::Contains("head_dim stride must be 1"), memo::error);
+  backend.synchronize(stream);
+}
+
+TEST_CASE("chunked_causal_attention: forward and backward allocate nothing") {
+  memo::host_backend backend;
+  const attention_shape s{.tokens = 37, .heads = 4, .kv_heads = 2, .head_dim = 16, .chunk = 8, .offload = true};
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  auto in = random_inputs(s, 3);
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream();
+  std::vector<float> o(T * H * D), lse(H * T), dq(T * H * D), dk(T * Hkv * D), dv(T * Hkv * D);
+  const auto device_allocations = backend.device_memory().allocation_count();
+  const auto pinned_allocations = backend.pinned_memory().allocation_count();
+  attn.forward(stream, dense3<const float>(in.q, T, H, D), dense3<const float>(in.k, T, Hkv, D),
+               dense3<const float>(in.v, T, Hkv, D), dense3<float>(o, T, H, D), view2<float>(lse, H, T));
+  attn.backward(stream, dense3<const float>(in.q, T, H, D), {}, {}, dense3<const float>(o, T, H, D),
+                dense3<const float>(in.dout, T, H, D), cview2<float>(lse, H, T), dense3<float>(dq, T, H, D),
+                dense3<float>(dk, T, Hkv, D), dense3<float>(dv, T, Hkv, D));
+  backend.synchronize(stream);
+  CHECK(backend.device_memory().allocation_count() == device_allocations);
+  CHECK(backend.pinned_memory().allocation_count() == pinned_allocations);
+  // And the work was real.
+  MEMO_CHECK_CLOSE(dq, naive_attention(s, in).dq, 2e-5, 2e-4);
+}
