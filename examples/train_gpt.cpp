@@ -47,7 +47,7 @@ struct usage_error : std::runtime_error {
 
 struct options {
   std::int64_t layers = 2, channels = 64, heads = 4, context = 64;
-  std::int64_t attention_chunk = 0;  // 0: the whole context
+  std::int64_t attention_chunk = 0;  // 0: the model's default
   std::int64_t steps = 150;
   std::int64_t log_every = 0;  // 0: about 25 progress lines
   double lr = 1e-3, weight_decay = 0.0;
@@ -100,7 +100,6 @@ options parse(int argc, char** argv) {
       o.context = parse_int<std::int64_t>(arg, value(), 2);
     } else if (arg == "--attention-chunk") {
       o.attention_chunk = parse_int<std::int64_t>(arg, value(), 1);
-      throw usage_error("--attention-chunk is not supported yet: attention runs over the whole context");
     } else if (arg == "--steps") {
       o.steps = parse_int<std::int64_t>(arg, value(), 1);
     } else if (arg == "--log-every") {
@@ -183,7 +182,8 @@ int run(const options& o) {
   }
 
   memo::host_backend backend;
-  memo::gpt2_model<memo::host_backend> model(backend, config, {.context = o.context});
+  memo::gpt2_model<memo::host_backend> model(
+      backend, config, {.context = o.context, .attention_chunk = o.attention_chunk});
   if (checkpoint) {
     model.set_parameters(checkpoint->parameters);
   } else {
@@ -195,9 +195,11 @@ int run(const options& o) {
     std::printf("model: L=%d C=%d NH=%d V=%d (padded %d), %llu parameters\n", config.num_layers,
                 config.channels, config.num_heads, config.vocab_size, config.padded_vocab_size,
                 static_cast<unsigned long long>(model.parameter_count()));
-    std::printf("data: %s, context %lld, loss chunk %lld tokens, attention over the whole context\n",
+    std::printf("data: %s, context %lld\n",
                 builtin ? ("built-in copy task, vocab " + std::to_string(copy_vocab)).c_str() : o.data.c_str(),
-                static_cast<long long>(o.context), static_cast<long long>(model.loss_chunk()));
+                static_cast<long long>(o.context));
+    std::printf("chunks: attention %lld tokens, loss %lld tokens\n",
+                static_cast<long long>(model.attention_chunk()), static_cast<long long>(model.loss_chunk()));
     std::printf("device memory: parameters+gradients+AdamW %s, activations %s\n",
                 memo::format_bytes(model.parameter_state_bytes()).c_str(),
                 memo::format_bytes(model.activation_bytes()).c_str());
@@ -254,6 +256,7 @@ int run(const options& o) {
     j.field("parameters", model.parameter_count()).end_object();
     j.field("data", builtin ? std::string("copy_task") : o.data);
     j.field("context", o.context).field("loss_chunk", model.loss_chunk());
+    j.field("attention_chunk", model.attention_chunk());
     j.field("steps", o.steps).field("lr", o.lr).field("weight_decay", o.weight_decay);
     j.field("seed", o.seed);
     j.field("parameter_state_bytes", model.parameter_state_bytes());

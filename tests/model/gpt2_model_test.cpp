@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "io_test_support.hpp"
@@ -164,7 +165,7 @@ struct fixture {
 
 TEST_CASE("gpt2_model: loss and every gradient match an fp64 GPT-2 and its finite differences") {
   fixture f;
-  model m(f.backend, f.config, {.context = context, .loss_chunk = 3});
+  model m(f.backend, f.config, {.context = context, .loss_chunk = 3, .attention_chunk = 3});
   m.set_parameters(f.params);
   const float loss = m.forward_backward(f.inputs, f.targets);
   std::vector<float> grads(m.parameter_count());
@@ -228,12 +229,16 @@ TEST_CASE("gpt2_model: fp32 central differences agree with the gradients") {
   }
 }
 
-TEST_CASE("gpt2_model: the loss chunk size changes neither the loss nor the gradients") {
+TEST_CASE("gpt2_model: the loss and attention chunk sizes change neither the loss nor the gradients") {
   fixture f;
   std::vector<float> first_grads;
   float first_loss = 0;
-  for (std::int64_t chunk : {7, 1, 3, 4}) {  // 3 and 4 do not divide T = 7
-    model m(f.backend, f.config, {.context = context, .loss_chunk = chunk});
+  // {loss chunk, attention chunk}; 3, 4 and 5 do not divide T = 7.
+  const std::pair<std::int64_t, std::int64_t> chunks[] = {{7, 7}, {1, 7}, {3, 7}, {4, 7},
+                                                          {7, 1}, {7, 3}, {7, 5}, {2, 4}};
+  for (auto [chunk, attention_chunk] : chunks) {
+    model m(f.backend, f.config,
+            {.context = context, .loss_chunk = chunk, .attention_chunk = attention_chunk});
     m.set_parameters(f.params);
     const float loss = m.forward_backward(f.inputs, f.targets);
     std::vector<float> grads(m.parameter_count());
@@ -243,13 +248,13 @@ TEST_CASE("gpt2_model: the loss chunk size changes neither the loss nor the grad
       first_loss = loss;
       continue;
     }
-    INFO("chunk " << chunk);
+    INFO("loss chunk " << chunk << ", attention chunk " << attention_chunk);
     CHECK(loss == doctest::Approx(first_loss).epsilon(1e-6));
     double worst = 0;
     for (std::size_t i = 0; i < grads.size(); ++i) {
       worst = std::max(worst, static_cast<double>(std::abs(grads[i] - first_grads[i])));
     }
-    CHECK(worst < 1e-6);
+    CHECK(worst < 2e-6);
   }
 }
 
@@ -311,6 +316,8 @@ TEST_CASE("gpt2_model: bad shapes and token ids are errors naming the value") {
                     doctest::Contains("context 9 must lie in [1, maxT 8]"));
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .loss_chunk = 5}),
                     doctest::Contains("loss_chunk 5"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .attention_chunk = 6}),
+                    doctest::Contains("attention_chunk 6"));
   model m(f.backend, f.config, {.context = context});
   auto bad = f.targets;
   bad[3] = 11;

@@ -16,11 +16,9 @@
 // half's layernorm backward adds into it again (giving dx). Parameter
 // gradients accumulate (+=); the model zeroes them once per step.
 //
-// Attention is called through `detail::gpt2_attention_forward/backward`
-// only. They run each head over the whole sequence as a single
-// query-by-key tile of the online-softmax pieces (ops/online_softmax.hpp),
-// which needs a [T, T] score buffer: the chunked causal attention (FPDT
-// section 4) replaces exactly these two functions.
+// Attention is `chunked_causal_attention` (attention.hpp, FPDT section 4),
+// called through `detail::gpt2_attention_forward/backward` over strided
+// [T, NH, hs] views of the fused QKV buffer: no [T, T] score matrix exists.
 //
 // Every buffer is a view into memory the caller owns (the model carves it
 // from one device allocation); nothing here allocates.
@@ -32,10 +30,10 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/core/tensor_view.hpp"
+#include "memo/model/attention.hpp"
 #include "memo/model/gpt2_config.hpp"
 #include "memo/model/ops/elementwise.hpp"
 #include "memo/model/ops/layernorm.hpp"
-#include "memo/model/ops/online_softmax.hpp"
 
 namespace memo {
 
@@ -129,95 +127,53 @@ struct gpt2_layer_activations {
   }
 };
 
-/// Buffers every block's backward (and the attention) reuses, one set per model.
+/// Buffers every block's backward reuses, one set per model.
 struct gpt2_layer_scratch {
   gpt2_matrix dln;        // [T, C]: gradient at a layernorm's output
   gpt2_matrix datty;      // [T, C]
   gpt2_matrix dqkv;       // [T, 3C]
   gpt2_matrix dfch_gelu;  // [T, 4C]
   gpt2_matrix dfch;       // [T, 4C]
-  gpt2_matrix scores;     // [T, T]: one head's scores / probabilities
-  gpt2_matrix dscores;    // [T, T]: their gradient
-  gpt2_vector row_max;    // [T]
-  gpt2_vector row_sum;    // [T]
-  gpt2_vector delta;      // [T]
 
   static gpt2_layer_scratch carve(region_carver& carver, std::int64_t T, std::int64_t C) {
     using detail::carve_matrix, detail::carve_vector;
     return {carve_matrix(carver, T, C, "dln"),          carve_matrix(carver, T, C, "datty"),
             carve_matrix(carver, T, 3 * C, "dqkv"),     carve_matrix(carver, T, 4 * C, "dfch_gelu"),
-            carve_matrix(carver, T, 4 * C, "dfch"),     carve_matrix(carver, T, T, "scores"),
-            carve_matrix(carver, T, T, "dscores"),      carve_vector(carver, T, "row_max"),
-            carve_vector(carver, T, "row_sum"),         carve_vector(carver, T, "delta")};
+            carve_matrix(carver, T, 4 * C, "dfch")};
   }
 };
 
 namespace detail {
 
-/// Columns [first, first + count) of a [T, width] view.
-inline gpt2_matrix columns(gpt2_matrix m, std::int64_t first, std::int64_t count) {
-  return gpt2_matrix(m.data() + first * m.stride(1), {m.extent(0), count}, m.strides());
+/// [T, heads, C / heads] view of the C columns starting at `first` of a
+/// row-major [T, width] buffer: q, k, v of the fused [T, 3C] QKV buffer
+/// (first = 0, C, 2C) or a whole [T, C] buffer (first = 0).
+inline tensor_view<float, 3> split_heads(gpt2_matrix m, std::int64_t first, std::int64_t C,
+                                         std::int64_t heads) {
+  const std::int64_t hs = C / heads;
+  return tensor_view<float, 3>(m.data() + first, {m.extent(0), heads, hs}, {m.stride(0), hs, 1});
 }
 
-/// atty = softmax(causal(q k^T / sqrt(hs))) v per head; lse saved per head.
+/// atty = causal softmax(q k^T / sqrt(hs)) v per head; lse [NH, T] saved.
 template <Backend B>
-void gpt2_attention_forward(B& backend, typename B::stream& on, gpt2_matrix atty,
-                            gpt2_matrix lse, gpt2_matrix qkv, std::int64_t heads,
-                            gpt2_layer_scratch& s) {
-  const std::int64_t T = qkv.extent(0), C = atty.extent(1), hs = C / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const ops::tile_position whole{0, 0, true};
-  for (std::int64_t h = 0; h < heads; ++h) {
-    const gpt2_matrix q = columns(qkv, h * hs, hs), k = columns(qkv, C + h * hs, hs),
-                      v = columns(qkv, 2 * C + h * hs, hs), out = columns(atty, h * hs, hs);
-    backend.gemm(on, gemm_shape{.m = T, .n = T, .k = hs, .op_b = matrix_op::transpose,
-                                .lda = q.stride(0), .ldb = k.stride(0), .ldc = T},
-                 scale, q.data(), k.data(), 0.0f, s.scores.data());
-    launch(backend, on, ops::attention_tile_start<float>{s.row_max, s.row_sum, out});
-    launch(backend, on,
-           ops::attention_tile_softmax<float>{s.scores, s.row_max, s.row_sum, out, whole});
-    backend.gemm(on, gemm_shape{.m = T, .n = hs, .k = T, .lda = T, .ldb = v.stride(0),
-                                .ldc = out.stride(0)},
-                 1.0f, s.scores.data(), v.data(), 1.0f, out.data());
-    const gpt2_vector lse_h = gpt2_vector::contiguous(lse.data() + h * lse.stride(0), {T});
-    launch(backend, on, ops::attention_tile_finish<float>{out, lse_h, s.row_max, s.row_sum});
-  }
+void gpt2_attention_forward(chunked_causal_attention<B>& attention, typename B::stream& on,
+                            gpt2_matrix atty, gpt2_matrix lse, gpt2_matrix qkv,
+                            std::int64_t heads) {
+  const std::int64_t C = atty.extent(1);
+  attention.forward(on, split_heads(qkv, 0, C, heads), split_heads(qkv, C, C, heads),
+                    split_heads(qkv, 2 * C, C, heads), split_heads(atty, 0, C, heads), lse);
 }
 
 /// dqkv += the gradient of the attention above, from datty.
 template <Backend B>
-void gpt2_attention_backward(B& backend, typename B::stream& on, gpt2_matrix dqkv,
-                             gpt2_matrix datty, gpt2_matrix atty, gpt2_matrix lse,
-                             gpt2_matrix qkv, std::int64_t heads, gpt2_layer_scratch& s) {
-  const std::int64_t T = qkv.extent(0), C = atty.extent(1), hs = C / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const ops::tile_position whole{0, 0, true};
-  for (std::int64_t h = 0; h < heads; ++h) {
-    const gpt2_matrix q = columns(qkv, h * hs, hs), k = columns(qkv, C + h * hs, hs),
-                      v = columns(qkv, 2 * C + h * hs, hs), out = columns(atty, h * hs, hs),
-                      dout = columns(datty, h * hs, hs), dq = columns(dqkv, h * hs, hs),
-                      dk = columns(dqkv, C + h * hs, hs), dv = columns(dqkv, 2 * C + h * hs, hs);
-    const gpt2_vector lse_h = gpt2_vector::contiguous(lse.data() + h * lse.stride(0), {T});
-    launch(backend, on, ops::attention_backward_delta<float>{s.delta, dout, out});
-    backend.gemm(on, gemm_shape{.m = T, .n = T, .k = hs, .op_b = matrix_op::transpose,
-                                .lda = q.stride(0), .ldb = k.stride(0), .ldc = T},
-                 scale, q.data(), k.data(), 0.0f, s.scores.data());
-    backend.gemm(on, gemm_shape{.m = T, .n = T, .k = hs, .op_b = matrix_op::transpose,
-                                .lda = dout.stride(0), .ldb = v.stride(0), .ldc = T},
-                 1.0f, dout.data(), v.data(), 0.0f, s.dscores.data());
-    launch(backend, on,
-           ops::attention_tile_backward<float>{s.scores, s.dscores, lse_h, s.delta, whole});
-    // dv += P^T dO, dq += dS k / sqrt(hs), dk += dS^T q / sqrt(hs)
-    backend.gemm(on, gemm_shape{.m = T, .n = hs, .k = T, .op_a = matrix_op::transpose, .lda = T,
-                                .ldb = dout.stride(0), .ldc = dv.stride(0)},
-                 1.0f, s.scores.data(), dout.data(), 1.0f, dv.data());
-    backend.gemm(on, gemm_shape{.m = T, .n = hs, .k = T, .lda = T, .ldb = k.stride(0),
-                                .ldc = dq.stride(0)},
-                 scale, s.dscores.data(), k.data(), 1.0f, dq.data());
-    backend.gemm(on, gemm_shape{.m = T, .n = hs, .k = T, .op_a = matrix_op::transpose, .lda = T,
-                                .ldb = q.stride(0), .ldc = dk.stride(0)},
-                 scale, s.dscores.data(), q.data(), 1.0f, dk.data());
-  }
+void gpt2_attention_backward(chunked_causal_attention<B>& attention, typename B::stream& on,
+                             gpt2_matrix dqkv, gpt2_matrix datty, gpt2_matrix atty,
+                             gpt2_matrix lse, gpt2_matrix qkv, std::int64_t heads) {
+  const std::int64_t C = atty.extent(1);
+  attention.backward(on, split_heads(qkv, 0, C, heads), split_heads(qkv, C, C, heads),
+                     split_heads(qkv, 2 * C, C, heads), split_heads(atty, 0, C, heads),
+                     split_heads(datty, 0, C, heads), lse, split_heads(dqkv, 0, C, heads),
+                     split_heads(dqkv, C, C, heads), split_heads(dqkv, 2 * C, C, heads));
 }
 
 }  // namespace detail
@@ -226,11 +182,11 @@ void gpt2_attention_backward(B& backend, typename B::stream& on, gpt2_matrix dqk
 template <Backend B>
 void gpt2_layer_forward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
                         std::int64_t heads, tensor_view<const float, 2> x,
-                        gpt2_layer_activations& a, gpt2_layer_scratch& s) {
+                        gpt2_layer_activations& a, chunked_causal_attention<B>& attention) {
   using detail::launch, detail::linear_forward;
   launch(backend, on, ops::layernorm_forward<float>{a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b});
   linear_forward(backend, on, a.qkv, a.ln1, p.qkvw, p.qkvb);
-  detail::gpt2_attention_forward(backend, on, a.atty, a.att_lse, a.qkv, heads, s);
+  detail::gpt2_attention_forward(attention, on, a.atty, a.att_lse, a.qkv, heads);
   linear_forward(backend, on, a.res2, a.atty, p.attprojw, p.attprojb);  // res2 = attproj for now
   launch(backend, on, ops::residual_forward<float>{a.res2, a.res2, x});
   launch(backend, on, ops::layernorm_forward<float>{a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b});
@@ -246,7 +202,8 @@ template <Backend B>
 void gpt2_layer_backward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
                          const gpt2_layer_views<float>& g, std::int64_t heads,
                          tensor_view<const float, 2> x, const gpt2_layer_activations& a,
-                         gpt2_matrix dresidual, gpt2_layer_scratch& s) {
+                         gpt2_matrix dresidual, gpt2_layer_scratch& s,
+                         chunked_causal_attention<B>& attention) {
   using detail::launch, detail::linear_backward;
   // MLP half: the projection's output gradient is d(res3) itself.
   linear_backward(backend, on, s.dfch_gelu, g.fcprojw, g.fcprojb, dresidual, a.fch_gelu, p.fcprojw);
@@ -258,7 +215,7 @@ void gpt2_layer_backward(B& backend, typename B::stream& on, const gpt2_layer_vi
   // Attention half: dresidual now holds d(res2).
   linear_backward(backend, on, s.datty, g.attprojw, g.attprojb, dresidual, a.atty, p.attprojw);
   backend.memset_async(s.dqkv.data(), 0, s.dqkv.size_bytes(), on);
-  detail::gpt2_attention_backward(backend, on, s.dqkv, s.datty, a.atty, a.att_lse, a.qkv, heads, s);
+  detail::gpt2_attention_backward(attention, on, s.dqkv, s.datty, a.atty, a.att_lse, a.qkv, heads);
   linear_backward(backend, on, s.dln, g.qkvw, g.qkvb, s.dqkv, a.ln1, p.qkvw);
   launch(backend, on, ops::layernorm_backward_input<float>{dresidual, s.dln, x, p.ln1w, a.ln1_mean, a.ln1_rstd});
   launch(backend, on, ops::layernorm_backward_params<float>{g.ln1w, g.ln1b, s.dln, x, a.ln1_mean, a.ln1_rstd});

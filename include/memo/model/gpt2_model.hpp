@@ -1,15 +1,15 @@
 // memo/model/gpt2_model.hpp
 //
 // The reference GPT-2 (llm.c's model, fp32) on any `Backend`: embedding,
-// L pre-LN blocks (gpt2_layer.hpp), a final layernorm, the language-model
+// L pre-LN blocks (gpt2_layer.hpp, with chunked causal attention), a final layernorm, the language-model
 // head tied to the token embedding over the padded vocabulary, and softmax
 // cross-entropy; its backward; and AdamW.
 //
 // Memory. Parameters, gradients and the two AdamW moments are one device
 // allocation each, laid out by `gpt2_parameter_layout` (llm.c's order, so
 // a checkpoint is one copy). Everything a step needs besides them (every
-// block's activations, the backward scratch, the logits chunk, the token
-// ids) is one further device allocation, carved by a `region_carver` sized
+// block's activations, the backward scratch, the attention's chunk tiles,
+// the logits chunk, the token ids) is one further device allocation, carved by a `region_carver` sized
 // in counting mode first. All of it is allocated in the constructor; a
 // training step allocates nothing through the backend's resources. The
 // model trains one sequence of `context` tokens per step (batch 1).
@@ -51,6 +51,7 @@ namespace memo {
 struct gpt2_model_options {
   std::int64_t context = 0;     // T: tokens per step, 1 <= T <= maxT
   std::int64_t loss_chunk = 0;  // rows of the logits buffer; 0 = min(T, 64)
+  std::int64_t attention_chunk = 0;  // tokens per attention chunk; 0 = min(T, 64)
 };
 
 template <Backend B>
@@ -64,7 +65,15 @@ class gpt2_model {
         config_(checked_config(config, options)),
         T_(options.context),
         chunk_(options.loss_chunk == 0 ? std::min<std::int64_t>(T_, 64) : options.loss_chunk),
+        attention_shape_{.tokens = T_, .heads = config_.num_heads, .kv_heads = config_.num_heads,
+                         .head_dim = config_.head_size(),
+                         .chunk = options.attention_chunk == 0 ? std::min<std::int64_t>(T_, 64)
+                                                               : options.attention_chunk},
         table_(gpt2_parameter_layout(config_)) {
+    expects(attention_shape_.chunk >= 1 && attention_shape_.chunk <= T_, [&] {
+      return "gpt2_model: attention_chunk " + std::to_string(options.attention_chunk) +
+             " must lie in [1, context " + std::to_string(T_) + "] (0 picks one)";
+    });
     expects(chunk_ >= 1 && chunk_ <= T_, [&] {
       return "gpt2_model: loss_chunk " + std::to_string(options.loss_chunk) +
              " must lie in [1, context " + std::to_string(T_) + "] (0 picks one)";
@@ -88,6 +97,7 @@ class gpt2_model {
     host_starts_ = pinned_longs(backend.pinned_memory(), T + 1);
     host_ids_ = pinned_ints(backend.pinned_memory(), T);
     stream_.emplace(backend.make_stream("gpt2_model", workspace_));
+    attention_.emplace(backend, attention_shape_, attention_region_, memory_region{});
     p_ = view_gpt2_parameters(config_, params_.span());
     g_ = view_gpt2_parameters(config_, grads_.span());
     for (auto* b : {&adam_m_, &adam_v_, &grads_}) {
@@ -107,6 +117,7 @@ class gpt2_model {
   [[nodiscard]] const gpt2_config& config() const noexcept { return config_; }
   [[nodiscard]] std::int64_t context() const noexcept { return T_; }
   [[nodiscard]] std::int64_t loss_chunk() const noexcept { return chunk_; }
+  [[nodiscard]] std::int64_t attention_chunk() const noexcept { return attention_shape_.chunk; }
   [[nodiscard]] std::uint64_t parameter_count() const noexcept { return table_.total; }
   /// Device bytes of the parameters, gradients and moments (4 x 4 bytes each).
   [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return 4 * params_.size_bytes(); }
@@ -166,7 +177,7 @@ class gpt2_model {
     detail::launch(b, s, ops::encoder_forward<float>{encoded_, tokens_, p_.wte, p_.wpe,
                                                      config_.vocab_size, T_, 0});
     for (std::int64_t l = 0; l < L; ++l) {
-      gpt2_layer_forward(b, s, p_.layer(l), NH, layer_input(l), layers_[l], scratch_);
+      gpt2_layer_forward(b, s, p_.layer(l), NH, layer_input(l), layers_[l], *attention_);
     }
     const gpt2_matrix last = layers_[L - 1].res3;
     detail::launch(b, s, ops::layernorm_forward<float>{lnf_, lnf_mean_, lnf_rstd_, last, p_.lnfw, p_.lnfb});
@@ -194,7 +205,7 @@ class gpt2_model {
     detail::launch(b, s, ops::layernorm_backward_params<float>{g_.lnfw, g_.lnfb, scratch_.dln, last, lnf_mean_, lnf_rstd_});
     for (std::int64_t l = L - 1; l >= 0; --l) {
       gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, layer_input(l), layers_[l],
-                          dresidual_, scratch_);
+                          dresidual_, scratch_, *attention_);
     }
     detail::launch(b, s, ops::encoder_backward_positions<float>{g_.wpe, dresidual_, T_, 0});
     detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
@@ -289,6 +300,8 @@ class gpt2_model {
     starts_ = longs(n + 1, "bucket starts");
     ids_ = ints(n, "bucket ids");
     workspace_ = c.take(backend_->stream_workspace_bytes(), "stream workspace");
+    attention_region_ = c.take(chunked_causal_attention<B>::required_device_bytes(attention_shape_),
+                               "attention scratch");
   }
 
   tensor_view<const float, 2> layer_input(std::int64_t l) const {
@@ -346,6 +359,7 @@ class gpt2_model {
   gpt2_config config_;
   std::int64_t T_;
   std::int64_t chunk_;
+  attention_shape attention_shape_;
   gpt2_parameter_table table_;
   std::int64_t step_ = 0;
   device_floats params_, grads_, adam_m_, adam_v_;  // [P] each
@@ -364,8 +378,9 @@ class gpt2_model {
   std::int64_t* starts_ = nullptr;  // [T + 1]
   std::int32_t* ids_ = nullptr;     // [T]
   ops::token_buckets buckets_{};
-  memory_region workspace_{};
-  std::optional<typename B::stream> stream_;  // last: destroyed first
+  memory_region workspace_{}, attention_region_{};
+  std::optional<typename B::stream> stream_;
+  std::optional<chunked_causal_attention<B>> attention_;  // last: destroyed first
 };
 
 }  // namespace memo
