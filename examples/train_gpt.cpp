@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -46,9 +47,9 @@ struct usage_error : std::runtime_error {
 };
 
 struct options {
-  std::int64_t layers = 2, channels = 64, heads = 4, context = 64;
+  std::int64_t layers = 1, channels = 32, heads = 2, context = 128;
   std::int64_t attention_chunk = 0;  // 0: the model's default
-  std::int64_t steps = 150;
+  std::int64_t steps = 20000;
   std::int64_t log_every = 0;  // 0: about 25 progress lines
   double lr = 1e-3, weight_decay = 0.0;
   std::uint64_t seed = 1;
@@ -57,13 +58,16 @@ struct options {
   bool json = false, shape_given = false, copy_vocab_given = false;
 };
 
+/// An integer in [low, high]; shapes are bounded by the int32 fields of
+/// llm.c's checkpoint header.
 template <class Int>
-Int parse_int(std::string_view option, std::string_view text, Int low) {
+Int parse_int(std::string_view option, std::string_view text, Int low,
+              Int high = std::numeric_limits<std::int32_t>::max()) {
   Int value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < low) {
-    throw usage_error(std::string(option) + " '" + std::string(text) + "' is not an integer >= " +
-                      std::to_string(low));
+  if (ec != std::errc{} || end != text.data() + text.size() || value < low || value > high) {
+    throw usage_error(std::string(option) + " '" + std::string(text) + "' is not an integer in [" +
+                      std::to_string(low) + ", " + std::to_string(high) + "]");
   }
   return value;
 }
@@ -109,11 +113,10 @@ options parse(int argc, char** argv) {
     } else if (arg == "--weight-decay") {
       o.weight_decay = parse_number(arg, value());
     } else if (arg == "--seed") {
-      o.seed = parse_int<std::uint64_t>(arg, value(), 0);
+      o.seed = parse_int<std::uint64_t>(arg, value(), 0, std::numeric_limits<std::uint64_t>::max());
     } else if (arg == "--copy-vocab") {
-      o.copy_vocab = parse_int<std::int64_t>(arg, value(), 2);
+      o.copy_vocab = parse_int<std::int64_t>(arg, value(), 2, 65536);
       o.copy_vocab_given = true;
-      if (o.copy_vocab > 65536) throw usage_error("--copy-vocab " + std::to_string(o.copy_vocab) + " exceeds 65536");
     } else if (arg == "--data") {
       o.data = value();
     } else if (arg == "--checkpoint-in") {
