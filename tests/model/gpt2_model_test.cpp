@@ -328,3 +328,46 @@ TEST_CASE("gpt2_model: bad shapes and token ids are errors naming the value") {
   CHECK_THROWS_WITH(m.set_parameters(short_params), doctest::Contains("10 values given"));
   CHECK_THROWS_WITH(static_cast<void>(m.mean_loss({5, 5})), doctest::Contains("[5, 5)"));
 }
+
+TEST_CASE("gpt2_model: a step's gradients do not depend on the step before it") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context, .loss_chunk = 3, .attention_chunk = 2});
+  m.set_parameters(f.params);
+  std::vector<float> first(m.parameter_count()), again(m.parameter_count());
+  m.forward_backward(f.inputs, f.targets);
+  m.get_gradients(first);
+  // Another sequence in between leaves its values in every scratch buffer.
+  m.forward_backward(random_tokens(context, 11, 7), random_tokens(context, 11, 8));
+  m.forward_backward(f.inputs, f.targets);
+  m.get_gradients(again);
+  CHECK(first == again);
+}
+
+TEST_CASE("gpt2_model: update is AdamW with the model's step count, against fp64") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context});
+  m.set_parameters(f.params);
+  const memo::ops::adamw_config adamw{.learning_rate = 1e-2, .weight_decay = 0.1};
+  const std::size_t P = m.parameter_count();
+  std::vector<double> p(f.params.begin(), f.params.end()), mom(P, 0.0), vel(P, 0.0);
+  std::vector<float> grads(P), got(P);
+  for (int step = 1; step <= 2; ++step) {
+    m.forward_backward(f.inputs, f.targets);
+    m.get_gradients(grads);
+    m.update(adamw);
+    for (std::size_t i = 0; i < P; ++i) {
+      const double g = grads[i];
+      mom[i] = 0.9 * mom[i] + 0.1 * g;
+      vel[i] = 0.999 * vel[i] + 0.001 * g * g;
+      const double mhat = mom[i] / (1 - std::pow(0.9, step));
+      const double vhat = vel[i] / (1 - std::pow(0.999, step));
+      p[i] -= 1e-2 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.1 * p[i]);
+    }
+    m.get_parameters(got);
+    double worst = 0;
+    for (std::size_t i = 0; i < P; ++i) worst = std::max(worst, std::abs(got[i] - p[i]));
+    INFO("step " << step);
+    CHECK(m.steps() == step);
+    CHECK(worst < 1e-5);
+  }
+}
