@@ -74,6 +74,8 @@
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/checkpoint.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_layer.hpp"
+#include "memo/model/gpt2_model.hpp"
 #include "memo/model/token_data.hpp"
 
 // model/: the reference GPT-2's operators (row and element math, host and device)

@@ -1,0 +1,308 @@
+// train_gpt: trains the reference GPT-2 (llm.c's model, fp32) with memo.
+//
+// By default it trains a small model on the built-in copy task (every
+// sequence's second half repeats its first half), so the loss on the
+// predictable half falls while the loss on the random half stays near
+// log(vocab): the model learns to look back half a context. With --data it
+// trains on an llm.c token file (GPT-2's vocabulary), and it reads and
+// writes llm.c checkpoints.
+//
+// One sequence of --context tokens per step (batch 1), AdamW, on the host
+// backend (all cores).
+//
+// smoke-args: --steps 3 --context 32
+#include <memo/backend/host_backend.hpp>
+#include <memo/core/bytes.hpp>
+#include <memo/core/json.hpp>
+#include <memo/model/builtin_data.hpp>
+#include <memo/model/checkpoint.hpp>
+#include <memo/model/gpt2_model.hpp>
+#include <memo/model/token_data.hpp>
+
+#include <chrono>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr const char* usage =
+    "usage: train_gpt [--layers N] [--channels C] [--heads H] [--context T]\n"
+    "                 [--attention-chunk N] [--steps N] [--lr X] [--weight-decay X]\n"
+    "                 [--seed N] [--copy-vocab N | --data FILE] [--checkpoint-in FILE]\n"
+    "                 [--checkpoint-out FILE] [--log-every N] [--json] [--help]\n"
+    "Trains GPT-2 (fp32, batch 1) on the built-in copy task, or on an llm.c token\n"
+    "file with --data. --checkpoint-in takes the model's shape from the checkpoint\n"
+    "(do not combine it with --layers/--channels/--heads).\n";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct options {
+  std::int64_t layers = 1, channels = 32, heads = 2, context = 128;
+  std::int64_t attention_chunk = 0;  // 0: the model's default
+  std::int64_t steps = 20000;
+  std::int64_t log_every = 0;  // 0: about 25 progress lines
+  double lr = 1e-3, weight_decay = 0.0;
+  std::uint64_t seed = 1;
+  std::string data, checkpoint_in, checkpoint_out;
+  std::int64_t copy_vocab = 16;  // built-in data: token ids in [0, copy_vocab)
+  bool json = false, shape_given = false, copy_vocab_given = false;
+};
+
+/// An integer in [low, high]; shapes are bounded by the int32 fields of
+/// llm.c's checkpoint header.
+template <class Int>
+Int parse_int(std::string_view option, std::string_view text, Int low,
+              Int high = std::numeric_limits<std::int32_t>::max()) {
+  Int value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < low || value > high) {
+    throw usage_error(std::string(option) + " '" + std::string(text) + "' is not an integer in [" +
+                      std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return value;
+}
+
+double parse_number(std::string_view option, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0.0) {
+    throw usage_error(std::string(option) + " '" + text + "' is not a non-negative number");
+  }
+  return v;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw usage_error(std::string(arg) + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    } else if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--layers") {
+      o.layers = parse_int<std::int64_t>(arg, value(), 1), o.shape_given = true;
+    } else if (arg == "--channels") {
+      o.channels = parse_int<std::int64_t>(arg, value(), 1), o.shape_given = true;
+    } else if (arg == "--heads") {
+      o.heads = parse_int<std::int64_t>(arg, value(), 1), o.shape_given = true;
+    } else if (arg == "--context") {
+      o.context = parse_int<std::int64_t>(arg, value(), 2);
+    } else if (arg == "--attention-chunk") {
+      o.attention_chunk = parse_int<std::int64_t>(arg, value(), 1);
+    } else if (arg == "--steps") {
+      o.steps = parse_int<std::int64_t>(arg, value(), 1);
+    } else if (arg == "--log-every") {
+      o.log_every = parse_int<std::int64_t>(arg, value(), 1);
+    } else if (arg == "--lr") {
+      o.lr = parse_number(arg, value());
+    } else if (arg == "--weight-decay") {
+      o.weight_decay = parse_number(arg, value());
+    } else if (arg == "--seed") {
+      o.seed = parse_int<std::uint64_t>(arg, value(), 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (arg == "--copy-vocab") {
+      o.copy_vocab = parse_int<std::int64_t>(arg, value(), 2, 65536);
+      o.copy_vocab_given = true;
+    } else if (arg == "--data") {
+      o.data = value();
+    } else if (arg == "--checkpoint-in") {
+      o.checkpoint_in = value();
+    } else if (arg == "--checkpoint-out") {
+      o.checkpoint_out = value();
+    } else if (arg == "--alpha" || arg == "--offload-kv" || arg == "--kv-offload" ||
+               arg == "--device-memory" || arg == "--memory-budget" || arg == "--timeline") {
+      throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
+    } else {
+      throw usage_error("unknown option '" + std::string(arg) + "'");
+    }
+  }
+  if (o.shape_given && !o.checkpoint_in.empty()) {
+    throw usage_error("--checkpoint-in fixes the model's shape: drop --layers/--channels/--heads");
+  }
+  if (o.copy_vocab_given && !o.data.empty()) {
+    throw usage_error("--copy-vocab sizes the built-in data: it does not apply with --data");
+  }
+  if (o.channels % o.heads != 0) {
+    throw usage_error("--channels " + std::to_string(o.channels) + " is not a multiple of --heads " +
+                      std::to_string(o.heads));
+  }
+  if (o.attention_chunk > o.context) {
+    throw usage_error("--attention-chunk " + std::to_string(o.attention_chunk) +
+                      " is longer than --context " + std::to_string(o.context));
+  }
+  return o;
+}
+
+/// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
+std::int32_t padded(std::int64_t vocab) { return static_cast<std::int32_t>((vocab + 63) / 64 * 64); }
+
+int run(const options& o) {
+  using clock = std::chrono::steady_clock;
+  const auto copy_vocab = static_cast<std::int32_t>(o.copy_vocab);
+  constexpr std::int32_t gpt2_vocab = 50257;  // llm.c token files
+  const bool builtin = o.data.empty();
+
+  // The model's shape and first parameters.
+  std::optional<memo::gpt2_checkpoint> checkpoint;
+  memo::gpt2_config config;
+  if (!o.checkpoint_in.empty()) {
+    checkpoint = memo::read_gpt2_checkpoint(o.checkpoint_in, o.context);
+    config = checkpoint->config;
+  } else {
+    const std::int64_t vocab = builtin ? copy_vocab : gpt2_vocab;
+    config = {static_cast<std::int32_t>(o.context), static_cast<std::int32_t>(vocab), padded(vocab),
+              static_cast<std::int32_t>(o.layers), static_cast<std::int32_t>(o.heads),
+              static_cast<std::int32_t>(o.channels)};
+  }
+  config.validate("train_gpt");
+
+  // The data: windows of `context` tokens in order (built-in) or shuffled (a file).
+  const memo::copy_task task{o.context, std::min(copy_vocab, config.vocab_size), o.seed};
+  std::optional<memo::position_range> predictable;
+  std::optional<memo::token_window_loader> loader;
+  if (builtin) {
+    predictable = memo::copy_task_predictable_targets(task);
+    loader.emplace(memo::copy_task_tokens(task, o.steps), o.context, memo::window_order::sequential,
+                   o.seed, "built-in copy task");
+  } else {
+    loader.emplace(memo::token_window_loader::from_file(o.data, o.context,
+                                                        memo::window_order::shuffled, o.seed,
+                                                        config.vocab_size));
+  }
+
+  memo::host_backend backend;
+  memo::gpt2_model<memo::host_backend> model(
+      backend, config, {.context = o.context, .attention_chunk = o.attention_chunk});
+  if (checkpoint) {
+    model.set_parameters(checkpoint->parameters);
+  } else {
+    model.initialize(o.seed);
+  }
+  const memo::ops::adamw_config adamw{.learning_rate = o.lr, .weight_decay = o.weight_decay};
+
+  if (!o.json) {
+    std::printf("model: L=%d C=%d NH=%d V=%d (padded %d), %llu parameters\n", config.num_layers,
+                config.channels, config.num_heads, config.vocab_size, config.padded_vocab_size,
+                static_cast<unsigned long long>(model.parameter_count()));
+    std::printf("data: %s, context %lld\n",
+                builtin ? ("built-in copy task, vocab " + std::to_string(copy_vocab)).c_str() : o.data.c_str(),
+                static_cast<long long>(o.context));
+    std::printf("chunks: attention %lld tokens, loss %lld tokens\n",
+                static_cast<long long>(model.attention_chunk()), static_cast<long long>(model.loss_chunk()));
+    std::printf("device memory: parameters+gradients+AdamW %s, activations %s\n",
+                memo::format_bytes(model.parameter_state_bytes()).c_str(),
+                memo::format_bytes(model.activation_bytes()).c_str());
+  }
+
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(o.context));
+  std::vector<std::int32_t> targets(inputs.size());
+  std::vector<double> losses, copy_losses;
+  const auto start = clock::now();
+  // A progress line every `log_every` steps: the losses are means over the
+  // steps since the last line (one step's copied-half loss is a handful of
+  // tokens, too noisy to read a trend from).
+  const std::int64_t log_every = o.log_every > 0 ? o.log_every : std::max<std::int64_t>(1, o.steps / 25);
+  double interval_seconds = 0, interval_loss = 0, interval_copy = 0;
+  std::int64_t interval_steps = 0;
+  for (std::int64_t step = 1; step <= o.steps; ++step) {
+    loader->next(inputs, targets);
+    const auto t0 = clock::now();
+    const float loss = model.train_step(inputs, targets, adamw);
+    interval_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+    losses.push_back(loss);
+    if (predictable) copy_losses.push_back(model.mean_loss(*predictable));
+    interval_loss += loss;
+    interval_copy += predictable ? copy_losses.back() : 0.0;
+    ++interval_steps;
+    if (!o.json && (step % log_every == 0 || step == o.steps)) {
+      const double n = static_cast<double>(interval_steps);
+      char copy[32] = "-";
+      if (predictable) std::snprintf(copy, sizeof copy, "%.4f", interval_copy / n);
+      std::printf("step %5lld  loss %.4f  copied-half loss %s  %6.0f tokens/s  %5.2f ms/step  device peak %s\n",
+                  static_cast<long long>(step), interval_loss / n, copy,
+                  n * static_cast<double>(o.context) / interval_seconds, interval_seconds / n * 1e3,
+                  memo::format_bytes(backend.device_memory().peak_bytes()).c_str());
+      interval_seconds = interval_loss = interval_copy = 0;
+      interval_steps = 0;
+    }
+  }
+  const double total = std::chrono::duration<double>(clock::now() - start).count();
+  const double tokens_per_second = static_cast<double>(o.steps * o.context) / total;
+
+  if (!o.checkpoint_out.empty()) {
+    std::vector<float> parameters(model.parameter_count());
+    model.get_parameters(parameters);
+    memo::write_gpt2_checkpoint(o.checkpoint_out, config, parameters);
+  }
+
+  if (o.json) {
+    memo::json_writer j;
+    j.begin_object();
+    j.key("model").begin_object();
+    j.field("layers", config.num_layers).field("channels", config.channels);
+    j.field("heads", config.num_heads).field("vocab", config.vocab_size);
+    j.field("padded_vocab", config.padded_vocab_size);
+    j.field("parameters", model.parameter_count()).end_object();
+    j.field("data", builtin ? std::string("copy_task") : o.data);
+    j.field("context", o.context).field("loss_chunk", model.loss_chunk());
+    j.field("attention_chunk", model.attention_chunk());
+    j.field("steps", o.steps).field("lr", o.lr).field("weight_decay", o.weight_decay);
+    j.field("seed", o.seed);
+    j.field("parameter_state_bytes", model.parameter_state_bytes());
+    j.field("activation_bytes", model.activation_bytes());
+    j.field("device_peak_bytes", backend.device_memory().peak_bytes());
+    j.field("seconds", total).field("tokens_per_second", tokens_per_second);
+    j.key("loss").begin_array();
+    for (double l : losses) j.value(l);
+    j.end_array();
+    j.key("copied_half_loss");
+    if (predictable) {
+      j.begin_array();
+      for (double l : copy_losses) j.value(l);
+      j.end_array();
+    } else {
+      j.null();
+    }
+    if (!o.checkpoint_out.empty()) j.field("checkpoint_out", o.checkpoint_out);
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("done: %lld steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f", static_cast<long long>(o.steps),
+                total, tokens_per_second, losses.front(), losses.back());
+    if (predictable) {
+      std::printf("; copied-half loss %.4f -> %.4f (log %d = %.4f)", copy_losses.front(),
+                  copy_losses.back(), task.vocab, std::log(static_cast<double>(task.vocab)));
+    }
+    std::printf("\n");
+    if (!o.checkpoint_out.empty()) std::printf("checkpoint written to %s\n", o.checkpoint_out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "train_gpt: %s\n%s", e.what(), usage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,386 @@
+// memo/model/gpt2_model.hpp
+//
+// The reference GPT-2 (llm.c's model, fp32) on any `Backend`: embedding,
+// L pre-LN blocks (gpt2_layer.hpp, with chunked causal attention), a final layernorm, the language-model
+// head tied to the token embedding over the padded vocabulary, and softmax
+// cross-entropy; its backward; and AdamW.
+//
+// Memory. Parameters, gradients and the two AdamW moments are one device
+// allocation each, laid out by `gpt2_parameter_layout` (llm.c's order, so
+// a checkpoint is one copy). Everything a step needs besides them (every
+// block's activations, the backward scratch, the attention's chunk tiles,
+// the logits chunk, the token ids) is one further device allocation, carved by a `region_carver` sized
+// in counting mode first. All of it is allocated in the constructor; a
+// training step allocates nothing through the backend's resources. The
+// model trains one sequence of `context` tokens per step (batch 1).
+//
+// Chunked loss (FPDT section 5.4). The logits of the whole sequence, [T, Vp],
+// never exist: the head's GEMM writes `loss_chunk` rows at a time into one
+// [loss_chunk, Vp] buffer, `ops::cross_entropy_chunk` turns them into their
+// gradient in place, and the head's two backward GEMMs consume it before
+// the next chunk reuses the buffer. Rows are independent, so the chunk size
+// changes neither the loss nor any gradient.
+//
+// Work runs in order on one stream of the backend; the calls that return
+// host values (`forward_backward`, `get_parameters`, `get_gradients`)
+// synchronise it. The backend must outlive the model.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "memo/backend/buffer.hpp"
+#include "memo/backend/concepts.hpp"
+#include "memo/model/builtin_data.hpp"
+#include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_layer.hpp"
+#include "memo/model/ops/adamw.hpp"
+#include "memo/model/ops/cross_entropy.hpp"
+#include "memo/model/ops/encoder.hpp"
+#include "memo/model/token_data.hpp"
+
+namespace memo {
+
+/// How a `gpt2_model` is sized for training.
+struct gpt2_model_options {
+  std::int64_t context = 0;     // T: tokens per step, 1 <= T <= maxT
+  std::int64_t loss_chunk = 0;  // rows of the logits buffer; 0 = min(T, 64)
+  std::int64_t attention_chunk = 0;  // tokens per attention chunk; 0 = min(T, 64)
+};
+
+template <Backend B>
+class gpt2_model {
+  using device_resource = std::remove_reference_t<decltype(std::declval<B&>().device_memory())>;
+  using pinned_resource = std::remove_reference_t<decltype(std::declval<B&>().pinned_memory())>;
+
+ public:
+  gpt2_model(B& backend, const gpt2_config& config, const gpt2_model_options& options)
+      : backend_(&backend),
+        config_(checked_config(config, options)),
+        T_(options.context),
+        chunk_(options.loss_chunk == 0 ? std::min<std::int64_t>(T_, 64) : options.loss_chunk),
+        attention_shape_{.tokens = T_, .heads = config_.num_heads, .kv_heads = config_.num_heads,
+                         .head_dim = config_.head_size(),
+                         .chunk = options.attention_chunk == 0 ? std::min<std::int64_t>(T_, 64)
+                                                               : options.attention_chunk},
+        table_(gpt2_parameter_layout(config_)) {
+    expects(attention_shape_.chunk >= 1 && attention_shape_.chunk <= T_, [&] {
+      return "gpt2_model: attention_chunk " + std::to_string(options.attention_chunk) +
+             " must lie in [1, context " + std::to_string(T_) + "] (0 picks one)";
+    });
+    expects(chunk_ >= 1 && chunk_ <= T_, [&] {
+      return "gpt2_model: loss_chunk " + std::to_string(options.loss_chunk) +
+             " must lie in [1, context " + std::to_string(T_) + "] (0 picks one)";
+    });
+    const auto P = static_cast<std::size_t>(table_.total);
+    const auto T = static_cast<std::size_t>(T_);
+    params_ = device_floats(backend.device_memory(), P);
+    grads_ = device_floats(backend.device_memory(), P);
+    adam_m_ = device_floats(backend.device_memory(), P);
+    adam_v_ = device_floats(backend.device_memory(), P);
+    region_carver sizing;
+    carve(sizing);
+    work_ = device_bytes_buffer(backend.device_memory(), sizing.required_bytes());
+    region_carver carver(memory_region{work_.data(), work_.size_bytes()}, "gpt2_model activations");
+    carve(carver);
+    staging_ = pinned_floats(backend.pinned_memory(), P);
+    host_losses_ = pinned_floats(backend.pinned_memory(), T);
+    host_inputs_ = pinned_ints(backend.pinned_memory(), T);
+    host_targets_ = pinned_ints(backend.pinned_memory(), T);
+    host_order_ = pinned_longs(backend.pinned_memory(), T);
+    host_starts_ = pinned_longs(backend.pinned_memory(), T + 1);
+    host_ids_ = pinned_ints(backend.pinned_memory(), T);
+    stream_.emplace(backend.make_stream("gpt2_model", workspace_));
+    attention_.emplace(backend, attention_shape_, attention_region_, memory_region{});
+    p_ = view_gpt2_parameters(config_, params_.span());
+    g_ = view_gpt2_parameters(config_, grads_.span());
+    for (auto* b : {&adam_m_, &adam_v_, &grads_}) {
+      backend.memset_async(b->data(), 0, b->size_bytes(), *stream_);
+    }
+    backend.synchronize(*stream_);
+  }
+  gpt2_model(const gpt2_model&) = delete;
+  gpt2_model& operator=(const gpt2_model&) = delete;
+  ~gpt2_model() {
+    try {
+      if (stream_) backend_->synchronize(*stream_);
+    } catch (...) {  // a failed step was reported where it was synchronised
+    }
+  }
+
+  [[nodiscard]] const gpt2_config& config() const noexcept { return config_; }
+  [[nodiscard]] std::int64_t context() const noexcept { return T_; }
+  [[nodiscard]] std::int64_t loss_chunk() const noexcept { return chunk_; }
+  [[nodiscard]] std::int64_t attention_chunk() const noexcept { return attention_shape_.chunk; }
+  [[nodiscard]] std::uint64_t parameter_count() const noexcept { return table_.total; }
+  /// Device bytes of the parameters, gradients and moments (4 x 4 bytes each).
+  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return 4 * params_.size_bytes(); }
+  /// Device bytes of everything else a step uses (activations, scratch, logits chunk).
+  [[nodiscard]] std::size_t activation_bytes() const noexcept { return work_.size_bytes(); }
+  /// AdamW steps taken so far.
+  [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
+
+  /// GPT-2's initialisation from `seed`: weights N(0, 0.02), the two
+  /// projections into the residual stream N(0, 0.02 / sqrt(2L)), layernorm
+  /// weights 1, biases 0. Resets the AdamW moments and the step count.
+  void initialize(std::uint64_t seed) {
+    std::span<float> host = staging_.span();
+    const double residual_std = 0.02 / std::sqrt(2.0 * config_.num_layers);
+    for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
+      const gpt2_tensor_info& info = table_.tensors[t];
+      const std::string_view n = info.name;
+      const bool bias = n.ends_with('b');
+      const bool norm_weight = n == "ln1w" || n == "ln2w" || n == "lnfw";
+      const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : 0.02;
+      for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
+        host[i] = bias ? 0.0f : norm_weight ? 1.0f : static_cast<float>(std_dev * normal(seed, i));
+      }
+    }
+    set_parameters(host);
+  }
+
+  /// Copies `parameters` (llm.c's order, `parameter_count()` values) in and
+  /// resets the AdamW moments and the step count.
+  void set_parameters(std::span<const float> parameters) {
+    expect_parameter_span(parameters.size(), "set_parameters");
+    if (parameters.data() != staging_.data()) {
+      std::copy(parameters.begin(), parameters.end(), staging_.data());
+    }
+    backend_->copy_async(params_.data(), staging_.data(), params_.size_bytes(),
+                         copy_kind::host_to_device, *stream_);
+    backend_->memset_async(adam_m_.data(), 0, adam_m_.size_bytes(), *stream_);
+    backend_->memset_async(adam_v_.data(), 0, adam_v_.size_bytes(), *stream_);
+    backend_->synchronize(*stream_);
+    step_ = 0;
+  }
+  void get_parameters(std::span<float> out) { read_back(params_, out, "get_parameters"); }
+  /// The gradients of the last `forward_backward`.
+  void get_gradients(std::span<float> out) { read_back(grads_, out, "get_gradients"); }
+
+  /// Zeroes the gradients, runs the forward pass and the chunked loss on
+  /// `inputs` -> `targets` (T token ids each, in [0, V)), and the backward
+  /// pass. Returns the mean loss over the T targets.
+  float forward_backward(std::span<const std::int32_t> inputs,
+                         std::span<const std::int32_t> targets) {
+    stage_tokens(inputs, targets);
+    B& b = *backend_;
+    auto& s = *stream_;
+    const std::int64_t C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+    b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
+    // Forward.
+    detail::launch(b, s, ops::encoder_forward<float>{encoded_, tokens_, p_.wte, p_.wpe,
+                                                     config_.vocab_size, T_, 0});
+    for (std::int64_t l = 0; l < L; ++l) {
+      gpt2_layer_forward(b, s, p_.layer(l), NH, layer_input(l), layers_[l], *attention_);
+    }
+    const gpt2_matrix last = layers_[L - 1].res3;
+    detail::launch(b, s, ops::layernorm_forward<float>{lnf_, lnf_mean_, lnf_rstd_, last, p_.lnfw, p_.lnfb});
+    // Loss and the head's backward, chunk by chunk: dln <- d(lnf), dwte += ...
+    const std::int64_t Vp = config_.padded_vocab_size;
+    for (std::int64_t r0 = 0; r0 < T_; r0 += chunk_) {
+      const std::int64_t n = std::min(chunk_, T_ - r0);
+      const gpt2_matrix logits = logits_.slice(0, n);  // [n, Vp]
+      const gpt2_matrix x = lnf_.slice(r0, n);
+      b.gemm(s, gemm_shape{.m = n, .n = Vp, .k = C, .op_b = matrix_op::transpose}, 1.0f,
+             x.data(), p_.wte.data(), 0.0f, logits.data());
+      detail::launch(b, s, ops::cross_entropy_chunk<float>{logits, losses_.slice(r0, n),
+                                                           targets_.slice(r0, n), config_.vocab_size,
+                                                           1.0f / static_cast<float>(T_)});
+      b.gemm(s, gemm_shape{.m = n, .n = C, .k = Vp}, 1.0f, logits.data(), p_.wte.data(), 0.0f,
+             scratch_.dln.slice(r0, n).data());
+      b.gemm(s, gemm_shape{.m = Vp, .n = C, .k = n, .op_a = matrix_op::transpose}, 1.0f,
+             logits.data(), x.data(), 1.0f, g_.wte.data());
+    }
+    b.copy_async(host_losses_.data(), losses_.data(), host_losses_.size_bytes(),
+                 copy_kind::device_to_host, s);
+    // Backward.
+    b.memset_async(dresidual_.data(), 0, dresidual_.size_bytes(), s);
+    detail::launch(b, s, ops::layernorm_backward_input<float>{dresidual_, scratch_.dln, last, p_.lnfw, lnf_mean_, lnf_rstd_});
+    detail::launch(b, s, ops::layernorm_backward_params<float>{g_.lnfw, g_.lnfb, scratch_.dln, last, lnf_mean_, lnf_rstd_});
+    for (std::int64_t l = L - 1; l >= 0; --l) {
+      gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, layer_input(l), layers_[l],
+                          dresidual_, scratch_, *attention_);
+    }
+    detail::launch(b, s, ops::encoder_backward_positions<float>{g_.wpe, dresidual_, T_, 0});
+    detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
+    b.synchronize(s);
+    return static_cast<float>(mean_loss({0, T_}));
+  }
+
+  /// One AdamW step over every parameter with the last gradients.
+  void update(const ops::adamw_config& adamw) {
+    const std::size_t P = params_.size();
+    auto flat = [P](float* d) { return tensor_view<float, 1>::contiguous(d, {static_cast<std::int64_t>(P)}); };
+    const auto op = ops::make_adamw_update<float>(flat(params_.data()), flat(adam_m_.data()),
+                                                  flat(adam_v_.data()), flat(grads_.data()),
+                                                  adamw, step_ + 1);
+    detail::launch(*backend_, *stream_, op);
+    backend_->synchronize(*stream_);
+    ++step_;
+  }
+
+  /// forward_backward, then update; returns the loss before the update.
+  float train_step(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
+                   const ops::adamw_config& adamw) {
+    const float loss = forward_backward(inputs, targets);
+    update(adamw);
+    return loss;
+  }
+
+  /// Per-token losses of the last forward_backward: [T].
+  [[nodiscard]] std::span<const float> token_losses() const noexcept { return host_losses_.span(); }
+  /// Mean of the last per-token losses over target positions `range`.
+  [[nodiscard]] double mean_loss(position_range range) const {
+    expects(range.begin >= 0 && range.begin < range.end && range.end <= T_, [&] {
+      return "gpt2_model::mean_loss: range [" + std::to_string(range.begin) + ", " +
+             std::to_string(range.end) + ") is empty or outside the context [0, " +
+             std::to_string(T_) + ")";
+    });
+    double sum = 0;
+    for (std::int64_t t = range.begin; t < range.end; ++t) sum += host_losses_.data()[t];
+    return sum / static_cast<double>(range.size());
+  }
+
+ private:
+  using device_floats = buffer<float, device_resource>;
+  using device_bytes_buffer = buffer<std::byte, device_resource>;
+  using pinned_floats = buffer<float, pinned_resource>;
+  using pinned_ints = buffer<std::int32_t, pinned_resource>;
+  using pinned_longs = buffer<std::int64_t, pinned_resource>;
+
+  static gpt2_config checked_config(const gpt2_config& config, const gpt2_model_options& o) {
+    config.validate("gpt2_model");
+    expects(o.context >= 1 && o.context <= config.max_seq_len, [&] {
+      return "gpt2_model: context " + std::to_string(o.context) + " must lie in [1, maxT " +
+             std::to_string(config.max_seq_len) + "]";
+    });
+    return config;
+  }
+
+  /// One standard normal value per (seed, index), by Box-Muller.
+  static double normal(std::uint64_t seed, std::uint64_t index) {
+    const std::uint64_t a = detail::mix64(seed ^ detail::mix64(2 * index));
+    const std::uint64_t b = detail::mix64(seed ^ detail::mix64(2 * index + 1));
+    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+  /// Every device buffer a step uses besides the parameter state.
+  void carve(region_carver& c) {
+    const std::int64_t C = config_.channels, NH = config_.num_heads;
+    layers_.clear();
+    for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+      layers_.push_back(gpt2_layer_activations::carve(c, T_, C, NH));
+    }
+    scratch_ = gpt2_layer_scratch::carve(c, T_, C);
+    encoded_ = detail::carve_matrix(c, T_, C, "encoded");
+    lnf_ = detail::carve_matrix(c, T_, C, "lnf");
+    lnf_mean_ = detail::carve_vector(c, T_, "lnf_mean");
+    lnf_rstd_ = detail::carve_vector(c, T_, "lnf_rstd");
+    dresidual_ = detail::carve_matrix(c, T_, C, "dresidual");
+    logits_ = detail::carve_matrix(c, chunk_, config_.padded_vocab_size, "logits chunk");
+    losses_ = detail::carve_vector(c, T_, "losses");
+    const auto n = static_cast<std::size_t>(T_);
+    auto ints = [&](std::size_t count, std::string_view part) {
+      return c.take(count * sizeof(std::int32_t), part).as<std::int32_t>();
+    };
+    auto longs = [&](std::size_t count, std::string_view part) {
+      return c.take(count * sizeof(std::int64_t), part).as<std::int64_t>();
+    };
+    tokens_ = tensor_view<const std::int32_t, 1>::contiguous(ints(n, "tokens"), {T_});
+    targets_ = tensor_view<const std::int32_t, 1>::contiguous(ints(n, "targets"), {T_});
+    order_ = longs(n, "bucket order");
+    starts_ = longs(n + 1, "bucket starts");
+    ids_ = ints(n, "bucket ids");
+    workspace_ = c.take(backend_->stream_workspace_bytes(), "stream workspace");
+    attention_region_ = c.take(chunked_causal_attention<B>::required_device_bytes(attention_shape_),
+                               "attention scratch");
+  }
+
+  tensor_view<const float, 2> layer_input(std::int64_t l) const {
+    return l == 0 ? encoded_ : layers_[static_cast<std::size_t>(l - 1)].res3;
+  }
+
+  void expect_parameter_span(std::size_t n, const char* call) const {
+    expects(n == table_.total, [&] {
+      return std::string("gpt2_model::") + call + ": " + std::to_string(n) +
+             " values given, the model has " + std::to_string(table_.total) + " parameters";
+    });
+  }
+
+  void read_back(const device_floats& from, std::span<float> out, const char* call) {
+    expect_parameter_span(out.size(), call);
+    backend_->copy_async(staging_.data(), from.data(), from.size_bytes(), copy_kind::device_to_host,
+                         *stream_);
+    backend_->synchronize(*stream_);
+    std::copy(staging_.data(), staging_.data() + staging_.size(), out.data());
+  }
+
+  /// Checks the token ids, groups the inputs by token for the embedding's
+  /// backward, and copies ids and groups to the device.
+  void stage_tokens(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
+    expects(inputs.size() == static_cast<std::size_t>(T_) && targets.size() == inputs.size(), [&] {
+      return "gpt2_model: " + std::to_string(inputs.size()) + " inputs and " +
+             std::to_string(targets.size()) + " targets given, the context is " + std::to_string(T_);
+    });
+    std::copy(inputs.begin(), inputs.end(), host_inputs_.data());
+    std::copy(targets.begin(), targets.end(), host_targets_.data());
+    auto host = [&](auto& buf, std::int64_t n) {
+      using E = std::remove_reference_t<decltype(*buf.data())>;
+      return tensor_view<E, 1>::contiguous(buf.data(), {n});
+    };
+    ops::check_targets(host(host_targets_, T_), config_.vocab_size);
+    const ops::token_buckets found = ops::build_token_buckets(
+        host(host_inputs_, T_), config_.vocab_size, host(host_order_, T_),
+        host(host_starts_, T_ + 1), host(host_ids_, T_));
+    const std::int64_t distinct = found.distinct();
+    auto& s = *stream_;
+    auto up = [&](void* to, const void* from, std::size_t bytes) {
+      backend_->copy_async(to, from, bytes, copy_kind::host_to_device, s);
+    };
+    up(const_cast<std::int32_t*>(tokens_.data()), host_inputs_.data(), host_inputs_.size_bytes());
+    up(const_cast<std::int32_t*>(targets_.data()), host_targets_.data(), host_targets_.size_bytes());
+    up(order_, host_order_.data(), host_order_.size_bytes());
+    up(starts_, host_starts_.data(), static_cast<std::size_t>(distinct + 1) * sizeof(std::int64_t));
+    up(ids_, host_ids_.data(), static_cast<std::size_t>(distinct) * sizeof(std::int32_t));
+    buckets_ = {tensor_view<const std::int64_t, 1>::contiguous(order_, {T_}),
+                tensor_view<const std::int64_t, 1>::contiguous(starts_, {distinct + 1}),
+                tensor_view<const std::int32_t, 1>::contiguous(ids_, {distinct})};
+  }
+
+  B* backend_;
+  gpt2_config config_;
+  std::int64_t T_;
+  std::int64_t chunk_;
+  attention_shape attention_shape_;
+  gpt2_parameter_table table_;
+  std::int64_t step_ = 0;
+  device_floats params_, grads_, adam_m_, adam_v_;  // [P] each
+  device_bytes_buffer work_;                        // everything carve() takes
+  pinned_floats staging_;                           // [P]: parameters in and out
+  pinned_floats host_losses_;                       // [T]
+  pinned_ints host_inputs_, host_targets_, host_ids_;
+  pinned_longs host_order_, host_starts_;
+  gpt2_parameter_views<float> p_{}, g_{};
+  std::vector<gpt2_layer_activations> layers_;
+  gpt2_layer_scratch scratch_{};
+  gpt2_matrix encoded_, lnf_, dresidual_, logits_;  // [T, C] x 3, [chunk, Vp]
+  gpt2_vector lnf_mean_, lnf_rstd_, losses_;        // [T]
+  tensor_view<const std::int32_t, 1> tokens_, targets_;  // [T]
+  std::int64_t* order_ = nullptr;   // [T]
+  std::int64_t* starts_ = nullptr;  // [T + 1]
+  std::int32_t* ids_ = nullptr;     // [T]
+  ops::token_buckets buckets_{};
+  memory_region workspace_{}, attention_region_{};
+  std::optional<typename B::stream> stream_;
+  std::optional<chunked_causal_attention<B>> attention_;  // last: destroyed first
+};
+
+}  // namespace memo

@@ -1,0 +1,373 @@
+#include "memo/model/gpt2_model.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "io_test_support.hpp"
+#include "memo/backend/host_backend.hpp"
+#include "memo/model/checkpoint.hpp"
+
+namespace {
+
+using model = memo::gpt2_model<memo::host_backend>;
+
+// maxT=8, V=11, Vp=16, L=2, NH=2, C=8: small enough for an fp64 finite
+// difference of every parameter, and under ThreadSanitizer.
+memo::gpt2_config tiny() { return {8, 11, 16, 2, 2, 8}; }
+constexpr std::int64_t context = 7;
+
+memo::host_backend::options two_threads() {
+  memo::host_backend::options o;
+  o.compute_threads = 2;
+  return o;
+}
+
+/// Parameters far from the initialisation's scale, so attention is not
+/// uniform and every layernorm weight and bias matters.
+std::vector<float> random_parameters(const memo::gpt2_config& c, std::uint32_t seed) {
+  const auto table = memo::gpt2_parameter_layout(c);
+  std::vector<float> p(table.total);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 0.3f);
+  for (const auto& t : table.tensors) {
+    const bool norm_weight = t.name == "ln1w" || t.name == "ln2w" || t.name == "lnfw";
+    for (std::uint64_t i = t.offset; i < t.offset + t.count; ++i) {
+      p[i] = norm_weight ? 1.0f + n(rng) / 3 : n(rng);
+    }
+  }
+  return p;
+}
+
+std::vector<std::int32_t> random_tokens(std::int64_t n, std::int32_t vocab, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int32_t> d(0, vocab - 1);
+  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+  for (auto& v : t) v = d(rng);
+  return t;
+}
+
+// ---- An independent fp64 GPT-2: plain loops, naive causal attention. ----
+
+using vec = std::vector<double>;
+
+vec layernorm(const vec& x, std::int64_t T, std::int64_t C, const double* w, const double* b) {
+  vec out(x.size());
+  for (std::int64_t t = 0; t < T; ++t) {
+    double mean = 0, var = 0;
+    for (std::int64_t c = 0; c < C; ++c) mean += x[t * C + c];
+    mean /= static_cast<double>(C);
+    for (std::int64_t c = 0; c < C; ++c) var += (x[t * C + c] - mean) * (x[t * C + c] - mean);
+    var /= static_cast<double>(C);
+    const double rstd = 1.0 / std::sqrt(var + 1e-5);
+    for (std::int64_t c = 0; c < C; ++c) out[t * C + c] = (x[t * C + c] - mean) * rstd * w[c] + b[c];
+  }
+  return out;
+}
+
+// y [T, out] = x [T, in] W^T + b, W stored [out, in].
+vec linear(const vec& x, std::int64_t T, std::int64_t in, std::int64_t out, const double* w,
+           const double* b) {
+  vec y(static_cast<std::size_t>(T * out));
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double acc = b[o];
+      for (std::int64_t i = 0; i < in; ++i) acc += x[t * in + i] * w[o * in + i];
+      y[t * out + o] = acc;
+    }
+  return y;
+}
+
+/// Mean cross-entropy of the fp64 model; per-token losses into `losses`.
+double reference_loss(const memo::gpt2_config& cfg, const vec& params,
+                      const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg,
+                      vec* losses = nullptr) {
+  const auto table = memo::gpt2_parameter_layout(cfg);
+  auto at = [&](memo::gpt2_tensor t, std::int64_t l = 0) {
+    const auto& info = table[t];
+    const std::uint64_t per_layer = info.rank >= 2 && info.shape[0] == cfg.num_layers &&
+                                            t != memo::gpt2_tensor::wte && t != memo::gpt2_tensor::wpe
+                                        ? info.count / cfg.num_layers
+                                        : 0;
+    return params.data() + info.offset + per_layer * l;
+  };
+  using g = memo::gpt2_tensor;
+  const std::int64_t T = static_cast<std::int64_t>(in.size()), C = cfg.channels;
+  const std::int64_t NH = cfg.num_heads, hs = C / NH;
+  vec x(static_cast<std::size_t>(T * C));
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t c = 0; c < C; ++c) x[t * C + c] = at(g::wte)[in[t] * C + c] + at(g::wpe)[t * C + c];
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
+    const vec ln1 = layernorm(x, T, C, at(g::ln1w, l), at(g::ln1b, l));
+    const vec qkv = linear(ln1, T, C, 3 * C, at(g::qkvw, l), at(g::qkvb, l));
+    vec att(static_cast<std::size_t>(T * C), 0.0);
+    for (std::int64_t h = 0; h < NH; ++h)
+      for (std::int64_t t = 0; t < T; ++t) {
+        vec s(static_cast<std::size_t>(t + 1));
+        double mx = -1e300;
+        for (std::int64_t u = 0; u <= t; ++u) {
+          double d = 0;
+          for (std::int64_t i = 0; i < hs; ++i)
+            d += qkv[t * 3 * C + h * hs + i] * qkv[u * 3 * C + C + h * hs + i];
+          s[u] = d / std::sqrt(static_cast<double>(hs));
+          mx = std::max(mx, s[u]);
+        }
+        double sum = 0;
+        for (auto& v : s) sum += (v = std::exp(v - mx));
+        for (std::int64_t u = 0; u <= t; ++u)
+          for (std::int64_t i = 0; i < hs; ++i)
+            att[t * C + h * hs + i] += s[u] / sum * qkv[u * 3 * C + 2 * C + h * hs + i];
+      }
+    const vec proj = linear(att, T, C, C, at(g::attprojw, l), at(g::attprojb, l));
+    vec res2(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) res2[i] = x[i] + proj[i];
+    const vec ln2 = layernorm(res2, T, C, at(g::ln2w, l), at(g::ln2b, l));
+    vec fc = linear(ln2, T, C, 4 * C, at(g::fcw, l), at(g::fcb, l));
+    for (auto& v : fc) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    const vec mlp = linear(fc, T, 4 * C, C, at(g::fcprojw, l), at(g::fcprojb, l));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = res2[i] + mlp[i];
+  }
+  const vec lnf = layernorm(x, T, C, at(g::lnfw), at(g::lnfb));
+  double total = 0;
+  if (losses) losses->assign(static_cast<std::size_t>(T), 0.0);
+  for (std::int64_t t = 0; t < T; ++t) {
+    vec logit(static_cast<std::size_t>(cfg.vocab_size));
+    double mx = -1e300;
+    for (std::int64_t v = 0; v < cfg.vocab_size; ++v) {
+      double d = 0;
+      for (std::int64_t c = 0; c < C; ++c) d += lnf[t * C + c] * at(g::wte)[v * C + c];
+      mx = std::max(mx, logit[v] = d);
+    }
+    double sum = 0;
+    for (double v : logit) sum += std::exp(v - mx);
+    const double loss = mx + std::log(sum) - logit[tg[t]];
+    if (losses) (*losses)[t] = loss;
+    total += loss;
+  }
+  return total / static_cast<double>(T);
+}
+
+struct fixture {
+  memo::host_backend backend{two_threads()};
+  memo::gpt2_config config = tiny();
+  std::vector<std::int32_t> inputs = random_tokens(context, 11, 1);
+  std::vector<std::int32_t> targets = random_tokens(context, 11, 2);
+  std::vector<float> params = random_parameters(config, 3);
+};
+
+}  // namespace
+
+TEST_CASE("gpt2_model: loss and every gradient match an fp64 GPT-2 and its finite differences") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context, .loss_chunk = 3, .attention_chunk = 3});
+  m.set_parameters(f.params);
+  const float loss = m.forward_backward(f.inputs, f.targets);
+  std::vector<float> grads(m.parameter_count());
+  m.get_gradients(grads);
+
+  vec p64(f.params.begin(), f.params.end());
+  vec ref_losses;
+  const double ref = reference_loss(f.config, p64, f.inputs, f.targets, &ref_losses);
+  CHECK(loss == doctest::Approx(ref).epsilon(1e-5));
+  for (std::int64_t t = 0; t < context; ++t) {
+    CHECK(m.token_losses()[t] == doctest::Approx(ref_losses[t]).epsilon(1e-5));
+  }
+  CHECK(m.mean_loss({2, 5}) ==
+        doctest::Approx((ref_losses[2] + ref_losses[3] + ref_losses[4]) / 3).epsilon(1e-5));
+
+  // Every parameter: central differences of the fp64 model (h = 1e-5: error
+  // ~1e-10, far below the fp32 gradients' rounding).
+  double largest = 0, worst = 0;
+  std::size_t worst_index = 0;
+  for (std::size_t i = 0; i < p64.size(); ++i) {
+    const double keep = p64[i];
+    p64[i] = keep + 1e-5;
+    const double up = reference_loss(f.config, p64, f.inputs, f.targets);
+    p64[i] = keep - 1e-5;
+    const double down = reference_loss(f.config, p64, f.inputs, f.targets);
+    p64[i] = keep;
+    const double expected = (up - down) / 2e-5;
+    largest = std::max(largest, std::abs(expected));
+    if (std::abs(grads[i] - expected) > worst) {
+      worst = std::abs(grads[i] - expected);
+      worst_index = i;
+    }
+  }
+  INFO("largest gradient " << largest << ", worst error " << worst << " at parameter " << worst_index);
+  CHECK(largest > 1e-2);  // the comparison is not between zeros
+  CHECK(worst < 2e-5 * std::max(1.0, largest));
+}
+
+TEST_CASE("gpt2_model: fp32 central differences agree with the gradients") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context});
+  m.set_parameters(f.params);
+  m.forward_backward(f.inputs, f.targets);
+  std::vector<float> grads(m.parameter_count());
+  m.get_gradients(grads);
+  const auto table = memo::gpt2_parameter_layout(f.config);
+  using g = memo::gpt2_tensor;
+  // One parameter from several tensors (first element of each, then one deep inside).
+  for (auto t : {g::wte, g::wpe, g::qkvw, g::attprojb, g::fcw, g::fcprojw, g::ln2w, g::lnfb}) {
+    const std::size_t i = table[t].offset + table[t].count / 3;
+    std::vector<float> p = f.params;
+    const float h = 1e-2f;
+    p[i] = f.params[i] + h;
+    m.set_parameters(p);
+    const float up = m.forward_backward(f.inputs, f.targets);
+    p[i] = f.params[i] - h;
+    m.set_parameters(p);
+    const float down = m.forward_backward(f.inputs, f.targets);
+    INFO("tensor " << table[t].name << " element " << i);
+    CHECK(grads[i] == doctest::Approx((up - down) / (2 * h)).epsilon(2e-2).scale(1e-3));
+  }
+}
+
+TEST_CASE("gpt2_model: the loss and attention chunk sizes change neither the loss nor the gradients") {
+  fixture f;
+  std::vector<float> first_grads;
+  float first_loss = 0;
+  // {loss chunk, attention chunk}; 3, 4 and 5 do not divide T = 7.
+  const std::pair<std::int64_t, std::int64_t> chunks[] = {{7, 7}, {1, 7}, {3, 7}, {4, 7},
+                                                          {7, 1}, {7, 3}, {7, 5}, {2, 4}};
+  for (auto [chunk, attention_chunk] : chunks) {
+    model m(f.backend, f.config,
+            {.context = context, .loss_chunk = chunk, .attention_chunk = attention_chunk});
+    m.set_parameters(f.params);
+    const float loss = m.forward_backward(f.inputs, f.targets);
+    std::vector<float> grads(m.parameter_count());
+    m.get_gradients(grads);
+    if (first_grads.empty()) {
+      first_grads = grads;
+      first_loss = loss;
+      continue;
+    }
+    INFO("loss chunk " << chunk << ", attention chunk " << attention_chunk);
+    CHECK(loss == doctest::Approx(first_loss).epsilon(1e-6));
+    double worst = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(grads[i] - first_grads[i])));
+    }
+    CHECK(worst < 2e-6);
+  }
+}
+
+TEST_CASE("gpt2_model: a seed gives one loss curve, and a checkpoint resumes it exactly") {
+  fixture f;
+  memo::copy_task task{context, 11, 5};
+  const auto tokens = memo::copy_task_tokens(task, 1);
+  memo::ops::adamw_config adamw{.learning_rate = 1e-2, .weight_decay = 0.01};
+  // One window, trained on repeatedly: the loss must fall.
+  const std::vector<std::int32_t> in(tokens.begin(), tokens.begin() + context);
+  const std::vector<std::int32_t> tg(tokens.begin() + 1, tokens.begin() + context + 1);
+  auto run = [&](model& m, int steps) {
+    std::vector<float> losses;
+    for (int s = 0; s < steps; ++s) losses.push_back(m.train_step(in, tg, adamw));
+    return losses;
+  };
+  model a(f.backend, f.config, {.context = context});
+  model b(f.backend, f.config, {.context = context});
+  a.initialize(42);
+  b.initialize(42);
+  const auto curve_a = run(a, 4);
+  const auto curve_b = run(b, 4);
+  CHECK(curve_a == curve_b);
+  CHECK(curve_a.back() < curve_a.front());
+  CHECK(a.steps() == 4);
+
+  memo_test::scratch_directory dir;
+  std::vector<float> saved(a.parameter_count());
+  a.get_parameters(saved);
+  memo::write_gpt2_checkpoint(dir / "model.bin", f.config, saved);
+  const auto loaded = memo::read_gpt2_checkpoint(dir / "model.bin");
+  CHECK(loaded.config == f.config);
+  CHECK(loaded.parameters == saved);
+  model c(f.backend, loaded.config, {.context = context});
+  c.set_parameters(loaded.parameters);
+  std::vector<float> back(c.parameter_count());
+  c.get_parameters(back);
+  CHECK(back == saved);
+  CHECK(a.forward_backward(f.inputs, f.targets) == c.forward_backward(f.inputs, f.targets));
+}
+
+TEST_CASE("gpt2_model: a training step allocates nothing through the backend's resources") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context, .loss_chunk = 2});
+  m.initialize(1);
+  const auto device = f.backend.device_memory().allocation_count();
+  const auto pinned = f.backend.pinned_memory().allocation_count();
+  const auto device_bytes = f.backend.device_memory().current_bytes();
+  for (int s = 0; s < 3; ++s) m.train_step(f.inputs, f.targets, {});
+  CHECK(f.backend.device_memory().allocation_count() == device);
+  CHECK(f.backend.pinned_memory().allocation_count() == pinned);
+  CHECK(f.backend.device_memory().current_bytes() == device_bytes);
+  CHECK(device_bytes == m.parameter_state_bytes() + m.activation_bytes());
+}
+
+TEST_CASE("gpt2_model: bad shapes and token ids are errors naming the value") {
+  fixture f;
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 9}),
+                    doctest::Contains("context 9 must lie in [1, maxT 8]"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .loss_chunk = 5}),
+                    doctest::Contains("loss_chunk 5"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .attention_chunk = 6}),
+                    doctest::Contains("attention_chunk 6"));
+  model m(f.backend, f.config, {.context = context});
+  auto bad = f.targets;
+  bad[3] = 11;
+  CHECK_THROWS_WITH(m.forward_backward(f.inputs, bad), doctest::Contains("target 11 at row 3"));
+  CHECK_THROWS_WITH(m.forward_backward(std::span(f.inputs).first(3), f.targets),
+                    doctest::Contains("3 inputs and 7 targets"));
+  std::vector<float> short_params(10);
+  CHECK_THROWS_WITH(m.set_parameters(short_params), doctest::Contains("10 values given"));
+  CHECK_THROWS_WITH(static_cast<void>(m.mean_loss({5, 5})), doctest::Contains("[5, 5)"));
+}
+
+TEST_CASE("gpt2_model: a step's gradients do not depend on the step before it") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context, .loss_chunk = 3, .attention_chunk = 2});
+  m.set_parameters(f.params);
+  std::vector<float> first(m.parameter_count()), again(m.parameter_count());
+  m.forward_backward(f.inputs, f.targets);
+  m.get_gradients(first);
+  // Another sequence in between leaves its values in every scratch buffer.
+  m.forward_backward(random_tokens(context, 11, 7), random_tokens(context, 11, 8));
+  m.forward_backward(f.inputs, f.targets);
+  m.get_gradients(again);
+  CHECK(first == again);
+}
+
+TEST_CASE("gpt2_model: update is AdamW with the model's step count, against fp64") {
+  fixture f;
+  model m(f.backend, f.config, {.context = context});
+  m.set_parameters(f.params);
+  const memo::ops::adamw_config adamw{.learning_rate = 1e-2, .weight_decay = 0.1};
+  const std::size_t P = m.parameter_count();
+  std::vector<double> p(f.params.begin(), f.params.end()), mom(P, 0.0), vel(P, 0.0);
+  std::vector<float> grads(P), got(P);
+  for (int step = 1; step <= 2; ++step) {
+    m.forward_backward(f.inputs, f.targets);
+    m.get_gradients(grads);
+    m.update(adamw);
+    for (std::size_t i = 0; i < P; ++i) {
+      const double g = grads[i];
+      mom[i] = 0.9 * mom[i] + 0.1 * g;
+      vel[i] = 0.999 * vel[i] + 0.001 * g * g;
+      const double mhat = mom[i] / (1 - std::pow(0.9, step));
+      const double vhat = vel[i] / (1 - std::pow(0.999, step));
+      p[i] -= 1e-2 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.1 * p[i]);
+    }
+    m.get_parameters(got);
+    double worst = 0;
+    for (std::size_t i = 0; i < P; ++i) worst = std::max(worst, std::abs(got[i] - p[i]));
+    INFO("step " << step);
+    CHECK(m.steps() == step);
+    CHECK(worst < 1e-5);
+  }
+}
