@@ -22,6 +22,7 @@
 // Usage: attention_bench [--quick] [--json] [--max-tokens N]
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/json.hpp>
+#include <memo/core/spread.hpp>
 #include <memo/model/attention.hpp>
 
 #include <algorithm>
@@ -41,18 +42,6 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-struct summary {
-  double median = 0.0;
-  double min = 0.0;
-  double max = 0.0;
-};
-
-summary summarise(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  const double median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return {median, samples.front(), samples.back()};
-}
 
 std::vector<float> pattern(std::size_t n, int salt) {
   std::vector<float> v(n);
@@ -192,7 +181,7 @@ int main(int argc, char** argv) {
       pinned.deallocate(p.pinned, p.pinned_bytes);
     }
   }
-  const summary gemm_summary = summarise(gemm_rates);
+  const memo::spread gemm_summary = memo::spread_of(gemm_rates);
 
   if (json) {
     memo::json_writer out;
@@ -211,8 +200,8 @@ int main(int argc, char** argv) {
         .field("ratio", "attention forward+backward FLOP rate / GEMM FLOP rate");
     out.key("results").begin_array();
     for (const auto& p : problems) {
-      const auto ratio = summarise(p.ratio);
-      const auto seconds = summarise(p.seconds);
+      const auto ratio = memo::spread_of(p.ratio);
+      const auto seconds = memo::spread_of(p.seconds);
       const double naive_bytes = static_cast<double>(p.shape.tokens) * static_cast<double>(p.shape.tokens) *
                                  static_cast<double>(heads) * sizeof(float);
       out.begin_object()
@@ -241,8 +230,8 @@ int main(int argc, char** argv) {
     std::printf("%7s %4s %5s  %-20s %9s %9s  %12s %12s\n", "tokens", "d", "chunk", "ratio", "GF/s", "seconds",
                 "device MiB", "naive S MiB");
     for (const auto& p : problems) {
-      const auto ratio = summarise(p.ratio);
-      const auto seconds = summarise(p.seconds);
+      const auto ratio = memo::spread_of(p.ratio);
+      const auto seconds = memo::spread_of(p.seconds);
       const double naive_bytes = static_cast<double>(p.shape.tokens) * static_cast<double>(p.shape.tokens) *
                                  static_cast<double>(heads) * sizeof(float);
       std::printf("%7lld %4lld %5lld  %5.2f [%4.2f, %4.2f]   %9.1f %9.3f  %12.2f %12.1f\n",

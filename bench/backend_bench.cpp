@@ -17,6 +17,7 @@
 // Usage: backend_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/json.hpp>
+#include <memo/core/spread.hpp>
 
 #include <Eigen/Core>
 
@@ -34,18 +35,6 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-struct summary {
-  double median = 0.0;
-  double min = 0.0;
-  double max = 0.0;
-};
-
-summary summarise(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  const double median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return {median, samples.front(), samples.back()};
-}
 
 struct problem {
   int n = 0;
@@ -186,9 +175,9 @@ int main(int argc, char** argv) {
     out.key("results").begin_array();
     for (const auto& p : problems) {
       for (const bool busy : {false, true}) {
-        const auto ratio = summarise(busy ? p.ratio_busy : p.ratio_quiet);
-        const auto backend_seconds = summarise(busy ? p.backend_busy : p.backend_quiet);
-        const auto eigen_seconds = summarise(busy ? p.eigen_busy : p.eigen_quiet);
+        const auto ratio = memo::spread_of(busy ? p.ratio_busy : p.ratio_quiet);
+        const auto backend_seconds = memo::spread_of(busy ? p.backend_busy : p.backend_quiet);
+        const auto eigen_seconds = memo::spread_of(busy ? p.eigen_busy : p.eigen_quiet);
         const double flops = 2.0 * p.n * p.n * p.n;
         out.begin_object()
             .field("n", p.n)
@@ -201,11 +190,11 @@ int main(int argc, char** argv) {
             .field("backend_gflops_median", flops / backend_seconds.median * 1e-9)
             .field("eigen_gflops_median", flops / eigen_seconds.median * 1e-9);
         if (!busy) {
-          const auto single = summarise(p.ratio_single);
+          const auto single = memo::spread_of(p.ratio_single);
           out.field("ratio_to_one_thread_eigen_median", single.median)
               .field("ratio_to_one_thread_eigen_min", single.min)
               .field("ratio_to_one_thread_eigen_max", single.max)
-              .field("one_thread_eigen_gflops_median", flops / summarise(p.eigen_single).median * 1e-9);
+              .field("one_thread_eigen_gflops_median", flops / memo::spread_of(p.eigen_single).median * 1e-9);
         }
         out.end_object();
       }
@@ -220,16 +209,16 @@ int main(int argc, char** argv) {
     std::printf("%6s  %-24s  %-24s  %-24s  %10s  %10s\n", "n", "quiet", "2 streams copying",
                 "vs 1-thread Eigen", "backend", "eigen");
     for (const auto& p : problems) {
-      const auto quiet = summarise(p.ratio_quiet);
-      const auto busy = summarise(p.ratio_busy);
-      const auto single = summarise(p.ratio_single);
+      const auto quiet = memo::spread_of(p.ratio_quiet);
+      const auto busy = memo::spread_of(p.ratio_busy);
+      const auto single = memo::spread_of(p.ratio_single);
       const double flops = 2.0 * p.n * p.n * p.n;
       std::printf("%6d  %5.2f [%4.2f, %4.2f]        %5.2f [%4.2f, %4.2f]        %5.2f [%4.2f, %4.2f]        "
                   "%6.1f GF/s  %6.1f GF/s\n",
                   p.n, quiet.median, quiet.min, quiet.max, busy.median, busy.min, busy.max,
                   single.median, single.min, single.max,
-                  flops / summarise(p.backend_quiet).median * 1e-9,
-                  flops / summarise(p.eigen_quiet).median * 1e-9);
+                  flops / memo::spread_of(p.backend_quiet).median * 1e-9,
+                  flops / memo::spread_of(p.eigen_quiet).median * 1e-9);
     }
   }
   return 0;

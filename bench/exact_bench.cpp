@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "memo/core/json.hpp"
+#include "memo/core/spread.hpp"
 #include "memo/plan/exact_solver.hpp"
 
 namespace {
@@ -355,18 +356,11 @@ dsa_problem make_instance(const std::string& f, std::size_t n, int seed) {
   return compiled_trace(rng, n);
 }
 
+using memo::spread;
+using memo::spread_of;
+
 double ratio(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b); }
 
-struct spread {
-  double median, min, max;
-};
-spread spread_of(std::vector<double> v) {
-  if (v.empty()) return {0, 0, 0};
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  const double median = v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-  return {median, v.front(), v.back()};
-}
 
 // Runs sharing (family, mode, buffers, config), summarised.
 struct group {

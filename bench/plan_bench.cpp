@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/core/spread.hpp"
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/exact_solver.hpp"
@@ -109,10 +110,6 @@ struct scaling_row {
   double peak_over_lower_bound = 0.0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // The heuristics' wall time against the number of buffers.
 std::vector<scaling_row> heuristic_scaling(std::mt19937_64& rng, const std::vector<std::size_t>& sizes,
@@ -273,7 +270,7 @@ int main(int argc, char** argv) {
         j.begin_object()
             .field("buffers", r.buffers)
             .field("solver", r.solver)
-            .field("seconds_median", median(r.seconds))
+            .field("seconds_median", memo::spread_of(r.seconds).median)
             .field("seconds_min", *std::min_element(r.seconds.begin(), r.seconds.end()))
             .field("seconds_max", *std::max_element(r.seconds.begin(), r.seconds.end()))
             .field("rounds", r.seconds.size())
@@ -334,7 +331,7 @@ int main(int argc, char** argv) {
                 scaling.empty() ? std::size_t{0} : scaling.front().seconds.size());
     for (const auto& r : scaling) {
       std::printf("  %8zu buffers  %-14s %8.3f s [%.3f, %.3f]  peak %.4f x LB\n", r.buffers, r.solver.c_str(),
-                  median(r.seconds), *std::min_element(r.seconds.begin(), r.seconds.end()),
+                  memo::spread_of(r.seconds).median, *std::min_element(r.seconds.begin(), r.seconds.end()),
                   *std::max_element(r.seconds.begin(), r.seconds.end()), r.peak_over_lower_bound);
     }
     std::printf("\nsummary: exact proves optimality within 10 s on %zu of %zu instances with <= 1000 buffers (%.1f%%);\n"

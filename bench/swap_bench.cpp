@@ -53,6 +53,7 @@ int main() {
 #include "memo/backend/host_backend.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/core/json.hpp"
+#include "memo/core/spread.hpp"
 #include "memo/schedule/layer_cost.hpp"
 #include "memo/schedule/memo_step.hpp"
 #include "memo/swap/alpha_solver.hpp"
@@ -63,20 +64,14 @@ int main() {
 namespace {
 
 using memo::host_backend;
+using memo::spread;
+using memo::spread_of;
 using clock_type = std::chrono::steady_clock;
 
 double since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-struct spread {
-  double median = 0.0, min = 0.0, max = 0.0;
-};
-spread spread_of(std::vector<double> values) {
-  if (values.empty()) return {};
-  std::sort(values.begin(), values.end());
-  return {values[values.size() / 2], values.front(), values.back()};
-}
 
 struct bench_shape {
   int layers = 8;

@@ -14,6 +14,7 @@
 #include "memo/core/error.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/memory_region.hpp"
+#include "memo/core/spread.hpp"
 #include "memo/core/tensor_view.hpp"
 #include "memo/core/transformer_layer.hpp"
 #if MEMO_HAS_LPSOLVE
