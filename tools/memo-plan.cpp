@@ -26,12 +26,16 @@
 // the MIP on problems far beyond it (more than 200 buffers or 5,000
 // time-overlapping pairs) and says so; `--solver mip` runs it regardless.
 // The JSON reports the process's peak resident memory (getrusage).
-// Errors go to stderr; the exit status is 1 for bad input, a failed solve
-// or a failed write (of the plan, the picture or the report), and 2 for a
-// bad command line. An input without buffers is an error.
+// Errors go to stderr (with --json, also as {"error": ..., "exit_status": ...}
+// on stdout); the exit status is 1 for bad input, a failed solve or a failed
+// write (of the plan, the picture or the report), and 2 for a bad command
+// line: an option given twice, or --out / --svg naming the input or each
+// other. An input without buffers is an error.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -43,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/core/json.hpp"
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/dsa_problem.hpp"
@@ -86,8 +91,17 @@ arguments parse_arguments(int argc, char** argv) {
     if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
     return argv[++i];
   };
+  std::vector<std::string> seen;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    // An option given twice would silently drop one of its values (an
+    // --out path, a capacity): refused instead.
+    if (arg.size() > 2 && arg.starts_with("--")) {
+      if (std::find(seen.begin(), seen.end(), arg) != seen.end()) {
+        throw usage_error("option '" + arg + "' given more than once");
+      }
+      seen.push_back(arg);
+    }
     if (arg == "--solver") {
       a.solver = need(i);
       if (a.solver != "greedy" && a.solver != "mip" && a.solver != "exact" &&
@@ -130,6 +144,24 @@ arguments parse_arguments(int argc, char** argv) {
     }
   }
   if (a.input.empty() && !a.help) throw usage_error("no input trace given");
+  // Nothing the user gave is overwritten: the plan and the picture go to
+  // files other than the input and other than each other.
+  auto same_file = [](const std::string& x, const std::string& y) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(x, y, ec)) return true;
+    return std::filesystem::path(x).lexically_normal() == std::filesystem::path(y).lexically_normal();
+  };
+  if (!a.input.empty()) {
+    for (const auto* option : {&a.out, &a.svg}) {
+      if (!option->empty() && same_file(*option, a.input)) {
+        throw usage_error(std::string(option == &a.out ? "--out" : "--svg") + " '" + *option +
+                          "' is the input file; it would be overwritten");
+      }
+    }
+  }
+  if (!a.out.empty() && !a.svg.empty() && same_file(a.out, a.svg)) {
+    throw usage_error("--out and --svg name the same file '" + a.out + "'");
+  }
   return a;
 }
 
@@ -251,8 +283,18 @@ int plan(const arguments& args, clock_type::time_point started) {
   };
   memo::parse_options parse;
   parse.capacity_bytes = args.capacity_bytes;
+  // Reading is bounded by the limit too (a FIFO without a writer blocks in
+  // open(); an endless stream is read up to max_input_bytes): it may take
+  // the limit plus half a second of the second the run may overrun by, so a
+  // zero limit still reads a small input and gets the heuristics' plans.
+  auto read = run_bounded<memo::memory_trace>(after(limit_seconds + 0.5),
+                                              [args, parse] { return read_input(args, parse); });
+  if (!read) {
+    throw memo::error(args.input + ": reading did not finish within the time limit of " +
+                      seconds_text(args.time_limit_seconds) + " (+ 0.5 s); abandoned");
+  }
   // Shared: a solver abandoned at the time limit keeps its own reference.
-  const auto shared_trace = std::make_shared<const memo::memory_trace>(read_input(args, parse));
+  const auto shared_trace = std::make_shared<const memo::memory_trace>(std::move(*read));
   const memo::memory_trace& trace = *shared_trace;
   const memo::dsa_problem& problem = trace.problem;
   if (problem.buffers.empty()) {
@@ -276,7 +318,16 @@ int plan(const arguments& args, clock_type::time_point started) {
     return std::move(*result);
   };
   const std::uint64_t bound = memo::lower_bound_bytes(problem);
-  const auto caching = memo::simulate_caching_allocator(problem);
+  // The baseline is a simulation for comparison: when it cannot run (its
+  // 512-byte rounding of a size near 2^64 overflows), the plan is still made
+  // and the report says why the baseline is missing.
+  std::optional<memo::caching_allocator_report> caching;
+  std::string caching_failure;
+  try {
+    caching = memo::simulate_caching_allocator(problem);
+  } catch (const memo::error& e) {
+    caching_failure = e.message();
+  }
 
   auto remaining = [&] {
     memo::dsa_solve_options o;
@@ -412,14 +463,18 @@ int plan(const arguments& args, clock_type::time_point started) {
     j.field("lower_bound_bytes", bound);
     j.field("capacity_bytes", args.capacity_bytes);
     j.key("caching_allocator");
-    j.begin_object()
-        .field("reserved_peak_bytes", caching.reserved_peak_bytes)
-        .field("allocated_peak_bytes", caching.allocated_peak_bytes)
-        .field("segments", caching.segments)
-        .field("reserved_over_lower_bound",
-               bound == 0 ? 1.0
-                          : static_cast<double>(caching.reserved_peak_bytes) / static_cast<double>(bound))
-        .end_object();
+    if (caching) {
+      j.begin_object()
+          .field("reserved_peak_bytes", caching->reserved_peak_bytes)
+          .field("allocated_peak_bytes", caching->allocated_peak_bytes)
+          .field("segments", caching->segments)
+          .field("reserved_over_lower_bound",
+                 bound == 0 ? 1.0
+                            : static_cast<double>(caching->reserved_peak_bytes) / static_cast<double>(bound))
+          .end_object();
+    } else {
+      j.begin_object().field("error", caching_failure).end_object();
+    }
     j.key("solvers").begin_array();
     for (const auto& r : rows) {
       if (r.result) {
@@ -471,9 +526,13 @@ int plan(const arguments& args, clock_type::time_point started) {
     std::cout << "  capacity           " << memo::format_bytes(*args.capacity_bytes) << " ("
               << *args.capacity_bytes << " bytes)\n";
   }
-  std::cout << "  caching allocator  reserved peak " << memo::format_bytes(caching.reserved_peak_bytes)
-            << " = " << ratio_text(caching.reserved_peak_bytes, bound) << " x lower bound ("
-            << caching.segments << " segments)\n";
+  if (caching) {
+    std::cout << "  caching allocator  reserved peak " << memo::format_bytes(caching->reserved_peak_bytes)
+              << " = " << ratio_text(caching->reserved_peak_bytes, bound) << " x lower bound ("
+              << caching->segments << " segments)\n";
+  } else {
+    std::cout << "  caching allocator  not simulated: " << caching_failure << "\n";
+  }
   if (!trace.never_freed.empty()) {
     std::cout << "  note: " << trace.never_freed.size()
               << " buffer(s) never freed, live to the end of the trace: ids";
@@ -500,8 +559,10 @@ int plan(const arguments& args, clock_type::time_point started) {
       std::cout << (r.skipped.empty() ? r.failure : r.skipped) << "\n";
     }
   }
-  std::cout << "  " << pad("caching-alloc", 15) << pad(memo::format_bytes(caching.reserved_peak_bytes), 14)
-            << pad(ratio_text(caching.reserved_peak_bytes, bound), 11) << pad("-", 8) << "(reserved)\n";
+  if (caching) {
+    std::cout << "  " << pad("caching-alloc", 15) << pad(memo::format_bytes(caching->reserved_peak_bytes), 14)
+              << pad(ratio_text(caching->reserved_peak_bytes, bound), 11) << pad("-", 8) << "(reserved)\n";
+  }
   if (bilevel) {
     std::cout << "\n  bilevel: " << bilevel->sections.size() << " sections, " << bilevel->level1_solves
               << " level-1 solves, " << bilevel->skeletal_ids.size() << " skeletal and "
@@ -542,6 +603,18 @@ int finish(int status) {
   return status;
 }
 
+// With --json, an error is also one JSON object on stdout ({"error": ...,
+// "exit_status": ...}), so a reader parsing stdout always gets JSON.
+int fail(int argc, char** argv, const std::string& message, int status) {
+  if (std::find(argv + 1, argv + argc, std::string("--json")) != argv + argc) {
+    memo::json_writer j;
+    j.begin_object().field("error", message).field("exit_status", status).end_object();
+    std::cout << j.str() << "\n";
+    std::cout.flush();
+  }
+  return status;
+}
+
 int main(int argc, char** argv) {
   const auto started = clock_type::now();
   try {
@@ -552,13 +625,16 @@ int main(int argc, char** argv) {
     }
     return finish(plan(args, started));
   } catch (const usage_error& e) {
+    const int status = fail(argc, argv, e.what(), 2);
     std::cerr << "memo-plan: " << e.what() << "\n" << usage_text;
-    return 2;
+    return status;
   } catch (const memo::error& e) {
+    const int status = fail(argc, argv, e.message(), 1);
     std::cerr << "memo-plan: error: " << e.message() << "\n";
-    return finish(1);
+    return finish(status);
   } catch (const std::exception& e) {
+    const int status = fail(argc, argv, e.what(), 1);
     std::cerr << "memo-plan: error: " << e.what() << "\n";
-    return finish(1);
+    return finish(status);
   }
 }

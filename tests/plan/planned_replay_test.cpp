@@ -513,6 +513,19 @@ TEST_CASE("planned_replay: lifetime errors are reported, not crashes") {
     CHECK_THROWS_WITH_AS(memo::planned_replay_resource{arena},
                          doctest::Contains("buffer 0 is never freed"), memo::error);
   }
+  SUBCASE("a timeline of 2^60 instants (a DSA problem, not a request sequence)") {
+    // Two buffers make at most four requests: the arena is usable for views,
+    // and a replay is refused without a table of 2^60 instants.
+    memo::memory_trace wide;
+    wide.problem.buffers = {{0, 64, 0, std::int64_t{1} << 60, 1}, {1, 64, 5, 6, 1}};
+    wide.end_time = std::int64_t{1} << 60;
+    memo::planned_arena arena(device, wide, plan, options);
+    CHECK(arena.region(1).data == arena.memory().data + 256);
+    CHECK_THROWS_WITH_AS(memo::planned_replay_resource{arena},
+                         doctest::Contains("spans 1152921504606846976 instants, but its 2 buffers make at "
+                                           "most 4 requests"),
+                         memo::error);
+  }
   CHECK(device.current_bytes() == 0);
 }
 

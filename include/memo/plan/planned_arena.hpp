@@ -330,8 +330,18 @@ class planned_arena {
         return "planned_arena: duplicate buffer id " + std::to_string(core->buffers[i].id);
       });
     }
-    // The request order a replay follows: one request per instant.
+    // The request order a replay follows: one request per instant. A
+    // request sequence has at most two requests per buffer; a trace spanning
+    // more instants (a CSV problem's timeline, say up to 2^62) is not one,
+    // and is refused before a table of its instants is allocated.
     const std::int64_t end = trace.end_time;
+    const std::uint64_t most_requests = 2 * static_cast<std::uint64_t>(core->buffers.size());
+    if (end > 0 && static_cast<std::uint64_t>(end) > most_requests) {
+      core->not_replayable = "the trace is not a request sequence (it spans " + std::to_string(end) +
+                             " instants, but its " + std::to_string(core->buffers.size()) +
+                             " buffers make at most " + std::to_string(most_requests) + " requests)";
+      return core;
+    }
     std::vector<std::uint8_t> taken(static_cast<std::size_t>(std::max<std::int64_t>(end, 0)), 0);
     core->requests.resize(taken.size());
     auto place = [&](std::int64_t t, bool is_malloc, std::size_t i) {
