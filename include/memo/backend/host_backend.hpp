@@ -76,7 +76,10 @@ class host_backend {
     std::size_t index;
   };
 
-  /// A stream: owns its worker thread. Destroying it waits for its work.
+  /// A stream: owns its worker thread. Destroying it waits for its work,
+  /// except in a task of the stream itself (a task that owns the stream's
+  /// last handle): the thread then drains the queue on its own, and the
+  /// backend's destructor or synchronize() still waits for it.
   class stream {
    public:
     stream(stream&&) noexcept = default;
@@ -88,12 +91,12 @@ class host_backend {
 
    private:
     friend class host_backend;
-    explicit stream(std::shared_ptr<detail::host_worker> worker) : worker_(std::move(worker)) {}
+    explicit stream(std::shared_ptr<detail::host_worker_thread> worker) : worker_(std::move(worker)) {}
     [[nodiscard]] detail::host_worker& worker() const {
       expects(worker_ != nullptr, "use of a moved-from host_backend::stream");
-      return *worker_;
+      return worker_->worker();
     }
-    std::shared_ptr<detail::host_worker> worker_;
+    std::shared_ptr<detail::host_worker_thread> worker_;
   };
 
   /// An event: holds the signal of its latest `record`.
@@ -148,7 +151,7 @@ class host_backend {
                                             : std::string(stream_name);
     auto worker = std::make_shared<detail::host_worker>(std::move(label), index, this, orphans_);
     streams_.push_back(worker);
-    return stream(std::move(worker));
+    return stream(std::make_shared<detail::host_worker_thread>(std::move(worker)));
   }
   /// The same stream over a workspace of stream_workspace_bytes() (the host
   /// backend uses none; the overload exists so code is backend-agnostic).
