@@ -30,11 +30,14 @@
 //   detaches them (enqueueing on such a stream afterwards is a memo::error);
 //   a stream of another backend is rejected; synchronising a stream (or an
 //   event it has yet to reach, or the whole backend) from a task running on
-//   that stream would wait forever and is a memo::error instead.
+//   that stream would wait forever and is a memo::error instead; destroying
+//   the backend from such a task stops the process with a message.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -128,8 +131,22 @@ class host_backend {
   /// compute finish while the copy engines and the pool still exist, and
   /// enqueueing on it afterwards is a memo::error. Errors nobody
   /// synchronised are dropped with the backend.
+  /// Destroying it from a task (or a parallel_for piece) of one of its own
+  /// streams would wait for that task forever, and letting the stream run
+  /// on would use the destroyed pool: the process is stopped with a message
+  /// instead (a destructor cannot report an error otherwise).
   ~host_backend() {
-    for (auto& worker : live_streams()) worker->detach();
+    auto live = live_streams();
+    for (auto& worker : live) {
+      if (detail::running_stream_tag == worker.get()) {
+        std::fprintf(stderr,
+                     "memo: host_backend destroyed by a task running on its own stream '%s': "
+                     "it would wait for that task forever\n",
+                     worker->name().c_str());
+        std::abort();
+      }
+    }
+    for (auto& worker : live) worker->detach();
   }
 
   static constexpr std::string_view name() noexcept { return "host"; }
