@@ -13,7 +13,9 @@
 // smoke-args: --steps 3 --context 32
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/bytes.hpp>
+#include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
+#include <memo/model/binary_file.hpp>
 #include <memo/model/builtin_data.hpp>
 #include <memo/model/checkpoint.hpp>
 #include <memo/model/gpt2_model.hpp>
@@ -156,6 +158,10 @@ int run(const options& o) {
   constexpr std::int32_t gpt2_vocab = 50257;  // llm.c token files
   const bool builtin = o.data.empty();
 
+  // A checkpoint that cannot be written (a directory, a missing directory,
+  // no permission) is reported now, not after the whole training run.
+  if (!o.checkpoint_out.empty()) memo::atomic_file_writer probe(o.checkpoint_out);
+
   // The model's shape and first parameters.
   std::optional<memo::gpt2_checkpoint> checkpoint;
   memo::gpt2_config config;
@@ -222,6 +228,15 @@ int run(const options& o) {
     loader->next(inputs, targets);
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, adamw);
+    if (!std::isfinite(loss)) {
+      // Diverged: every later step and a checkpoint would hold garbage, and
+      // the checkpoint could replace a good one.
+      char lr[32];
+      std::snprintf(lr, sizeof lr, "%g", o.lr);
+      throw memo::error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
+                        ", training diverged (--lr " + lr + " is too large?)" +
+                        (o.checkpoint_out.empty() ? "" : "; no checkpoint written"));
+    }
     interval_seconds += std::chrono::duration<double>(clock::now() - t0).count();
     losses.push_back(loss);
     if (predictable) copy_losses.push_back(model.mean_loss(*predictable));

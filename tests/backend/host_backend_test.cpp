@@ -295,6 +295,29 @@ TEST_CASE("host_backend: a stream that outlives its backend is drained and then 
                        memo::error);
 }
 
+TEST_CASE("host_backend: a task may own the last handle of its own stream") {
+  // The handle dies on the stream's own thread when the task is destroyed;
+  // that thread cannot join itself, so it must drain the rest of the queue
+  // and let the backend report the stream's error.
+  host_backend backend;
+  auto handle = std::make_shared<host_backend::stream>(backend.make_stream("self-owned"));
+  std::atomic<bool> released{false};
+  std::atomic<int> ran{0};
+  backend.enqueue(*handle, [handle, &released, &ran] {
+    while (!released.load()) std::this_thread::yield();
+    ran += 1;
+  });
+  backend.enqueue(*handle, [&ran] { ran += 10; });
+  auto done = backend.make_event();
+  backend.record(done, *handle);
+  backend.enqueue(*handle, [] { throw std::runtime_error("after the last handle"); });
+  handle.reset();  // the first task's copy is now the last handle
+  released = true;
+  backend.synchronize(done);
+  CHECK(ran.load() == 11);
+  CHECK_THROWS_WITH_AS(backend.synchronize(), doctest::Contains("after the last handle"), std::runtime_error);
+}
+
 TEST_CASE("host_backend: a stream of another backend is rejected") {
   host_backend first;
   host_backend second;

@@ -30,11 +30,14 @@
 //   detaches them (enqueueing on such a stream afterwards is a memo::error);
 //   a stream of another backend is rejected; synchronising a stream (or an
 //   event it has yet to reach, or the whole backend) from a task running on
-//   that stream would wait forever and is a memo::error instead.
+//   that stream would wait forever and is a memo::error instead; destroying
+//   the backend from such a task stops the process with a message.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -76,7 +79,10 @@ class host_backend {
     std::size_t index;
   };
 
-  /// A stream: owns its worker thread. Destroying it waits for its work.
+  /// A stream: owns its worker thread. Destroying it waits for its work,
+  /// except in a task of the stream itself (a task that owns the stream's
+  /// last handle): the thread then drains the queue on its own, and the
+  /// backend's destructor or synchronize() still waits for it.
   class stream {
    public:
     stream(stream&&) noexcept = default;
@@ -88,12 +94,12 @@ class host_backend {
 
    private:
     friend class host_backend;
-    explicit stream(std::shared_ptr<detail::host_worker> worker) : worker_(std::move(worker)) {}
+    explicit stream(std::shared_ptr<detail::host_worker_thread> worker) : worker_(std::move(worker)) {}
     [[nodiscard]] detail::host_worker& worker() const {
       expects(worker_ != nullptr, "use of a moved-from host_backend::stream");
-      return *worker_;
+      return worker_->worker();
     }
-    std::shared_ptr<detail::host_worker> worker_;
+    std::shared_ptr<detail::host_worker_thread> worker_;
   };
 
   /// An event: holds the signal of its latest `record`.
@@ -125,8 +131,22 @@ class host_backend {
   /// compute finish while the copy engines and the pool still exist, and
   /// enqueueing on it afterwards is a memo::error. Errors nobody
   /// synchronised are dropped with the backend.
+  /// Destroying it from a task (or a parallel_for piece) of one of its own
+  /// streams would wait for that task forever, and letting the stream run
+  /// on would use the destroyed pool: the process is stopped with a message
+  /// instead (a destructor cannot report an error otherwise).
   ~host_backend() {
-    for (auto& worker : live_streams()) worker->detach();
+    auto live = live_streams();
+    for (auto& worker : live) {
+      if (detail::running_stream_tag == worker.get()) {
+        std::fprintf(stderr,
+                     "memo: host_backend destroyed by a task running on its own stream '%s': "
+                     "it would wait for that task forever\n",
+                     worker->name().c_str());
+        std::abort();
+      }
+    }
+    for (auto& worker : live) worker->detach();
   }
 
   static constexpr std::string_view name() noexcept { return "host"; }
@@ -148,7 +168,7 @@ class host_backend {
                                             : std::string(stream_name);
     auto worker = std::make_shared<detail::host_worker>(std::move(label), index, this, orphans_);
     streams_.push_back(worker);
-    return stream(std::move(worker));
+    return stream(std::make_shared<detail::host_worker_thread>(std::move(worker)));
   }
   /// The same stream over a workspace of stream_workspace_bytes() (the host
   /// backend uses none; the overload exists so code is backend-agnostic).

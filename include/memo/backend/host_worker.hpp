@@ -133,40 +133,60 @@ class host_worker {
 
   host_worker(std::string name, std::size_t index, const void* owner,
               std::shared_ptr<stream_failure_sink> sink)
-      : name_(std::move(name)),
-        index_(index),
-        owner_(owner),
-        sink_(std::move(sink)),
-        thread_([this] { run(); }) {}
+      : name_(std::move(name)), index_(index), owner_(owner), sink_(std::move(sink)) {}
   host_worker(const host_worker&) = delete;
   host_worker& operator=(const host_worker&) = delete;
-  ~host_worker() {
+
+  /// The worker thread's loop (see host_worker_thread): runs tasks until
+  /// `stop()` was called and the queue is drained, then hands an error
+  /// nobody synchronised to the backend's sink.
+  void run() {
+    for (;;) {
+      task item;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) {  // stopping and drained
+          // An error nobody synchronised goes to the backend, which reports
+          // it; handed over before finished_ is seen, so a backend that
+          // finds this worker finished finds the error in its sink.
+          if (sink_) sink_->add(std::move(failure_));
+          sink_.reset();
+          finished_ = true;
+          return;
+        }
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      execute(item);
+    }
+  }
+
+  /// Lets `run()` return once the queue is drained: the last handle is gone.
+  void stop() {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
     }
     wake_.notify_all();
-    thread_.join();  // drains the queue first: every recorded signal fires
-    std::shared_ptr<stream_failure_sink> sink;
-    stream_failure_ptr failure;
-    {
-      std::lock_guard lock(mutex_);
-      sink = std::move(sink_);
-      failure = std::move(failure_);
-    }
-    if (sink) sink->add(std::move(failure));  // unsynchronised: the backend reports it
   }
 
-  void push(task item) {
+  void push(task item) { push_unless_finished(std::move(item)); }
+
+  /// Enqueues `item`, unless the worker's thread has already returned (its
+  /// last handle is gone; only the backend still reaches it): then false.
+  bool push_unless_finished(task item) {
     item.enqueued = host_clock::now();
     {
       std::lock_guard lock(mutex_);
       expects(owner_ != nullptr, [&] {
         return "stream '" + name_ + "' outlived its host_backend: no work can be enqueued on it";
       });
+      if (finished_) return false;
       queue_.push_back(std::move(item));
     }
     wake_.notify_all();
+    return true;
   }
 
   /// Blocks until everything enqueued so far has run, then rethrows (and
@@ -177,7 +197,7 @@ class host_worker {
              "') was called from a task running on that stream: it would wait for itself forever";
     });
     auto signal = std::make_shared<host_signal>(this);
-    push({task_kind::fire, {}, signal});
+    if (!push_unless_finished({task_kind::fire, {}, signal})) return;  // its error went to the sink
     signal->wait();
     stream_failure_ptr failure;
     {
@@ -195,6 +215,7 @@ class host_worker {
       std::lock_guard lock(mutex_);
       owner_ = nullptr;
       sink_.reset();
+      if (finished_) return;  // the last handle is gone and the queue drained
       queue_.push_back({task_kind::fire, {}, signal, {}, host_clock::now()});
     }
     wake_.notify_all();
@@ -210,20 +231,6 @@ class host_worker {
   }
 
  private:
-  void run() {
-    for (;;) {
-      task item;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping and drained
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      execute(item);
-    }
-  }
-
   void execute(task& item) {
     switch (item.kind) {
       case task_kind::work: {
@@ -310,11 +317,40 @@ class host_worker {
   std::condition_variable link_time_;  // never notified: a timed wait on mutex_
   std::deque<task> queue_;
   bool stopping_ = false;
+  bool finished_ = false;  // run() returned
   const void* owner_;
   std::shared_ptr<stream_failure_sink> sink_;
   stream_failure_ptr failure_;
   host_clock::time_point ready_at_{};  // touched only by the worker thread
-  std::thread thread_;  // last: starts after every other member exists
+};
+
+// A stream's handle on its worker: starts the worker's thread and, when the
+// last handle goes, stops it once the queue is drained. The thread shares
+// ownership of the worker, so the handle may die anywhere, even in a task of
+// its own stream (a task that owns the last handle of its stream): that
+// thread cannot join itself, so it is detached, drains what is still queued
+// and lets the worker go when it returns. The backend still sees the worker
+// until then and drains it before it goes away.
+class host_worker_thread {
+ public:
+  explicit host_worker_thread(std::shared_ptr<host_worker> worker)
+      : worker_(std::move(worker)), thread_([worker = worker_] { worker->run(); }) {}
+  host_worker_thread(const host_worker_thread&) = delete;
+  host_worker_thread& operator=(const host_worker_thread&) = delete;
+  ~host_worker_thread() {
+    worker_->stop();
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();  // drains the queue first: every recorded signal fires
+    }
+  }
+
+  [[nodiscard]] host_worker& worker() const noexcept { return *worker_; }
+
+ private:
+  std::shared_ptr<host_worker> worker_;
+  std::thread thread_;  // last: starts after the worker it runs exists
 };
 
 }  // namespace memo::detail

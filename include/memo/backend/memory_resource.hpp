@@ -43,25 +43,21 @@ class memory_accounting {
   /// Reserves `bytes`; throws when the capacity would be exceeded.
   void add(std::size_t bytes) {
     std::lock_guard lock(mutex_);
-    // current <= capacity always holds, so the subtraction cannot wrap.
-    if (capacity_bytes_ && bytes > *capacity_bytes_ - current_bytes_) {
-      throw error(name_ + " exhausted: allocating " + std::to_string(bytes) + " bytes with " +
-                  std::to_string(current_bytes_) + " of " + std::to_string(*capacity_bytes_) +
-                  " bytes in use");
-    }
-    expects(bytes <= std::numeric_limits<std::size_t>::max() - current_bytes_, [&] {
-      return name_ + ": allocating " + std::to_string(bytes) + " bytes with " +
-             std::to_string(current_bytes_) + " bytes in use overflows the byte count";
-    });
-    current_bytes_ += bytes;
+    reserve(bytes);
     peak_bytes_ = std::max(peak_bytes_, current_bytes_);
   }
   /// Reserves `bytes`, then runs `allocate()` and returns its pointer; if
   /// `allocate` throws, the reservation is undone before the error leaves.
   /// Only a successful allocation counts in `allocation_count()`.
+  /// The peak counts the request only once it succeeded, so a failed one
+  /// leaves the peak as it was too (up to a concurrent success, whose peak
+  /// may include a reservation that then fails).
   template <class Allocate>
   void* charge(std::size_t bytes, Allocate&& allocate) {
-    add(bytes);
+    {
+      std::lock_guard lock(mutex_);
+      reserve(bytes);
+    }
     void* pointer = nullptr;
     try {
       pointer = allocate();
@@ -70,6 +66,7 @@ class memory_accounting {
       throw;
     }
     std::lock_guard lock(mutex_);
+    peak_bytes_ = std::max(peak_bytes_, current_bytes_);
     ++allocations_;
     return pointer;
   }
@@ -107,6 +104,21 @@ class memory_accounting {
 
  private:
   // A reservation whose allocation failed: not a deallocation.
+  // Adds `bytes` to the current usage, or throws; the caller holds mutex_.
+  void reserve(std::size_t bytes) {
+    // current <= capacity always holds, so the subtraction cannot wrap.
+    if (capacity_bytes_ && bytes > *capacity_bytes_ - current_bytes_) {
+      throw error(name_ + " exhausted: allocating " + std::to_string(bytes) + " bytes with " +
+                  std::to_string(current_bytes_) + " of " + std::to_string(*capacity_bytes_) +
+                  " bytes in use");
+    }
+    expects(bytes <= std::numeric_limits<std::size_t>::max() - current_bytes_, [&] {
+      return name_ + ": allocating " + std::to_string(bytes) + " bytes with " +
+             std::to_string(current_bytes_) + " bytes in use overflows the byte count";
+    });
+    current_bytes_ += bytes;
+  }
+
   void undo(std::size_t bytes) noexcept {
     std::lock_guard lock(mutex_);
     current_bytes_ -= std::min(bytes, current_bytes_);
@@ -169,7 +181,15 @@ class host_memory_resource : public detail::accounted_resource {
     });
     return accounting_.charge(bytes, [&] {
       // A zero-byte request still returns a unique pointer, as cudaMalloc does.
-      void* pointer = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{alignment});
+      // nothrow: the failure becomes an error naming the resource (and a
+      // sanitizer's allocator reports rather than throws from plain new).
+      void* pointer = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{alignment},
+                                     std::nothrow);
+      if (pointer == nullptr) {
+        throw error(accounting_.name() + ": the host could not provide " + std::to_string(bytes) +
+                    " bytes (" + std::to_string(accounting_.current_bytes() - bytes) +
+                    " bytes in use before the request)");
+      }
       try {
         std::lock_guard lock(mutex_);
         live_.emplace(pointer, block{bytes, alignment});
