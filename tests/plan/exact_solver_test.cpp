@@ -494,9 +494,11 @@ TEST_CASE("exact: sizes near 2^64 match a 128-bit brute force or are rejected") 
   CHECK(rejected > 10);
 }
 
-TEST_CASE("exact: intervals spanning the whole signed range") {
-  constexpr auto lo = std::numeric_limits<std::int64_t>::min();
-  constexpr auto hi = std::numeric_limits<std::int64_t>::max();
+TEST_CASE("exact: intervals at the ends of the longest timeline a problem may span") {
+  // Every solver shares one rule (dsa_problem.hpp): a timeline spans at most
+  // INT64_MAX ticks. This one spans exactly that, with buffers at both ends.
+  constexpr std::int64_t lo = -(std::int64_t{1} << 62);
+  constexpr std::int64_t hi = lo + std::numeric_limits<std::int64_t>::max();
   const std::vector<dsa_buffer> buffers = {
       {1, 100, lo, hi, 1}, {2, 50, lo, 0, 16}, {3, 70, -1, hi, 64}, {4, 30, hi - 1, hi, 1}, {5, 20, lo, lo + 1, 8}};
   const dsa_problem problem{buffers, {}};
@@ -510,6 +512,12 @@ TEST_CASE("exact: intervals spanning the whole signed range") {
   off.decomposition = false;
   const auto whole = memo::exact_solver(off).solve(problem, {});
   CHECK(whole.plan.peak_bytes == result.plan.peak_bytes);
+
+  // The whole signed range is one tick longer than that: refused, naming it.
+  constexpr auto min = std::numeric_limits<std::int64_t>::min();
+  constexpr auto max = std::numeric_limits<std::int64_t>::max();
+  const dsa_problem too_long{{{1, 100, min, max, 1}, {2, 50, min, 0, 16}}, {}};
+  CHECK_THROWS_WITH_AS(solver.solve(too_long, {}), doctest::Contains("more than INT64_MAX"), memo::error);
 }
 
 TEST_CASE("exact: a warm start better than the greedy is kept, even with no time to search") {
