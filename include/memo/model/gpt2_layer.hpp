@@ -27,7 +27,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
+#include "memo/backend/memory_resource.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/core/tensor_view.hpp"
 #include "memo/model/attention.hpp"
@@ -98,8 +100,13 @@ void linear_backward(B& backend, typename B::stream& on, gpt2_matrix dinp, gpt2_
 
 }  // namespace detail
 
-/// What one block keeps from its forward for its backward (batch 1, T tokens).
+/// What one block keeps from its forward for its backward (batch 1, T
+/// tokens): its skeletal tensors (MEMO section 3), every one token-major so
+/// any token range is a contiguous byte range. They live in the rounding
+/// buffers (`gpt2_skeletal_layout` in gpt2_memory.hpp lists them in this
+/// order; `from_skeletal` views one layer's slices).
 struct gpt2_layer_activations {
+  gpt2_matrix input;     // [T, C]: the block's input x
   gpt2_matrix ln1;       // [T, C]
   gpt2_vector ln1_mean;  // [T]
   gpt2_vector ln1_rstd;  // [T]
@@ -112,34 +119,19 @@ struct gpt2_layer_activations {
   gpt2_vector ln2_rstd;  // [T]
   gpt2_matrix fch;       // [T, 4C]
   gpt2_matrix fch_gelu;  // [T, 4C]
-  gpt2_matrix res3;      // [T, C]: the block's output
 
-  static gpt2_layer_activations carve(region_carver& carver, std::int64_t T, std::int64_t C,
-                                      std::int64_t NH) {
-    using detail::carve_matrix, detail::carve_vector;
-    return {carve_matrix(carver, T, C, "ln1"),        carve_vector(carver, T, "ln1_mean"),
-            carve_vector(carver, T, "ln1_rstd"),      carve_matrix(carver, T, 3 * C, "qkv"),
-            carve_matrix(carver, T, C, "atty"),       carve_matrix(carver, NH, T, "att_lse"),
-            carve_matrix(carver, T, C, "res2"),       carve_matrix(carver, T, C, "ln2"),
-            carve_vector(carver, T, "ln2_mean"),      carve_vector(carver, T, "ln2_rstd"),
-            carve_matrix(carver, T, 4 * C, "fch"),    carve_matrix(carver, T, 4 * C, "fch_gelu"),
-            carve_matrix(carver, T, C, "res3")};
-  }
-};
-
-/// Buffers every block's backward reuses, one set per model.
-struct gpt2_layer_scratch {
-  gpt2_matrix dln;        // [T, C]: gradient at a layernorm's output
-  gpt2_matrix datty;      // [T, C]
-  gpt2_matrix dqkv;       // [T, 3C]
-  gpt2_matrix dfch_gelu;  // [T, 4C]
-  gpt2_matrix dfch;       // [T, 4C]
-
-  static gpt2_layer_scratch carve(region_carver& carver, std::int64_t T, std::int64_t C) {
-    using detail::carve_matrix, detail::carve_vector;
-    return {carve_matrix(carver, T, C, "dln"),          carve_matrix(carver, T, C, "datty"),
-            carve_matrix(carver, T, 3 * C, "dqkv"),     carve_matrix(carver, T, 4 * C, "dfch_gelu"),
-            carve_matrix(carver, T, 4 * C, "dfch")};
+  /// Views of one layer's skeletal slices (tensor i of the layout is the
+  /// i-th member above).
+  template <class Slices>
+  static gpt2_layer_activations from_skeletal(const Slices& s, std::int64_t T, std::int64_t C,
+                                              std::int64_t NH) {
+    auto m = [&](std::size_t i, std::int64_t rows, std::int64_t cols) {
+      return gpt2_matrix::contiguous(s[i].template as<float>(), {rows, cols});
+    };
+    auto v = [&](std::size_t i) { return gpt2_vector::contiguous(s[i].template as<float>(), {T}); };
+    return {m(0, T, C), m(1, T, C),      v(2),          v(3),      m(4, T, 3 * C),
+            m(5, T, C), m(6, NH, T),     m(7, T, C),    m(8, T, C), v(9),
+            v(10),      m(11, T, 4 * C), m(12, T, 4 * C)};
   }
 };
 
@@ -178,47 +170,114 @@ void gpt2_attention_backward(chunked_causal_attention<B>& attention, typename B:
 
 }  // namespace detail
 
-/// The forward of one block: reads x [T, C], fills `a` (a.res3 is the output).
+namespace detail {
+
+/// The token-wise part of a block before attention, on rows [r0, r0 + n):
+/// ln1 and its statistics from the input, then qkv.
+template <Backend B>
+void gpt2_layer_rows_before_attention(B& backend, typename B::stream& on,
+                                      const gpt2_layer_views<float>& p,
+                                      const gpt2_layer_activations& a, std::int64_t r0,
+                                      std::int64_t n) {
+  launch(backend, on, ops::layernorm_forward<float>{a.ln1.slice(r0, n), a.ln1_mean.slice(r0, n),
+                                                    a.ln1_rstd.slice(r0, n), a.input.slice(r0, n),
+                                                    p.ln1w, p.ln1b});
+  linear_forward(backend, on, a.qkv.slice(r0, n), a.ln1.slice(r0, n), p.qkvw, p.qkvb);
+}
+
+/// The token-wise part after attention, on rows [r0, r0 + n): res2 = x +
+/// atty Wo^T + bo, ln2 and its statistics, fch, gelu(fch).
+template <Backend B>
+void gpt2_layer_rows_after_attention(B& backend, typename B::stream& on,
+                                     const gpt2_layer_views<float>& p,
+                                     const gpt2_layer_activations& a, std::int64_t r0,
+                                     std::int64_t n) {
+  const gpt2_matrix res2 = a.res2.slice(r0, n);
+  linear_forward(backend, on, res2, a.atty.slice(r0, n), p.attprojw, p.attprojb);
+  launch(backend, on, ops::residual_forward<float>{res2, res2, a.input.slice(r0, n)});
+  launch(backend, on, ops::layernorm_forward<float>{a.ln2.slice(r0, n), a.ln2_mean.slice(r0, n),
+                                                    a.ln2_rstd.slice(r0, n), res2, p.ln2w, p.ln2b});
+  linear_forward(backend, on, a.fch.slice(r0, n), a.ln2.slice(r0, n), p.fcw, p.fcb);
+  launch(backend, on, ops::gelu_forward<float>{a.fch_gelu.slice(r0, n), a.fch.slice(r0, n)});
+}
+
+}  // namespace detail
+
+/// The forward of one block: reads a.input [T, C], fills the other
+/// skeletal tensors of `a` and writes the block's output to `out` [T, C]
+/// (which may be the buffer a.input was copied from).
 template <Backend B>
 void gpt2_layer_forward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
-                        std::int64_t heads, tensor_view<const float, 2> x,
-                        gpt2_layer_activations& a, chunked_causal_attention<B>& attention) {
-  using detail::launch, detail::linear_forward;
-  launch(backend, on, ops::layernorm_forward<float>{a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b});
-  linear_forward(backend, on, a.qkv, a.ln1, p.qkvw, p.qkvb);
+                        std::int64_t heads, const gpt2_layer_activations& a, gpt2_matrix out,
+                        chunked_causal_attention<B>& attention) {
+  const std::int64_t T = a.input.extent(0);
+  detail::gpt2_layer_rows_before_attention(backend, on, p, a, 0, T);
   detail::gpt2_attention_forward(attention, on, a.atty, a.att_lse, a.qkv, heads);
-  linear_forward(backend, on, a.res2, a.atty, p.attprojw, p.attprojb);  // res2 = attproj for now
-  launch(backend, on, ops::residual_forward<float>{a.res2, a.res2, x});
-  launch(backend, on, ops::layernorm_forward<float>{a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b});
-  linear_forward(backend, on, a.fch, a.ln2, p.fcw, p.fcb);
-  launch(backend, on, ops::gelu_forward<float>{a.fch_gelu, a.fch});
-  linear_forward(backend, on, a.res3, a.fch_gelu, p.fcprojw, p.fcprojb);
-  launch(backend, on, ops::residual_forward<float>{a.res3, a.res3, a.res2});
+  detail::gpt2_layer_rows_after_attention(backend, on, p, a, 0, T);
+  detail::linear_forward(backend, on, out, a.fch_gelu, p.fcprojw, p.fcprojb);
+  detail::launch(backend, on, ops::residual_forward<float>{out, out, a.res2});
+}
+
+/// Token-wise recomputation (MEMO section 4.1): rebuilds every skeletal
+/// tensor but the input, the attention output and its log-sum-exp on rows
+/// [r0, r0 + n) from those three, which are always present. Rows outside
+/// the range are not touched; the values equal the forward's up to the
+/// rounding of a GEMM over fewer rows.
+template <Backend B>
+void gpt2_layer_recompute(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
+                          const gpt2_layer_activations& a, std::int64_t r0, std::int64_t n) {
+  if (n <= 0) return;
+  detail::gpt2_layer_rows_before_attention(backend, on, p, a, r0, n);
+  detail::gpt2_layer_rows_after_attention(backend, on, p, a, r0, n);
 }
 
 /// The backward of one block. `dresidual` [T, C] holds d(res3) on entry and
-/// dx on return; parameter gradients are added into `g`.
-template <Backend B>
+/// dx on return; parameter gradients are added into `g`. The five gradient
+/// buffers it needs are transient: taken from `transient` and returned as
+/// soon as their last use is enqueued, in an order that does not depend on
+/// the data, so one recorded backward is the trace of every later one
+/// (plan/recording_resource.hpp, plan/planned_replay.hpp). Buffers are
+/// returned while work that reads them may still be queued on `on`: the
+/// resource must only hand their bytes to work ordered after it on `on`
+/// (true of a planned replay driven from this stream).
+template <Backend B, MemoryResource R>
 void gpt2_layer_backward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
                          const gpt2_layer_views<float>& g, std::int64_t heads,
-                         tensor_view<const float, 2> x, const gpt2_layer_activations& a,
-                         gpt2_matrix dresidual, gpt2_layer_scratch& s,
+                         const gpt2_layer_activations& a, gpt2_matrix dresidual, R& transient,
                          chunked_causal_attention<B>& attention) {
   using detail::launch, detail::linear_backward;
+  using floats = buffer<float, R>;
+  const std::int64_t T = a.input.extent(0), C = a.input.extent(1);
+  const auto n = static_cast<std::size_t>(T * C);
+  auto view = [](floats& b, std::int64_t rows, std::int64_t cols) {
+    return gpt2_matrix::contiguous(b.data(), {rows, cols});
+  };
+  const gpt2_matrix& x = a.input;
   // MLP half: the projection's output gradient is d(res3) itself.
-  linear_backward(backend, on, s.dfch_gelu, g.fcprojw, g.fcprojb, dresidual, a.fch_gelu, p.fcprojw);
-  backend.memset_async(s.dfch.data(), 0, s.dfch.size_bytes(), on);
-  launch(backend, on, ops::gelu_backward<float>{s.dfch, a.fch, s.dfch_gelu});
-  linear_backward(backend, on, s.dln, g.fcw, g.fcb, s.dfch, a.ln2, p.fcw);
-  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, s.dln, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd});
-  launch(backend, on, ops::layernorm_backward_params<float>{g.ln2w, g.ln2b, s.dln, a.res2, a.ln2_mean, a.ln2_rstd});
+  floats dfch_gelu(transient, 4 * n);  // [T, 4C]
+  linear_backward(backend, on, view(dfch_gelu, T, 4 * C), g.fcprojw, g.fcprojb, dresidual,
+                  a.fch_gelu, p.fcprojw);
+  floats dfch(transient, 4 * n);  // [T, 4C]
+  backend.memset_async(dfch.data(), 0, dfch.size_bytes(), on);
+  launch(backend, on, ops::gelu_backward<float>{view(dfch, T, 4 * C), a.fch, view(dfch_gelu, T, 4 * C)});
+  dfch_gelu = floats();
+  floats dln(transient, n);  // [T, C]: gradient at a layernorm's output
+  linear_backward(backend, on, view(dln, T, C), g.fcw, g.fcb, view(dfch, T, 4 * C), a.ln2, p.fcw);
+  dfch = floats();
+  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, view(dln, T, C), a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd});
+  launch(backend, on, ops::layernorm_backward_params<float>{g.ln2w, g.ln2b, view(dln, T, C), a.res2, a.ln2_mean, a.ln2_rstd});
   // Attention half: dresidual now holds d(res2).
-  linear_backward(backend, on, s.datty, g.attprojw, g.attprojb, dresidual, a.atty, p.attprojw);
-  backend.memset_async(s.dqkv.data(), 0, s.dqkv.size_bytes(), on);
-  detail::gpt2_attention_backward(attention, on, s.dqkv, s.datty, a.atty, a.att_lse, a.qkv, heads);
-  linear_backward(backend, on, s.dln, g.qkvw, g.qkvb, s.dqkv, a.ln1, p.qkvw);
-  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, s.dln, x, p.ln1w, a.ln1_mean, a.ln1_rstd});
-  launch(backend, on, ops::layernorm_backward_params<float>{g.ln1w, g.ln1b, s.dln, x, a.ln1_mean, a.ln1_rstd});
+  floats datty(transient, n);  // [T, C]
+  linear_backward(backend, on, view(datty, T, C), g.attprojw, g.attprojb, dresidual, a.atty, p.attprojw);
+  floats dqkv(transient, 3 * n);  // [T, 3C]
+  backend.memset_async(dqkv.data(), 0, dqkv.size_bytes(), on);
+  detail::gpt2_attention_backward(attention, on, view(dqkv, T, 3 * C), view(datty, T, C), a.atty,
+                                  a.att_lse, a.qkv, heads);
+  datty = floats();
+  linear_backward(backend, on, view(dln, T, C), g.qkvw, g.qkvb, view(dqkv, T, 3 * C), a.ln1, p.qkvw);
+  dqkv = floats();
+  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, view(dln, T, C), x, p.ln1w, a.ln1_mean, a.ln1_rstd});
+  launch(backend, on, ops::layernorm_backward_params<float>{g.ln1w, g.ln1b, view(dln, T, C), x, a.ln1_mean, a.ln1_rstd});
 }
 
 }  // namespace memo

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,15 +44,67 @@
 #include "memo/model/ops/adamw.hpp"
 #include "memo/model/ops/cross_entropy.hpp"
 #include "memo/model/ops/encoder.hpp"
+#include "memo/model/gpt2_memory.hpp"
 #include "memo/model/token_data.hpp"
+#include "memo/plan/bilevel_planner.hpp"
+#include "memo/plan/planned_arena.hpp"
+#include "memo/plan/planned_replay.hpp"
+#include "memo/plan/recording_resource.hpp"
+#include "memo/swap/token_fraction_swapper.hpp"
 
 namespace memo {
+
+namespace detail {
+
+/// A resource that waits for `stream` before returning memory upstream:
+/// recording a block hands its buffers back while work that reads them is
+/// still queued, which a real upstream must not see.
+template <Backend B, MemoryResource Upstream>
+class stream_synchronizing_resource {
+ public:
+  stream_synchronizing_resource(B& backend, typename B::stream& stream, Upstream& upstream)
+      : backend_(&backend), stream_(&stream), upstream_(&upstream) {}
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
+    return upstream_->allocate(bytes, alignment);
+  }
+  void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
+    try {
+      backend_->synchronize(*stream_);
+    } catch (...) {  // reported by the caller's own synchronize
+    }
+    upstream_->deallocate(pointer, bytes, alignment);
+  }
+  [[nodiscard]] std::size_t current_bytes() const { return upstream_->current_bytes(); }
+  [[nodiscard]] std::size_t peak_bytes() const { return upstream_->peak_bytes(); }
+  void reset_peak() { upstream_->reset_peak(); }
+
+ private:
+  B* backend_;
+  typename B::stream* stream_;
+  Upstream* upstream_;
+};
+
+}  // namespace detail
 
 /// How a `gpt2_model` is sized for training.
 struct gpt2_model_options {
   std::int64_t context = 0;     // T: tokens per step, 1 <= T <= maxT
   std::int64_t loss_chunk = 0;  // rows of the logits buffer; 0 = min(T, 64)
   std::int64_t attention_chunk = 0;  // tokens per attention chunk; 0 = min(T, 64)
+  /// Skeletal offload (MEMO section 4.1). Unset: every layer keeps its
+  /// skeletal tensors on the device (one rounding buffer per layer, nothing
+  /// copied or recomputed). Set: two rounding buffers; every layer but the
+  /// last two offloads its input and attention output whole and this
+  /// fraction of the tokens of every other skeletal tensor, and recomputes
+  /// the rest token-wise before its backward.
+  std::optional<double> offload_alpha;
+  /// Offloaded prefixes are rounded down to a multiple of this many tokens.
+  std::int64_t offload_granularity = 1;
+  /// FPDT's host-resident K/V in the chunked attention (attention.hpp).
+  bool kv_offload = false;
+  /// Time the bi-level planner may take (level 2 of a small model is solved
+  /// well before it, but the exact search may not prove optimality).
+  double plan_time_limit_seconds = 0.1;
 };
 
 template <Backend B>
@@ -78,17 +131,24 @@ class gpt2_model {
       return "gpt2_model: loss_chunk " + std::to_string(options.loss_chunk) +
              " must lie in [1, context " + std::to_string(T_) + "] (0 picks one)";
     });
+    expects(!options.offload_alpha ||
+                (std::isfinite(*options.offload_alpha) && *options.offload_alpha >= 0.0 &&
+                 *options.offload_alpha <= 1.0),
+            [&] {
+              return "gpt2_model: offload_alpha " + std::to_string(*options.offload_alpha) +
+                     " must lie in [0, 1]";
+            });
+    expects(options.offload_granularity >= 1 && options.offload_granularity <= T_, [&] {
+      return "gpt2_model: offload_granularity " + std::to_string(options.offload_granularity) +
+             " must lie in [1, context " + std::to_string(T_) + "]";
+    });
     const auto P = static_cast<std::size_t>(table_.total);
     const auto T = static_cast<std::size_t>(T_);
+    const std::int64_t L = config_.num_layers;
     params_ = device_floats(backend.device_memory(), P);
     grads_ = device_floats(backend.device_memory(), P);
     adam_m_ = device_floats(backend.device_memory(), P);
     adam_v_ = device_floats(backend.device_memory(), P);
-    region_carver sizing;
-    carve(sizing);
-    work_ = device_bytes_buffer(backend.device_memory(), sizing.required_bytes());
-    region_carver carver(memory_region{work_.data(), work_.size_bytes()}, "gpt2_model activations");
-    carve(carver);
     staging_ = pinned_floats(backend.pinned_memory(), P);
     host_losses_ = pinned_floats(backend.pinned_memory(), T);
     host_inputs_ = pinned_ints(backend.pinned_memory(), T);
@@ -96,13 +156,48 @@ class gpt2_model {
     host_order_ = pinned_longs(backend.pinned_memory(), T);
     host_starts_ = pinned_longs(backend.pinned_memory(), T + 1);
     host_ids_ = pinned_ints(backend.pinned_memory(), T);
-    stream_.emplace(backend.make_stream("gpt2_model", workspace_));
-    attention_.emplace(backend, attention_shape_, attention_region_, memory_region{});
+    if (backend.stream_workspace_bytes() > 0) {
+      workspace_ = device_bytes_buffer(backend.device_memory(), backend.stream_workspace_bytes());
+    }
+    stream_.emplace(backend.make_stream("gpt2_model",
+                                        memory_region{workspace_.data(), workspace_.size_bytes()}));
     p_ = view_gpt2_parameters(config_, params_.span());
     g_ = view_gpt2_parameters(config_, grads_.span());
-    for (auto* b : {&adam_m_, &adam_v_, &grads_}) {
+    for (auto* b : {&params_, &adam_m_, &adam_v_, &grads_}) {
       backend.memset_async(b->data(), 0, b->size_bytes(), *stream_);
     }
+    // What the skeletal tensors keep, and where (MEMO section 4.1).
+    const bool swapping = options.offload_alpha.has_value();
+    offload_plan skeletal(gpt2_skeletal_layout(config_, T_), swapping ? *options.offload_alpha : 1.0,
+                          static_cast<std::size_t>(options.offload_granularity));
+    const std::size_t K = swapping ? std::min<std::size_t>(2, static_cast<std::size_t>(L))
+                                   : static_cast<std::size_t>(L);
+    attention_shape_.offload = options.kv_offload;
+    // The plan (MEMO section 4.2): one block's backward recorded, then the step.
+    outside_ = outside_buffers(rounding_buffers<B>::required_bytes(skeletal, K));
+    step_trace_ = gpt2_step_trace(outside_, record_block_backward(), L);
+    dsa_solve_options solve;
+    solve.time_limit_seconds = options.plan_time_limit_seconds;
+    plan_ = bilevel_planner<>{}.plan(step_trace_, solve);
+    arena_options arena;
+    arena.fill = [b = &backend, s = &*stream_](memory_region r, std::byte value) {
+      // Stream-ordered, like every free of a replay driven from this stream.
+      if (r.bytes > 0) b->memset_async(r.data, static_cast<int>(value), r.bytes, *s);
+    };
+    arena_.emplace(backend, step_trace_, plan_.plan, std::move(arena));
+    replay_.emplace(*arena_);
+    bind_outside_buffers();
+    rounding_.emplace(backend, std::move(skeletal), K, arena_->region(index_of("skeletal")));
+    swap_options swap;
+    swap.layers = static_cast<std::size_t>(L);
+    swap.resident_last_layers = swapping ? K : static_cast<std::size_t>(L);
+    auto slots = host_slots_for(rounding_->plan(), static_cast<std::size_t>(L) - swap.resident_last_layers);
+    store_.emplace(backend, host_store<B>::required_bytes(slots));
+    swapper_.emplace(backend, *stream_, *rounding_, *store_, swap);
+    attention_pinned_ = pinned_bytes_buffer(backend.pinned_memory(),
+                                            chunked_causal_attention<B>::required_pinned_bytes(attention_shape_));
+    attention_.emplace(backend, attention_shape_, arena_->region(index_of("attention scratch")),
+                       memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()});
     backend.synchronize(*stream_);
   }
   gpt2_model(const gpt2_model&) = delete;
@@ -121,8 +216,29 @@ class gpt2_model {
   [[nodiscard]] std::uint64_t parameter_count() const noexcept { return table_.total; }
   /// Device bytes of the parameters, gradients and moments (4 x 4 bytes each).
   [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return 4 * params_.size_bytes(); }
-  /// Device bytes of everything else a step uses (activations, scratch, logits chunk).
-  [[nodiscard]] std::size_t activation_bytes() const noexcept { return work_.size_bytes(); }
+  /// Device bytes of everything else a step uses: the planned arena (the
+  /// plan's peak) and the stream's BLAS workspace.
+  [[nodiscard]] std::size_t activation_bytes() const noexcept {
+    return arena_->peak_bytes() + workspace_.size_bytes();
+  }
+  /// The bi-level plan of a step's request trace (`step_trace()`).
+  [[nodiscard]] const bilevel_result& memory_plan() const noexcept { return plan_; }
+  [[nodiscard]] const memory_trace& step_trace() const noexcept { return step_trace_; }
+  /// Which skeletal token ranges are offloaded and which recomputed.
+  [[nodiscard]] const offload_plan& skeletal_plan() const noexcept { return rounding_->plan(); }
+  /// Device bytes of the rounding buffers (K buffers and the shared region).
+  [[nodiscard]] std::uint64_t rounding_buffer_bytes() const noexcept { return rounding_->planned_device_bytes(); }
+  [[nodiscard]] std::size_t rounding_buffer_count() const noexcept { return rounding_->count(); }
+  /// Layers whose skeletal tensors go to host memory each step.
+  [[nodiscard]] std::size_t swapped_layers() const noexcept { return swapper_->swapped_layers(); }
+  /// Pinned host bytes of the offloaded skeletal tensors and the host K/V.
+  [[nodiscard]] std::uint64_t host_offload_bytes() const {
+    return host_store<B>::required_bytes(host_slots_for(rounding_->plan(), swapper_->swapped_layers())) +
+           attention_pinned_.size_bytes();
+  }
+  [[nodiscard]] bool kv_offload() const noexcept { return attention_shape_.offload; }
+  /// The swapper's running byte counts (offloaded, prefetched, recomputed).
+  [[nodiscard]] const token_fraction_swapper<B>& swapper() const noexcept { return *swapper_; }
   /// AdamW steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
 
@@ -168,48 +284,13 @@ class gpt2_model {
   /// pass. Returns the mean loss over the T targets.
   float forward_backward(std::span<const std::int32_t> inputs,
                          std::span<const std::int32_t> targets) {
-    stage_tokens(inputs, targets);
-    B& b = *backend_;
-    auto& s = *stream_;
-    const std::int64_t C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
-    b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
-    // Forward.
-    detail::launch(b, s, ops::encoder_forward<float>{encoded_, tokens_, p_.wte, p_.wpe,
-                                                     config_.vocab_size, T_, 0});
-    for (std::int64_t l = 0; l < L; ++l) {
-      gpt2_layer_forward(b, s, p_.layer(l), NH, layer_input(l), layers_[l], *attention_);
+    const std::int64_t distinct = check_tokens(inputs, targets);
+    try {
+      run_step(distinct);
+    } catch (...) {
+      abandon_step();
+      throw;
     }
-    const gpt2_matrix last = layers_[L - 1].res3;
-    detail::launch(b, s, ops::layernorm_forward<float>{lnf_, lnf_mean_, lnf_rstd_, last, p_.lnfw, p_.lnfb});
-    // Loss and the head's backward, chunk by chunk: dln <- d(lnf), dwte += ...
-    const std::int64_t Vp = config_.padded_vocab_size;
-    for (std::int64_t r0 = 0; r0 < T_; r0 += chunk_) {
-      const std::int64_t n = std::min(chunk_, T_ - r0);
-      const gpt2_matrix logits = logits_.slice(0, n);  // [n, Vp]
-      const gpt2_matrix x = lnf_.slice(r0, n);
-      b.gemm(s, gemm_shape{.m = n, .n = Vp, .k = C, .op_b = matrix_op::transpose}, 1.0f,
-             x.data(), p_.wte.data(), 0.0f, logits.data());
-      detail::launch(b, s, ops::cross_entropy_chunk<float>{logits, losses_.slice(r0, n),
-                                                           targets_.slice(r0, n), config_.vocab_size,
-                                                           1.0f / static_cast<float>(T_)});
-      b.gemm(s, gemm_shape{.m = n, .n = C, .k = Vp}, 1.0f, logits.data(), p_.wte.data(), 0.0f,
-             scratch_.dln.slice(r0, n).data());
-      b.gemm(s, gemm_shape{.m = Vp, .n = C, .k = n, .op_a = matrix_op::transpose}, 1.0f,
-             logits.data(), x.data(), 1.0f, g_.wte.data());
-    }
-    b.copy_async(host_losses_.data(), losses_.data(), host_losses_.size_bytes(),
-                 copy_kind::device_to_host, s);
-    // Backward.
-    b.memset_async(dresidual_.data(), 0, dresidual_.size_bytes(), s);
-    detail::launch(b, s, ops::layernorm_backward_input<float>{dresidual_, scratch_.dln, last, p_.lnfw, lnf_mean_, lnf_rstd_});
-    detail::launch(b, s, ops::layernorm_backward_params<float>{g_.lnfw, g_.lnfb, scratch_.dln, last, lnf_mean_, lnf_rstd_});
-    for (std::int64_t l = L - 1; l >= 0; --l) {
-      gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, layer_input(l), layers_[l],
-                          dresidual_, scratch_, *attention_);
-    }
-    detail::launch(b, s, ops::encoder_backward_positions<float>{g_.wpe, dresidual_, T_, 0});
-    detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
-    b.synchronize(s);
     return static_cast<float>(mean_loss({0, T_}));
   }
 
@@ -253,6 +334,7 @@ class gpt2_model {
   using pinned_floats = buffer<float, pinned_resource>;
   using pinned_ints = buffer<std::int32_t, pinned_resource>;
   using pinned_longs = buffer<std::int64_t, pinned_resource>;
+  using pinned_bytes_buffer = buffer<std::byte, pinned_resource>;
 
   static gpt2_config checked_config(const gpt2_config& config, const gpt2_model_options& o) {
     config.validate("gpt2_model");
@@ -272,40 +354,244 @@ class gpt2_model {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
-  /// Every device buffer a step uses besides the parameter state.
-  void carve(region_carver& c) {
-    const std::int64_t C = config_.channels, NH = config_.num_heads;
-    layers_.clear();
-    for (std::int64_t l = 0; l < config_.num_layers; ++l) {
-      layers_.push_back(gpt2_layer_activations::carve(c, T_, C, NH));
-    }
-    scratch_ = gpt2_layer_scratch::carve(c, T_, C);
-    encoded_ = detail::carve_matrix(c, T_, C, "encoded");
-    lnf_ = detail::carve_matrix(c, T_, C, "lnf");
-    lnf_mean_ = detail::carve_vector(c, T_, "lnf_mean");
-    lnf_rstd_ = detail::carve_vector(c, T_, "lnf_rstd");
-    dresidual_ = detail::carve_matrix(c, T_, C, "dresidual");
-    logits_ = detail::carve_matrix(c, chunk_, config_.padded_vocab_size, "logits chunk");
-    losses_ = detail::carve_vector(c, T_, "losses");
-    const auto n = static_cast<std::size_t>(T_);
-    auto ints = [&](std::size_t count, std::string_view part) {
-      return c.take(count * sizeof(std::int32_t), part).as<std::int32_t>();
+  /// The buffers a step uses outside the layer sections, in the order it
+  /// asks for them (gpt2_memory.hpp); their trace ids are their indices.
+  std::vector<gpt2_step_buffer> outside_buffers(std::uint64_t skeletal_bytes) const {
+    using enum gpt2_step_phase;
+    const auto T = static_cast<std::uint64_t>(T_);
+    const std::uint64_t f = sizeof(float), i32 = sizeof(std::int32_t), i64 = sizeof(std::int64_t);
+    const std::uint64_t TC = checked_mul(checked_mul(T, static_cast<std::uint64_t>(config_.channels)), f);
+    const std::uint64_t logits = checked_mul(checked_mul(static_cast<std::uint64_t>(chunk_),
+                                                         static_cast<std::uint64_t>(config_.padded_vocab_size)),
+                                             f);
+    return {
+        {"tokens", T * i32, step_begin, step_end},
+        {"targets", T * i32, step_begin, step_end},
+        {"bucket order", T * i64, step_begin, step_end},
+        {"bucket starts", (T + 1) * i64, step_begin, step_end},
+        {"bucket ids", T * i32, step_begin, step_end},
+        {"losses", T * f, step_begin, step_end},
+        {"attention scratch", chunked_causal_attention<B>::required_device_bytes(attention_shape_),
+         step_begin, step_end},
+        {"skeletal", skeletal_bytes, step_begin, step_end},
+        {"residual", TC, step_begin, head_end},  // [T, C]: the residual stream
+        {"lnf", TC, head_begin, head_end},
+        {"lnf_mean", T * f, head_begin, head_end},
+        {"lnf_rstd", T * f, head_begin, head_end},
+        {"dlnf", TC, head_begin, head_end},
+        {"logits chunk", logits, head_begin, loss_end},  // [chunk, Vp]
+        {"dresidual", TC, loss_end, step_end},
     };
-    auto longs = [&](std::size_t count, std::string_view part) {
-      return c.take(count * sizeof(std::int64_t), part).as<std::int64_t>();
-    };
-    tokens_ = tensor_view<const std::int32_t, 1>::contiguous(ints(n, "tokens"), {T_});
-    targets_ = tensor_view<const std::int32_t, 1>::contiguous(ints(n, "targets"), {T_});
-    order_ = longs(n, "bucket order");
-    starts_ = longs(n + 1, "bucket starts");
-    ids_ = ints(n, "bucket ids");
-    workspace_ = c.take(backend_->stream_workspace_bytes(), "stream workspace");
-    attention_region_ = c.take(chunked_causal_attention<B>::required_device_bytes(attention_shape_),
-                               "attention scratch");
   }
 
-  tensor_view<const float, 2> layer_input(std::int64_t l) const {
-    return l == 0 ? encoded_ : layers_[static_cast<std::size_t>(l - 1)].res3;
+  [[nodiscard]] std::size_t index_of(std::string_view name) const {
+    for (std::size_t i = 0; i < outside_.size(); ++i) {
+      if (outside_[i].name == name) return i;
+    }
+    throw error("gpt2_model: no step buffer named '" + std::string(name) + "'");
+  }
+
+  /// Views of the outside buffers at their planned addresses: the same
+  /// every step, so objects built over them (rounding buffers, attention)
+  /// are built once.
+  void bind_outside_buffers() {
+    auto region = [&](std::string_view name) { return arena_->region(index_of(name)); };
+    const std::int64_t C = config_.channels;
+    auto matrix = [&](std::string_view name, std::int64_t rows, std::int64_t cols) {
+      return gpt2_matrix::contiguous(region(name).template as<float>(), {rows, cols});
+    };
+    auto vector = [&](std::string_view name) {
+      return gpt2_vector::contiguous(region(name).template as<float>(), {T_});
+    };
+    tokens_ = tensor_view<const std::int32_t, 1>::contiguous(region("tokens").template as<std::int32_t>(), {T_});
+    targets_ = tensor_view<const std::int32_t, 1>::contiguous(region("targets").template as<std::int32_t>(), {T_});
+    order_ = region("bucket order").template as<std::int64_t>();
+    starts_ = region("bucket starts").template as<std::int64_t>();
+    ids_ = region("bucket ids").template as<std::int32_t>();
+    losses_ = vector("losses");
+    residual_ = matrix("residual", T_, C);
+    lnf_ = matrix("lnf", T_, C);
+    lnf_mean_ = vector("lnf_mean");
+    lnf_rstd_ = vector("lnf_rstd");
+    dlnf_ = matrix("dlnf", T_, C);
+    logits_ = matrix("logits chunk", chunk_, config_.padded_vocab_size);
+    dresidual_ = matrix("dresidual", T_, C);
+    live_.assign(outside_.size(), nullptr);
+  }
+
+  /// The job profiler of MEMO section 4.3.2 for one block: runs a block's
+  /// backward once, on zeros, through a recording resource, and returns
+  /// the trace of its transient requests (one section, `layer 0 backward`).
+  memory_trace record_block_backward() {
+    B& b = *backend_;
+    auto& s = *stream_;
+    const std::int64_t C = config_.channels, NH = config_.num_heads;
+    const skeletal_layout layout = gpt2_skeletal_layout(config_, T_);
+    attention_shape shape = attention_shape_;
+    shape.offload = false;  // the transients do not depend on where K/V live
+    auto carve = [&](region_carver& c, std::vector<skeletal_slice>* slices) {
+      for (const auto& t : layout.tensors()) {
+        const memory_region r = c.take(static_cast<std::size_t>(t.bytes()), t.name);
+        if (slices) slices->push_back({r.data, t.tokens, t.bytes_per_token, false});
+      }
+      return std::pair{detail::carve_matrix(c, T_, C, "dresidual"),
+                       c.take(chunked_causal_attention<B>::required_device_bytes(shape), "attention scratch")};
+    };
+    region_carver counting;
+    (void)carve(counting, nullptr);
+    device_bytes_buffer temporary(b.device_memory(), counting.required_bytes());
+    region_carver carver(memory_region{temporary.data(), temporary.size_bytes()}, "gpt2 block recording");
+    std::vector<skeletal_slice> slices;
+    const auto [dresidual, scratch] = carve(carver, &slices);
+    b.memset_async(temporary.data(), 0, temporary.size_bytes(), s);
+    chunked_causal_attention<B> attention(b, shape, scratch, memory_region{});
+    const auto a = gpt2_layer_activations::from_skeletal(slices, T_, C, NH);
+    detail::stream_synchronizing_resource<B, device_resource> upstream(b, s, b.device_memory());
+    recording_resource recorder(upstream, "gpt2 block backward");
+    recorder.begin_section("layer 0 backward");
+    gpt2_layer_backward(b, s, p_.layer(0), g_.layer(0), NH, a, dresidual, recorder, attention);
+    recorder.end_section("layer 0 backward");
+    b.synchronize(s);
+    return recorder.trace();
+  }
+
+  /// Runs the requests of `phase` through the replay; a malloc must land
+  /// where the buffer was bound.
+  void step_phase(gpt2_step_phase phase) {
+    for_each_step_request(
+        outside_, phase,
+        [&](std::size_t i) {
+          replay_->deallocate(std::exchange(live_[i], nullptr), outside_[i].bytes, default_alignment_bytes);
+        },
+        [&](std::size_t i) {
+          live_[i] = replay_->allocate(outside_[i].bytes, default_alignment_bytes);
+          expects(live_[i] == arena_->region(i).data, [&] {
+            return "gpt2_model: the replay placed '" + outside_[i].name +
+                   "' away from its planned address";
+          });
+        });
+  }
+
+  /// The token range layer `layer` rebuilds before its backward: the
+  /// recomputed tails of a swapped layer, and the shared tensors the next
+  /// layer overwrote (every layer but the last). Every skeletal tensor has
+  /// T tokens, so one range covers them all. Empty when nothing is rebuilt.
+  [[nodiscard]] token_range recompute_range(std::size_t layer) const {
+    const offload_plan& plan = rounding_->plan();
+    const auto last = static_cast<std::size_t>(config_.num_layers) - 1;
+    token_range range{static_cast<std::size_t>(T_), 0};
+    for (std::size_t t = 0; t < plan.layout().size(); ++t) {
+      std::vector<token_range> ranges;
+      if (plan.shared(t)) {
+        if (layer != last) ranges.push_back({0, plan.layout()[t].tokens});
+      } else if (swapper_->swapped(layer)) {
+        ranges = plan.recomputed(t);
+      }
+      for (const auto& r : ranges) {
+        range.begin = std::min(range.begin, r.begin);
+        range.end = std::max(range.end, r.end);
+      }
+    }
+    return range.empty() ? token_range{} : range;
+  }
+
+  void run_step(std::int64_t distinct) {
+    B& b = *backend_;
+    auto& s = *stream_;
+    const std::int64_t C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+    step_phase(gpt2_step_phase::step_begin);
+    upload_tokens(distinct);
+    b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
+    // Forward: each layer copies the residual stream into its input slice
+    // and writes its output back over it.
+    detail::launch(b, s, ops::encoder_forward<float>{residual_, tokens_, p_.wte, p_.wpe,
+                                                     config_.vocab_size, T_, 0});
+    for (std::int64_t l = 0; l < L; ++l) {
+      const auto layer = static_cast<std::size_t>(l);
+      const auto a = gpt2_layer_activations::from_skeletal(swapper_->begin_forward(layer), T_, C, NH);
+      b.copy_async(a.input.data(), residual_.data(), residual_.size_bytes(), copy_kind::device_to_device, s);
+      gpt2_layer_forward(b, s, p_.layer(l), NH, a, residual_, *attention_);
+      swapper_->end_forward(layer);
+    }
+    step_phase(gpt2_step_phase::head_begin);
+    detail::launch(b, s, ops::layernorm_forward<float>{lnf_, lnf_mean_, lnf_rstd_, residual_, p_.lnfw, p_.lnfb});
+    // Loss and the head's backward, chunk by chunk: dlnf <- d(lnf), dwte += ...
+    const std::int64_t Vp = config_.padded_vocab_size;
+    for (std::int64_t r0 = 0; r0 < T_; r0 += chunk_) {
+      const std::int64_t n = std::min(chunk_, T_ - r0);
+      const gpt2_matrix logits = logits_.slice(0, n);  // [n, Vp]
+      const gpt2_matrix x = lnf_.slice(r0, n);
+      b.gemm(s, gemm_shape{.m = n, .n = Vp, .k = C, .op_b = matrix_op::transpose}, 1.0f,
+             x.data(), p_.wte.data(), 0.0f, logits.data());
+      detail::launch(b, s, ops::cross_entropy_chunk<float>{logits, losses_.slice(r0, n),
+                                                           targets_.slice(r0, n), config_.vocab_size,
+                                                           1.0f / static_cast<float>(T_)});
+      b.gemm(s, gemm_shape{.m = n, .n = C, .k = Vp}, 1.0f, logits.data(), p_.wte.data(), 0.0f,
+             dlnf_.slice(r0, n).data());
+      b.gemm(s, gemm_shape{.m = Vp, .n = C, .k = n, .op_a = matrix_op::transpose}, 1.0f,
+             logits.data(), x.data(), 1.0f, g_.wte.data());
+    }
+    b.copy_async(host_losses_.data(), losses_.data(), host_losses_.size_bytes(),
+                 copy_kind::device_to_host, s);
+    step_phase(gpt2_step_phase::loss_end);
+    // Backward.
+    b.memset_async(dresidual_.data(), 0, dresidual_.size_bytes(), s);
+    detail::launch(b, s, ops::layernorm_backward_input<float>{dresidual_, dlnf_, residual_, p_.lnfw, lnf_mean_, lnf_rstd_});
+    detail::launch(b, s, ops::layernorm_backward_params<float>{g_.lnfw, g_.lnfb, dlnf_, residual_, lnf_mean_, lnf_rstd_});
+    step_phase(gpt2_step_phase::head_end);
+    for (std::int64_t l = L - 1; l >= 0; --l) {
+      const auto layer = static_cast<std::size_t>(l);
+      const std::string section = "layer " + std::to_string(l) + " backward";
+      mark_section_begin(*replay_, section);
+      const token_range rebuild = recompute_range(layer);
+      // The swapper calls this in stream order, before the rebuild below:
+      // it checks that the swapper asks for exactly the rows rebuilt here.
+      auto check = [rebuild, layer](typename B::native_stream, const recompute_request& request) {
+        token_range asked{std::numeric_limits<std::size_t>::max(), 0};
+        for (const auto& item : request.items) {
+          asked.begin = std::min(asked.begin, item.tokens.begin);
+          asked.end = std::max(asked.end, item.tokens.end);
+        }
+        expects(asked == rebuild, [&] {
+          return "gpt2_model: layer " + std::to_string(layer) + ": the swapper asks to rebuild rows [" +
+                 std::to_string(asked.begin) + ", " + std::to_string(asked.end) + "), the model rebuilds [" +
+                 std::to_string(rebuild.begin) + ", " + std::to_string(rebuild.end) + ")";
+        });
+      };
+      const auto a = gpt2_layer_activations::from_skeletal(swapper_->begin_backward(layer, check), T_, C, NH);
+      gpt2_layer_recompute(b, s, p_.layer(l), a, static_cast<std::int64_t>(rebuild.begin),
+                           static_cast<std::int64_t>(rebuild.tokens()));
+      gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, a, dresidual_, *replay_, *attention_);
+      swapper_->end_backward(layer);
+      mark_section_end(*replay_, section);
+    }
+    detail::launch(b, s, ops::encoder_backward_positions<float>{g_.wpe, dresidual_, T_, 0});
+    detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
+    swapper_->synchronize();
+    step_phase(gpt2_step_phase::step_end);
+    replay_->end_step();
+  }
+
+  /// Resets a step that threw part-way, so the next one starts clean:
+  /// drains the streams, returns what the step held of the plan and
+  /// rewinds the replay.
+  void abandon_step() noexcept {
+    try {
+      swapper_->abandon_step();
+    } catch (...) {  // the error is already on its way to the caller
+    }
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      if (live_[i] == nullptr) continue;
+      try {
+        replay_->deallocate(std::exchange(live_[i], nullptr), outside_[i].bytes, default_alignment_bytes);
+      } catch (...) {
+      }
+    }
+    try {
+      backend_->synchronize(*stream_);
+      replay_->reset();
+    } catch (...) {
+    }
   }
 
   void expect_parameter_span(std::size_t n, const char* call) const {
@@ -323,9 +609,9 @@ class gpt2_model {
     std::copy(staging_.data(), staging_.data() + staging_.size(), out.data());
   }
 
-  /// Checks the token ids, groups the inputs by token for the embedding's
-  /// backward, and copies ids and groups to the device.
-  void stage_tokens(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
+  /// Checks the token ids and groups the inputs by token for the
+  /// embedding's backward, on the host; returns the number of groups.
+  std::int64_t check_tokens(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
     expects(inputs.size() == static_cast<std::size_t>(T_) && targets.size() == inputs.size(), [&] {
       return "gpt2_model: " + std::to_string(inputs.size()) + " inputs and " +
              std::to_string(targets.size()) + " targets given, the context is " + std::to_string(T_);
@@ -340,7 +626,11 @@ class gpt2_model {
     const ops::token_buckets found = ops::build_token_buckets(
         host(host_inputs_, T_), config_.vocab_size, host(host_order_, T_),
         host(host_starts_, T_ + 1), host(host_ids_, T_));
-    const std::int64_t distinct = found.distinct();
+    return found.distinct();
+  }
+
+  /// Copies the checked ids and groups to their device buffers.
+  void upload_tokens(std::int64_t distinct) {
     auto& s = *stream_;
     auto up = [&](void* to, const void* from, std::size_t bytes) {
       backend_->copy_async(to, from, bytes, copy_kind::host_to_device, s);
@@ -363,24 +653,35 @@ class gpt2_model {
   gpt2_parameter_table table_;
   std::int64_t step_ = 0;
   device_floats params_, grads_, adam_m_, adam_v_;  // [P] each
-  device_bytes_buffer work_;                        // everything carve() takes
+  device_bytes_buffer workspace_;                   // the stream's BLAS workspace
   pinned_floats staging_;                           // [P]: parameters in and out
   pinned_floats host_losses_;                       // [T]
   pinned_ints host_inputs_, host_targets_, host_ids_;
   pinned_longs host_order_, host_starts_;
+  pinned_bytes_buffer attention_pinned_;            // host K/V when kv_offload
   gpt2_parameter_views<float> p_{}, g_{};
-  std::vector<gpt2_layer_activations> layers_;
-  gpt2_layer_scratch scratch_{};
-  gpt2_matrix encoded_, lnf_, dresidual_, logits_;  // [T, C] x 3, [chunk, Vp]
+  // The step's memory: the outside buffers, the trace, its plan, and the
+  // views bound at their planned addresses.
+  std::vector<gpt2_step_buffer> outside_;
+  memory_trace step_trace_;
+  bilevel_result plan_;
+  std::vector<void*> live_;                         // [outside]: held by the current step
+  gpt2_matrix residual_, lnf_, dlnf_, dresidual_, logits_;  // [T, C] x 4, [chunk, Vp]
   gpt2_vector lnf_mean_, lnf_rstd_, losses_;        // [T]
   tensor_view<const std::int32_t, 1> tokens_, targets_;  // [T]
   std::int64_t* order_ = nullptr;   // [T]
   std::int64_t* starts_ = nullptr;  // [T + 1]
   std::int32_t* ids_ = nullptr;     // [T]
   ops::token_buckets buckets_{};
-  memory_region workspace_{}, attention_region_{};
+  // Destroyed in reverse: attention, swapper, store, rounding buffers,
+  // replay, arena, then the stream they all use.
   std::optional<typename B::stream> stream_;
-  std::optional<chunked_causal_attention<B>> attention_;  // last: destroyed first
+  std::optional<planned_arena> arena_;
+  std::optional<planned_replay_resource> replay_;
+  std::optional<rounding_buffers<B>> rounding_;
+  std::optional<host_store<B>> store_;
+  std::optional<token_fraction_swapper<B>> swapper_;
+  std::optional<chunked_causal_attention<B>> attention_;
 };
 
 }  // namespace memo

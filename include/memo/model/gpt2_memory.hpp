@@ -1,0 +1,170 @@
+// memo/model/gpt2_memory.hpp
+//
+// How a step of the reference GPT-2 (gpt2_model.hpp) is laid out in device
+// memory, after MEMO sections 4.1-4.3:
+//
+//   - Skeletal tensors (section 4.1): `gpt2_skeletal_layout` lists what a
+//     block keeps for its backward, token-major, in the order of
+//     `gpt2_layer_activations`. The layer input, the attention output and
+//     its log-sum-exp are offloaded whole; every other tensor is offloaded
+//     for a fraction alpha of its tokens and recomputed token-wise for the
+//     rest. Its byte counts per class equal `transformer_layer`'s for the
+//     same shape at 4 bytes per element (`gpt2_transformer_layer`), which is
+//     what the alpha LP reads, so the LP and the buffers agree.
+//   - Transients (section 4.2): one block's backward is recorded once through
+//     a `recording_resource` (its five gradient buffers, in the order the
+//     code asks for them). `gpt2_step_trace` repeats that recording for
+//     every layer, under `layer <l> backward` section markers, around the
+//     buffers that live outside the layer sections (`gpt2_step_buffer`: the
+//     rounding buffers' region, the attention's scratch and K/V slots, the
+//     residual stream, the final layernorm, the logits chunk, the token
+//     ids). The bi-level planner plans that trace: level 1 the recorded
+//     block once, level 2 the blocks beside everything else.
+//   - Execution (section 4.3.4): the model replays the trace every step
+//     through a `planned_replay_resource` over one `planned_arena`, so a
+//     step allocates nothing and its device footprint is the plan's peak.
+//
+// Everything here is a pure function of shapes and the recorded trace.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memo/core/error.hpp"
+#include "memo/core/transformer_layer.hpp"
+#include "memo/model/gpt2_config.hpp"
+#include "memo/plan/trace.hpp"
+#include "memo/swap/skeletal_layout.hpp"
+
+namespace memo {
+
+/// The skeletal tensors of one GPT-2 block of T tokens (fp32), in the order
+/// of `gpt2_layer_activations`' members.
+inline skeletal_layout gpt2_skeletal_layout(const gpt2_config& c, std::int64_t T) {
+  const auto tokens = static_cast<std::size_t>(T);
+  const auto C = static_cast<std::size_t>(c.channels);
+  const auto NH = static_cast<std::size_t>(c.num_heads);
+  constexpr std::size_t f = sizeof(float);
+  using enum skeletal_policy;
+  return skeletal_layout(std::vector<skeletal_tensor>{
+      {"input", tokens, f * C, offload_whole},
+      {"ln1", tokens, f * C, offload_fraction},
+      {"ln1_mean", tokens, f, offload_fraction},
+      {"ln1_rstd", tokens, f, offload_fraction},
+      {"qkv", tokens, f * 3 * C, offload_fraction},
+      {"atty", tokens, f * C, offload_whole},
+      {"att_lse", tokens, f * NH, offload_whole},  // stored [NH, T]: only ever copied whole
+      {"res2", tokens, f * C, offload_fraction},
+      {"ln2", tokens, f * C, offload_fraction},
+      {"ln2_mean", tokens, f, offload_fraction},
+      {"ln2_rstd", tokens, f, offload_fraction},
+      {"fch", tokens, f * 4 * C, offload_fraction},
+      {"fch_gelu", tokens, f * 4 * C, offload_fraction},
+  });
+}
+
+/// The same block as a `transformer_layer` (fp32, one GPU): what the alpha
+/// LP and the cost model read.
+inline transformer_layer gpt2_transformer_layer(const gpt2_config& c, std::int64_t T) {
+  transformer_layer layer;
+  layer.tokens = T;
+  layer.hidden = c.channels;
+  layer.heads = c.num_heads;
+  layer.bytes_per_element = 4;
+  layer.check();
+  return layer;
+}
+
+/// When, in a step, a buffer outside the layer sections is born or dies.
+/// Phases happen in this order; the layers' forwards run between
+/// step_begin and head_begin, their backwards between head_end and
+/// step_end.
+enum class gpt2_step_phase { step_begin, head_begin, loss_end, head_end, step_end };
+
+inline constexpr std::size_t gpt2_step_phase_count = 5;
+
+/// A buffer of a step outside every layer section.
+struct gpt2_step_buffer {
+  std::string name;
+  std::uint64_t bytes = 0;
+  gpt2_step_phase born = gpt2_step_phase::step_begin;
+  gpt2_step_phase dies = gpt2_step_phase::step_end;
+};
+
+/// The requests of phase `phase`, in the order a step makes them: the frees
+/// of the buffers dying there, then the mallocs of those born there, each in
+/// table order. Calls free(i) / malloc(i) with the table index.
+template <class Free, class Malloc>
+void for_each_step_request(const std::vector<gpt2_step_buffer>& outside, gpt2_step_phase phase,
+                           Free&& free, Malloc&& malloc) {
+  for (std::size_t i = 0; i < outside.size(); ++i) {
+    if (outside[i].dies == phase) free(i);
+  }
+  for (std::size_t i = 0; i < outside.size(); ++i) {
+    if (outside[i].born == phase) malloc(i);
+  }
+}
+
+/// Trace id of layer `layer`'s copy of buffer `id` of the recorded block.
+inline std::uint64_t gpt2_layer_buffer_id(std::size_t outside_count, std::uint64_t stride,
+                                          std::int64_t layer, std::uint64_t id) {
+  return outside_count + static_cast<std::uint64_t>(layer) * stride + id;
+}
+
+/// The request trace of one step: the outside buffers by phase (ids 0..n-1
+/// in table order) and, between head_end and step_end, `layers` copies of
+/// the recorded block backward `block` (one section, every buffer born and
+/// freed inside it) for layers L-1 down to 0.
+inline memory_trace gpt2_step_trace(const std::vector<gpt2_step_buffer>& outside,
+                                    const memory_trace& block, std::int64_t layers) {
+  expects(block.sections.size() == 1 && block.never_freed.empty(), [&] {
+    return "gpt2_step_trace: the recorded block needs exactly one section and no buffer left "
+           "live, got " + std::to_string(block.sections.size()) + " sections and " +
+           std::to_string(block.never_freed.size()) + " live buffers";
+  });
+  std::uint64_t stride = 1;
+  for (const auto& b : block.problem.buffers) stride = std::max(stride, b.id + 1);
+  trace_builder builder("gpt2 step");
+  auto phase = [&](gpt2_step_phase p) {
+    for_each_step_request(
+        outside, p, [&](std::size_t i) { builder.free(i, outside[i].bytes); },
+        [&](std::size_t i) { builder.malloc(i, outside[i].bytes); });
+  };
+  phase(gpt2_step_phase::step_begin);
+  phase(gpt2_step_phase::head_begin);
+  phase(gpt2_step_phase::loss_end);
+  phase(gpt2_step_phase::head_end);
+  const auto events = detail::timeline_events(block.problem.buffers);
+  for (std::int64_t l = layers - 1; l >= 0; --l) {
+    const std::string name = "layer " + std::to_string(l) + " backward";
+    builder.begin_section(name);
+    for (const auto& e : events) {
+      const auto& b = block.problem.buffers[e.index];
+      const std::uint64_t id = gpt2_layer_buffer_id(outside.size(), stride, l, b.id);
+      if (e.is_malloc) {
+        builder.malloc(id, b.size_bytes);
+      } else {
+        builder.free(id, b.size_bytes);
+      }
+    }
+    builder.end_section(name);
+  }
+  phase(gpt2_step_phase::step_end);
+  memory_trace trace = std::move(builder).finish();
+  // Keep the alignments the block asked for (outside buffers: the default).
+  for (auto& b : trace.problem.buffers) {
+    if (b.id < outside.size()) {
+      b.alignment = default_alignment_bytes;
+      continue;
+    }
+    const std::uint64_t recorded = (b.id - outside.size()) % stride;
+    for (const auto& r : block.problem.buffers) {
+      if (r.id == recorded) b.alignment = r.alignment;
+    }
+  }
+  return trace;
+}
+
+}  // namespace memo
