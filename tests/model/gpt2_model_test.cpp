@@ -371,3 +371,146 @@ TEST_CASE("gpt2_model: update is AdamW with the model's step count, against fp64
     CHECK(worst < 1e-5);
   }
 }
+
+// ---- Skeletal offload and the planned step (MEMO sections 4.1-4.3). ----
+
+namespace {
+
+// maxT=8, V=11, Vp=16, L=4, NH=2, C=8: four layers, so with two resident
+// last layers two are swapped; T = 8 makes alpha = 1/8 offload one token.
+memo::gpt2_config four_layers() { return {8, 11, 16, 4, 2, 8}; }
+
+struct run_result {
+  float loss = 0;
+  std::vector<float> grads;
+  std::vector<float> token_losses;
+};
+
+run_result run_once(memo::host_backend& backend, const memo::gpt2_config& config,
+                    const memo::gpt2_model_options& options, const std::vector<float>& params,
+                    const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) {
+  model m(backend, config, options);
+  m.set_parameters(params);
+  run_result r;
+  r.loss = m.forward_backward(in, tg);
+  r.grads.resize(m.parameter_count());
+  m.get_gradients(r.grads);
+  r.token_losses.assign(m.token_losses().begin(), m.token_losses().end());
+  return r;
+}
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("gpt2_model: offload fractions, attention chunks and host K/V leave loss and gradients unchanged") {
+  memo::host_backend backend{two_threads()};
+  for (const auto& config : {tiny(), four_layers()}) {
+    const std::int64_t T = 8;
+    const auto in = random_tokens(T, 11, 4);
+    const auto tg = random_tokens(T, 11, 5);
+    const auto params = random_parameters(config, 6);
+    // The unswapped, unchunked computation, and the fp64 model's loss.
+    const run_result base = run_once(backend, config, {.context = T, .loss_chunk = T, .attention_chunk = T},
+                                     params, in, tg);
+    vec p64(params.begin(), params.end());
+    vec ref_losses;
+    const double ref = reference_loss(config, p64, in, tg, &ref_losses);
+    CHECK(base.loss == doctest::Approx(ref).epsilon(1e-5));
+    for (const double alpha : {0.0, 0.125, 0.5, 1.0}) {
+      for (const std::int64_t attention_chunk : {std::int64_t{8}, std::int64_t{3}, std::int64_t{1}}) {
+        for (const bool kv : {false, true}) {
+          INFO("layers " << config.num_layers << ", alpha " << alpha << ", attention chunk "
+                         << attention_chunk << ", host K/V " << kv);
+          const run_result r = run_once(backend, config,
+                                        {.context = T, .loss_chunk = 3, .attention_chunk = attention_chunk,
+                                         .offload_alpha = alpha, .kv_offload = kv},
+                                        params, in, tg);
+          CHECK(r.loss == doctest::Approx(ref).epsilon(1e-5));
+          for (std::int64_t t = 0; t < T; ++t) {
+            CHECK(r.token_losses[t] == doctest::Approx(ref_losses[t]).epsilon(1e-5));
+          }
+          CHECK(largest_difference(r.grads, base.grads) < 5e-6);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gpt2_model: swapped layers' gradients match fp64 finite differences") {
+  memo::host_backend backend{two_threads()};
+  const auto config = four_layers();
+  const std::int64_t T = 8;
+  const auto in = random_tokens(T, 11, 14);
+  const auto tg = random_tokens(T, 11, 15);
+  const auto params = random_parameters(config, 16);
+  model m(backend, config, {.context = T, .attention_chunk = 3, .offload_alpha = 0.5, .kv_offload = true});
+  REQUIRE(m.swapped_layers() == 2);
+  m.set_parameters(params);
+  m.forward_backward(in, tg);
+  std::vector<float> grads(m.parameter_count());
+  m.get_gradients(grads);
+  // Half the tokens of every fraction tensor went to the host and half were
+  // rebuilt: both paths ran.
+  CHECK(m.swapper().offloaded_bytes() > 0);
+  CHECK(m.swapper().recomputed_bytes() > 0);
+  vec p64(params.begin(), params.end());
+  double largest = 0, worst = 0;
+  for (std::size_t i = 0; i < p64.size(); ++i) {
+    const double keep = p64[i];
+    p64[i] = keep + 1e-5;
+    const double up = reference_loss(config, p64, in, tg);
+    p64[i] = keep - 1e-5;
+    const double down = reference_loss(config, p64, in, tg);
+    p64[i] = keep;
+    const double expected = (up - down) / 2e-5;
+    largest = std::max(largest, std::abs(expected));
+    worst = std::max(worst, std::abs(grads[i] - expected));
+  }
+  INFO("largest gradient " << largest << ", worst error " << worst);
+  CHECK(largest > 1e-2);
+  CHECK(worst < 2e-5 * std::max(1.0, largest));
+}
+
+TEST_CASE("gpt2_model: an offloading step allocates nothing and stays within the plan's peak") {
+  memo::host_backend backend{two_threads()};
+  const auto config = four_layers();
+  const std::int64_t T = 8;
+  for (const double alpha : {0.0, 0.5, 1.0}) {
+    INFO("alpha " << alpha);
+    model m(backend, config, {.context = T, .attention_chunk = 4, .offload_alpha = alpha, .kv_offload = true});
+    m.initialize(2);
+    const auto device = backend.device_memory().allocation_count();
+    const auto pinned = backend.pinned_memory().allocation_count();
+    const auto device_bytes = backend.device_memory().current_bytes();
+    backend.device_memory().reset_peak();
+    for (int s = 0; s < 3; ++s) m.train_step(random_tokens(T, 11, s), random_tokens(T, 11, s + 9), {});
+    CHECK(backend.device_memory().allocation_count() == device);
+    CHECK(backend.pinned_memory().allocation_count() == pinned);
+    CHECK(backend.device_memory().peak_bytes() == device_bytes);
+    // The arena is one allocation of the plan's peak; nothing else a step uses.
+    CHECK(m.activation_bytes() == m.memory_plan().plan.peak_bytes);
+    CHECK(device_bytes == m.parameter_state_bytes() + m.activation_bytes());
+    // The plan places every buffer of the step's trace without overlap, at
+    // or above the trace's lower bound.
+    CHECK(memo::validate(m.step_trace().problem, m.memory_plan().plan).ok);
+    CHECK(m.memory_plan().plan.peak_bytes >= m.memory_plan().flat_lower_bound_bytes);
+    // The rounding buffers hold two layers' offloaded tensors, not four.
+    CHECK(m.rounding_buffer_count() == 2);
+    CHECK(m.swapped_layers() == 2);
+  }
+}
+
+TEST_CASE("gpt2_model: bad offload options are errors naming the value") {
+  fixture f;
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 1.5}),
+                    doctest::Contains("offload_alpha 1.5"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = -0.25}),
+                    doctest::Contains("offload_alpha -0.25"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .offload_granularity = 5}),
+                    doctest::Contains("offload_granularity 5"));
+}

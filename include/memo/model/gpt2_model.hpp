@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -194,10 +195,24 @@ class gpt2_model {
     auto slots = host_slots_for(rounding_->plan(), static_cast<std::size_t>(L) - swap.resident_last_layers);
     store_.emplace(backend, host_store<B>::required_bytes(slots));
     swapper_.emplace(backend, *stream_, *rounding_, *store_, swap);
-    attention_pinned_ = pinned_bytes_buffer(backend.pinned_memory(),
-                                            chunked_causal_attention<B>::required_pinned_bytes(attention_shape_));
-    attention_.emplace(backend, attention_shape_, arena_->region(index_of("attention scratch")),
-                       memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()});
+    const std::size_t attentions = attention_count();
+    const std::size_t device_each = chunked_causal_attention<B>::required_device_bytes(attention_shape_);
+    const std::size_t pinned_each = chunked_causal_attention<B>::required_pinned_bytes(attention_shape_);
+    region_carver pinned_sizing;
+    for (std::size_t l = 0; l < attentions; ++l) (void)pinned_sizing.take(pinned_each, "host K/V");
+    if (pinned_each > 0) {
+      attention_pinned_ = pinned_bytes_buffer(backend.pinned_memory(), pinned_sizing.required_bytes());
+    }
+    region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
+                         "gpt2_model host K/V");
+    region_carver device(arena_->region(index_of("attention scratch")), "gpt2_model attention scratch");
+    for (std::size_t l = 0; l < attentions; ++l) {
+      const std::string part = "attention of layer " + std::to_string(l);
+      const memory_region scratch = device.take(device_each, part);
+      attention_.push_back(std::make_unique<chunked_causal_attention<B>>(
+          backend, attention_shape_, scratch,
+          pinned_each > 0 ? pinned.take(pinned_each, part) : memory_region{}));
+    }
     backend.synchronize(*stream_);
   }
   gpt2_model(const gpt2_model&) = delete;
@@ -371,8 +386,7 @@ class gpt2_model {
         {"bucket starts", (T + 1) * i64, step_begin, step_end},
         {"bucket ids", T * i32, step_begin, step_end},
         {"losses", T * f, step_begin, step_end},
-        {"attention scratch", chunked_causal_attention<B>::required_device_bytes(attention_shape_),
-         step_begin, step_end},
+        {"attention scratch", attention_scratch_bytes(), step_begin, step_end},
         {"skeletal", skeletal_bytes, step_begin, step_end},
         {"residual", TC, step_begin, head_end},  // [T, C]: the residual stream
         {"lnf", TC, head_begin, head_end},
@@ -382,6 +396,26 @@ class gpt2_model {
         {"logits chunk", logits, head_begin, loss_end},  // [chunk, Vp]
         {"dresidual", TC, loss_end, step_end},
     };
+  }
+
+  /// Attention objects: one, or one per layer with host K/V (each layer's
+  /// K/V stay on the host from its forward to its backward).
+  [[nodiscard]] std::size_t attention_count() const noexcept {
+    return attention_shape_.offload ? static_cast<std::size_t>(config_.num_layers) : 1;
+  }
+
+  /// Device scratch of the attention objects. With host K/V each object
+  /// has its own: its copy stream fills its K/V slots ordered only by its
+  /// own events, so two objects must not share slots.
+  [[nodiscard]] std::size_t attention_scratch_bytes() const {
+    region_carver counting;
+    const std::size_t each = chunked_causal_attention<B>::required_device_bytes(attention_shape_);
+    for (std::size_t l = 0; l < attention_count(); ++l) (void)counting.take(each, "attention scratch");
+    return counting.required_bytes();
+  }
+
+  chunked_causal_attention<B>& attention(std::int64_t layer) {
+    return *attention_[attention_.size() == 1 ? 0 : static_cast<std::size_t>(layer)];
   }
 
   [[nodiscard]] std::size_t index_of(std::string_view name) const {
@@ -510,7 +544,7 @@ class gpt2_model {
       const auto layer = static_cast<std::size_t>(l);
       const auto a = gpt2_layer_activations::from_skeletal(swapper_->begin_forward(layer), T_, C, NH);
       b.copy_async(a.input.data(), residual_.data(), residual_.size_bytes(), copy_kind::device_to_device, s);
-      gpt2_layer_forward(b, s, p_.layer(l), NH, a, residual_, *attention_);
+      gpt2_layer_forward(b, s, p_.layer(l), NH, a, residual_, attention(l));
       swapper_->end_forward(layer);
     }
     step_phase(gpt2_step_phase::head_begin);
@@ -561,7 +595,7 @@ class gpt2_model {
       const auto a = gpt2_layer_activations::from_skeletal(swapper_->begin_backward(layer, check), T_, C, NH);
       gpt2_layer_recompute(b, s, p_.layer(l), a, static_cast<std::int64_t>(rebuild.begin),
                            static_cast<std::int64_t>(rebuild.tokens()));
-      gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, a, dresidual_, *replay_, *attention_);
+      gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, a, dresidual_, *replay_, attention(l));
       swapper_->end_backward(layer);
       mark_section_end(*replay_, section);
     }
@@ -681,7 +715,7 @@ class gpt2_model {
   std::optional<rounding_buffers<B>> rounding_;
   std::optional<host_store<B>> store_;
   std::optional<token_fraction_swapper<B>> swapper_;
-  std::optional<chunked_causal_attention<B>> attention_;
+  std::vector<std::unique_ptr<chunked_causal_attention<B>>> attention_;  // [1] or [L] with host K/V
 };
 
 }  // namespace memo
