@@ -10,8 +10,17 @@
 // One sequence of --context tokens per step (batch 1), AdamW, on the host
 // backend (all cores).
 //
+// Memory (MEMO sections 4.1-4.3, docs/model.md): a step's device memory is
+// one planned arena, laid out by the bi-level plan of the step's recorded
+// requests; with --alpha the skeletal tensors of every layer but the last
+// two go to host memory through two rounding buffers (a fraction alpha of
+// the token-wise ones, the rest recomputed), `auto` taking alpha from the
+// LP fed by this machine's measured profile. Before training it prints the
+// plan; --print-plan prints it and stops.
+//
 // smoke-args: --steps 3 --context 32
 #include <memo/backend/host_backend.hpp>
+#include <memo/backend/host_profile.hpp>
 #include <memo/core/bytes.hpp>
 #include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
@@ -19,7 +28,16 @@
 #include <memo/model/builtin_data.hpp>
 #include <memo/model/checkpoint.hpp>
 #include <memo/model/gpt2_model.hpp>
+#include <memo/model/gpt2_memory.hpp>
 #include <memo/model/token_data.hpp>
+#include <memo/plan/caching_allocator.hpp>
+#include <memo/plan/text_input.hpp>
+#include <memo/schedule/memo_step.hpp>
+#if MEMO_HAS_LPSOLVE
+#include <memo/swap/alpha_solver.hpp>
+#endif
+
+#include <unistd.h>
 
 #include <chrono>
 #include <charconv>
@@ -39,10 +57,16 @@ constexpr const char* usage =
     "usage: train_gpt [--layers N] [--channels C] [--heads H] [--context T]\n"
     "                 [--attention-chunk N] [--steps N] [--lr X] [--weight-decay X]\n"
     "                 [--seed N] [--copy-vocab N | --data FILE] [--checkpoint-in FILE]\n"
-    "                 [--checkpoint-out FILE] [--log-every N] [--json] [--help]\n"
+    "                 [--checkpoint-out FILE] [--log-every N] [--alpha auto|X]\n"
+    "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
+    "                 [--print-plan] [--json] [--help]\n"
     "Trains GPT-2 (fp32, batch 1) on the built-in copy task, or on an llm.c token\n"
     "file with --data. --checkpoint-in takes the model's shape from the checkpoint\n"
-    "(do not combine it with --layers/--channels/--heads).\n";
+    "(do not combine it with --layers/--channels/--heads).\n"
+    "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
+    "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
+    "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
+    "carry a KiB/MiB/GiB suffix; --timeline writes the simulated step as a Chrome trace.\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -58,6 +82,12 @@ struct options {
   std::string data, checkpoint_in, checkpoint_out;
   std::int64_t copy_vocab = 16;  // built-in data: token ids in [0, copy_vocab)
   bool json = false, shape_given = false, copy_vocab_given = false;
+  std::optional<double> alpha;  // --alpha X
+  bool alpha_auto = false;      // --alpha auto
+  bool kv_offload = false;
+  std::optional<std::uint64_t> device_budget;
+  std::string timeline;
+  bool print_plan = false;
 };
 
 /// An integer in [low, high]; shapes are bounded by the int32 fields of
@@ -125,8 +155,32 @@ options parse(int argc, char** argv) {
       o.checkpoint_in = value();
     } else if (arg == "--checkpoint-out") {
       o.checkpoint_out = value();
-    } else if (arg == "--alpha" || arg == "--offload-kv" || arg == "--kv-offload" ||
-               arg == "--device-memory" || arg == "--memory-budget" || arg == "--timeline") {
+    } else if (arg == "--alpha") {
+      const std::string text = value();
+      if (text == "auto") {
+        o.alpha_auto = true, o.alpha.reset();
+      } else {
+        const double a = parse_number(arg, text);
+        if (a > 1.0) throw usage_error("--alpha '" + text + "' is not 'auto' or a number in [0, 1]");
+        o.alpha = a, o.alpha_auto = false;
+      }
+    } else if (arg == "--kv-offload") {
+      const std::string text = value();
+      if (text != "on" && text != "off") throw usage_error("--kv-offload '" + text + "' is not 'on' or 'off'");
+      o.kv_offload = text == "on";
+    } else if (arg == "--device-budget") {
+      const std::string text = value();
+      const auto bytes = memo::detail::parse_bytes(text);
+      if (!bytes || *bytes == 0) {
+        throw usage_error("--device-budget '" + text +
+                          "' is not a positive byte count (digits, optionally KiB, MiB, GiB or TiB)");
+      }
+      o.device_budget = *bytes;
+    } else if (arg == "--timeline") {
+      o.timeline = value();
+    } else if (arg == "--print-plan") {
+      o.print_plan = true;
+    } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
       throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
     } else {
       throw usage_error("unknown option '" + std::string(arg) + "'");
@@ -147,6 +201,112 @@ options parse(int argc, char** argv) {
                       " is longer than --context " + std::to_string(o.context));
   }
   return o;
+}
+
+/// How the skeletal tensors are kept: alpha (unset: no offload) and why.
+struct memory_choice {
+  std::optional<double> alpha;
+  std::string reason;
+};
+
+memory_choice plan_memory(memo::host_backend& backend, const memo::gpt2_config& config, const options& o) {
+  if (o.alpha) return {o.alpha, "given"};
+  if (!o.alpha_auto) return {std::nullopt, "no offload"};
+#if MEMO_HAS_LPSOLVE
+  memo::device_profile profile = memo::measure_host_profile(backend);
+  if (profile.host_memory_bytes == 0) {
+    // An unlimited host backend: the LP's host row gets half the machine.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    profile.host_memory_bytes = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) *
+                                                            static_cast<std::uint64_t>(page) / 2
+                                                      : std::uint64_t{1} << 32;
+  }
+  const auto problem = memo::alpha_problem::from_layer(memo::gpt2_transformer_layer(config, o.context),
+                                                       profile, config.num_layers);
+  const memo::alpha_solution solution = memo::solve_alpha(problem);
+  char text[160];
+  std::snprintf(text, sizeof text, "LP, bound by %s; T_layer %.3g s, %.3g GB/s to host, host budget %s",
+                memo::to_string(solution.binding), problem.layer_forward_seconds,
+                problem.bandwidth_bytes_per_second / 1e9,
+                memo::format_bytes(problem.host_budget_bytes).c_str());
+  return {solution.alpha, text};
+#else
+  (void)backend, (void)config;
+  throw memo::error("--alpha auto needs the alpha LP, which needs lp_solve (memo::lpsolve); give --alpha X");
+#endif
+}
+
+template <class Model>
+void print_plan(const Model& model, const memory_choice& choice,
+                const memo::caching_allocator_report& caching) {
+  const auto& p = model.memory_plan();
+  const double lb = static_cast<double>(p.flat_lower_bound_bytes);
+  std::printf("memory plan: arena %s = bi-level peak %s vs flat lower bound %s (+%.1f%%); "
+              "a caching allocator would reserve %s\n",
+              memo::format_bytes(model.activation_bytes()).c_str(),
+              memo::format_bytes(p.plan.peak_bytes).c_str(), memo::format_bytes(p.flat_lower_bound_bytes).c_str(),
+              lb > 0 ? 100.0 * (static_cast<double>(p.plan.peak_bytes) - lb) / lb : 0.0,
+              memo::format_bytes(caching.reserved_peak_bytes).c_str());
+  std::uint64_t block = 0;
+  for (const auto& s : p.sections) block = std::max(block, s.peak_bytes);
+  std::printf("  %zu buffers in the step's trace; layer backward block %s (%zu level-1 solve%s), "
+              "rounding buffers (%zu) %s\n",
+              model.step_trace().problem.buffers.size(), memo::format_bytes(block).c_str(), p.level1_solves,
+              p.level1_solves == 1 ? "" : "s", model.rounding_buffer_count(),
+              memo::format_bytes(model.rounding_buffer_bytes()).c_str());
+  const auto& skeletal = model.skeletal_plan();
+  if (choice.alpha) {
+    std::printf("skeletal offload: alpha %.4f (%s), %.4f after rounding; %zu swapped layers, "
+                "%s offloaded and %s recomputed per swapped layer\n",
+                *choice.alpha, choice.reason.c_str(), skeletal.effective_alpha(), model.swapped_layers(),
+                memo::format_bytes(skeletal.offloaded_bytes_per_layer()).c_str(),
+                memo::format_bytes(skeletal.recomputed_bytes_per_layer()).c_str());
+  } else {
+    std::printf("skeletal offload: none (every layer's skeletal tensors stay on the device)\n");
+  }
+  std::printf("host memory: %s pinned (offloaded skeletal tensors and %s)\n",
+              memo::format_bytes(model.host_offload_bytes()).c_str(),
+              model.kv_offload() ? "host K/V" : "no host K/V");
+}
+
+template <class Model>
+void write_plan_json(memo::json_writer& j, const Model& model, const memory_choice& plan,
+                     const memo::caching_allocator_report& caching) {
+  const auto& bilevel = model.memory_plan();
+  j.begin_object();
+  j.field("arena_bytes", model.activation_bytes());
+  j.field("bilevel_peak_bytes", bilevel.plan.peak_bytes);
+  j.field("flat_lower_bound_bytes", bilevel.flat_lower_bound_bytes);
+  j.field("caching_allocator_reserved_bytes", caching.reserved_peak_bytes);
+  j.field("trace_buffers", model.step_trace().problem.buffers.size());
+  j.field("rounding_buffers", model.rounding_buffer_count());
+  j.field("rounding_buffer_bytes", model.rounding_buffer_bytes());
+  j.key("alpha");
+  if (plan.alpha) {
+    j.value(*plan.alpha);
+  } else {
+    j.null();
+  }
+  j.field("alpha_reason", plan.reason);
+  j.field("effective_alpha", model.skeletal_plan().effective_alpha());
+  j.field("swapped_layers", model.swapped_layers());
+  j.field("kv_offload", model.kv_offload());
+  j.field("host_bytes", model.host_offload_bytes());
+  j.end_object();
+}
+
+template <class Model>
+void write_timeline(const std::string& path, const memo::gpt2_config& config, std::int64_t context,
+                    const Model& model, std::optional<double> alpha, memo::host_backend& backend) {
+  const memo::device_profile profile = memo::measure_host_profile(backend);
+  auto step = memo::memo_step_config::from_layer_cost(
+      memo::gpt_layer_cost_of(memo::gpt2_transformer_layer(config, context)), config.num_layers,
+      alpha.value_or(1.0));
+  const auto& protocol = model.swapper().protocol_options();
+  step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
+  step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
+  step.protocol = protocol;
+  memo::simulate_memo_step(step, profile).trace.write_chrome_trace(path);
 }
 
 /// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
@@ -191,8 +351,22 @@ int run(const options& o) {
   }
 
   memo::host_backend backend;
+  // alpha: given, from the LP (MEMO eq. 1-3) on this machine, or no offload.
+  const auto plan = plan_memory(backend, config, o);
   memo::gpt2_model<memo::host_backend> model(
-      backend, config, {.context = o.context, .attention_chunk = o.attention_chunk});
+      backend, config,
+      {.context = o.context, .attention_chunk = o.attention_chunk, .offload_alpha = plan.alpha,
+       .kv_offload = o.kv_offload});
+  const std::uint64_t device_need = model.parameter_state_bytes() + model.activation_bytes();
+  if (o.device_budget && device_need > *o.device_budget) {
+    throw memo::error("--device-budget " + std::to_string(*o.device_budget) +
+                      " bytes is below what the plan needs: " + std::to_string(device_need) +
+                      " bytes (parameters+gradients+AdamW " + std::to_string(model.parameter_state_bytes()) +
+                      " + planned arena " + std::to_string(model.activation_bytes()) +
+                      "); try a smaller --context or --alpha");
+  }
+  const memo::caching_allocator_report caching = memo::simulate_caching_allocator(model.step_trace().problem);
+  if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
   if (checkpoint) {
     model.set_parameters(checkpoint->parameters);
   } else {
@@ -213,6 +387,17 @@ int run(const options& o) {
                 memo::format_bytes(model.parameter_state_bytes()).c_str(),
                 memo::format_bytes(model.activation_bytes()).c_str());
   }
+  if (o.print_plan && o.json) {
+    memo::json_writer j;
+    write_plan_json(j, model, plan, caching);
+    std::printf("%s\n", j.str().c_str());
+    return 0;
+  }
+  if (!o.json || o.print_plan) print_plan(model, plan, caching);
+  if (o.print_plan) return 0;
+  // From here the device peak is the steps' (the model's setup and the
+  // profile measured above are not part of a step).
+  backend.device_memory().reset_peak();
 
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(o.context));
   std::vector<std::int32_t> targets(inputs.size());
@@ -280,6 +465,8 @@ int run(const options& o) {
     j.field("parameter_state_bytes", model.parameter_state_bytes());
     j.field("activation_bytes", model.activation_bytes());
     j.field("device_peak_bytes", backend.device_memory().peak_bytes());
+    j.key("memory_plan");
+    write_plan_json(j, model, plan, caching);
     j.field("seconds", total).field("tokens_per_second", tokens_per_second);
     j.key("loss").begin_array();
     for (double l : losses) j.value(l);
