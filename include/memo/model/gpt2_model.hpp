@@ -55,38 +55,6 @@
 
 namespace memo {
 
-namespace detail {
-
-/// A resource that waits for `stream` before returning memory upstream:
-/// recording a block hands its buffers back while work that reads them is
-/// still queued, which a real upstream must not see.
-template <Backend B, MemoryResource Upstream>
-class stream_synchronizing_resource {
- public:
-  stream_synchronizing_resource(B& backend, typename B::stream& stream, Upstream& upstream)
-      : backend_(&backend), stream_(&stream), upstream_(&upstream) {}
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
-    return upstream_->allocate(bytes, alignment);
-  }
-  void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
-    try {
-      backend_->synchronize(*stream_);
-    } catch (...) {  // reported by the caller's own synchronize
-    }
-    upstream_->deallocate(pointer, bytes, alignment);
-  }
-  [[nodiscard]] std::size_t current_bytes() const { return upstream_->current_bytes(); }
-  [[nodiscard]] std::size_t peak_bytes() const { return upstream_->peak_bytes(); }
-  void reset_peak() { upstream_->reset_peak(); }
-
- private:
-  B* backend_;
-  typename B::stream* stream_;
-  Upstream* upstream_;
-};
-
-}  // namespace detail
-
 /// How a `gpt2_model` is sized for training.
 struct gpt2_model_options {
   std::int64_t context = 0;     // T: tokens per step, 1 <= T <= maxT
