@@ -1,0 +1,273 @@
+// bench/model_offload_bench.cpp
+//
+// MEMO section 4.1 on the real model: the reference GPT-2 (gpt2_model.hpp)
+// offloading its skeletal tensors through the token-fraction swapper on the
+// host backend, with copies throttled to a GPU-like ratio of link time to
+// compute time. Everything that swaps, plans and predicts is the library's
+// (gpt2_model, solve_alpha, simulate_memo_step); the bench supplies the
+// throttle and a stopwatch.
+//
+//   1. Profile: a few steps of the model without offload give the layer
+//      forward time T_layer = step / (3 L) (a backward costs about two
+//      forwards; the head is small against L layers).
+//   2. Throttle: both copy directions at the bandwidth that makes offloading
+//      a whole layer's skeletal bytes take 1.5 x T_layer, the regime where
+//      alpha matters (MEMO eq. 2).
+//   3. Configurations, each its own backend and model, one step each per
+//      round, rounds interleaved (>= 5 after a warm-up round): no offload,
+//      alpha from the LP (eq. 1-3), alpha = 0, alpha = 1. Each step time is
+//      reported as a ratio to the same round's no-offload step (median and
+//      min-max, core/spread.hpp), beside the ratio the simulated MEMO step
+//      predicts from T_layer, the throttle and the model's own protocol.
+//
+// --json prints one JSON object (memo::json_writer); --quick runs in seconds.
+#include "memo/core/config.hpp"
+
+#if !MEMO_HAS_LPSOLVE
+#include <cstdio>
+int main() {
+  std::fprintf(stderr, "model_offload_bench needs the memo::lpsolve component (lp_solve was not found)\n");
+  return 1;
+}
+#else
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memo/backend/host_backend.hpp"
+#include "memo/core/device_profile.hpp"
+#include "memo/core/json.hpp"
+#include "memo/core/spread.hpp"
+#include "memo/model/gpt2_memory.hpp"
+#include "memo/model/gpt2_model.hpp"
+#include "memo/schedule/layer_cost.hpp"
+#include "memo/schedule/memo_step.hpp"
+#include "memo/swap/alpha_solver.hpp"
+
+namespace {
+
+using memo::host_backend;
+using clock_type = std::chrono::steady_clock;
+using model_type = memo::gpt2_model<host_backend>;
+
+struct bench_shape {
+  int layers = 6, context = 512, channels = 64, heads = 4, rounds = 7;
+};
+
+memo::gpt2_config config_of(const bench_shape& s) {
+  return {s.context, 64, 64, s.layers, s.heads, s.channels};
+}
+
+std::vector<std::int32_t> tokens(int n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int32_t> d(0, 63);
+  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+  for (auto& v : t) v = d(rng);
+  return t;
+}
+
+// One configuration: its own (throttled) backend and model.
+struct config_run {
+  std::string name;
+  std::optional<double> alpha;
+  std::unique_ptr<host_backend> backend;
+  std::unique_ptr<model_type> model;
+  std::vector<double> step_s;
+
+  config_run(std::string label, const bench_shape& shape, std::optional<double> a, double bandwidth)
+      : name(std::move(label)), alpha(a) {
+    host_backend::options options;
+    options.device_to_host_bytes_per_second = bandwidth;
+    options.host_to_device_bytes_per_second = bandwidth;
+    backend = std::make_unique<host_backend>(options);
+    model = std::make_unique<model_type>(*backend, config_of(shape),
+                                         memo::gpt2_model_options{.context = shape.context, .offload_alpha = alpha});
+    model->initialize(1);
+  }
+
+  void step(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg, bool measured) {
+    const auto start = clock_type::now();
+    (void)model->forward_backward(in, tg);
+    if (measured) step_s.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
+  }
+};
+
+void write_spread(memo::json_writer& json, std::string_view key, memo::spread s, double scale = 1.0) {
+  json.key(key).begin_object();
+  json.field("median", s.median * scale).field("min", s.min * scale).field("max", s.max * scale);
+  json.end_object();
+}
+
+int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quick) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--quick") {
+      quick = true;
+      shape = {4, 128, 32, 2, 5};
+    } else if ((arg == "--layers" || arg == "--context" || arg == "--channels" || arg == "--heads" ||
+                arg == "--rounds") &&
+               i + 1 < argc) {
+      char* end = nullptr;
+      const long value = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || value < 1 || value > 1'000'000) {
+        std::fprintf(stderr, "model_offload_bench: %s needs a positive integer, got '%s'\n", arg.c_str(), argv[i]);
+        return 2;
+      }
+      int& field = arg == "--layers"     ? shape.layers
+                   : arg == "--context"  ? shape.context
+                   : arg == "--channels" ? shape.channels
+                   : arg == "--heads"    ? shape.heads
+                                         : shape.rounds;
+      field = static_cast<int>(value);
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--json] [--quick] [--layers N] [--context N] [--channels N] [--heads N] "
+                   "[--rounds N]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench_shape shape;
+  bool json = false;
+  bool quick = false;
+  if (const int status = parse_args(argc, argv, shape, json, quick); status != 0) return status;
+  try {
+    memo::expects(shape.layers >= 3, "model_offload_bench: --layers must be at least 3 (two are never swapped)");
+    memo::expects(shape.rounds >= 5, "model_offload_bench: --rounds must be at least 5");
+    const memo::gpt2_config config = config_of(shape);
+    config.validate("model_offload_bench");
+    const auto in = tokens(shape.context, 1);
+    const auto tg = tokens(shape.context, 2);
+    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(config, shape.context);
+    const memo::transformer_layer layer = memo::gpt2_transformer_layer(config, shape.context);
+    const auto cost = memo::gpt_layer_cost_of(layer);
+
+    // --- 1. profile: the model without offload ------------------------------
+    double layer_forward_s = 0.0;
+    {
+      config_run profile("profile", shape, std::nullopt, 0.0);
+      for (int s = 0; s < 4; ++s) profile.step(in, tg, s > 0);
+      layer_forward_s = memo::spread_of(profile.step_s).median / (3.0 * shape.layers);
+    }
+    // --- 2. throttle: a whole layer's offload takes 1.5 x its forward ------
+    const double layer_bytes = static_cast<double>(layout.layer_bytes());
+    const double bandwidth = layer_bytes / (1.5 * layer_forward_s);
+    memo::alpha_problem problem;
+    problem.input_bytes = layer.input_bytes();
+    problem.attention_output_bytes = layer.attention_output_bytes();
+    problem.other_bytes = layer.other_bytes();
+    problem.bandwidth_bytes_per_second = bandwidth;
+    problem.layer_forward_seconds = layer_forward_s;
+    problem.layers = shape.layers;
+    problem.host_budget_bytes = 64 * memo::gib;
+    const auto lp = memo::solve_alpha(problem);
+
+    // --- 3. the configurations, rounds interleaved ------------------------
+    std::vector<std::unique_ptr<config_run>> runs;
+    runs.push_back(std::make_unique<config_run>("no offload", shape, std::nullopt, 0.0));
+    runs.push_back(std::make_unique<config_run>("alpha from LP", shape, lp.alpha, bandwidth));
+    runs.push_back(std::make_unique<config_run>("alpha = 0", shape, 0.0, bandwidth));
+    runs.push_back(std::make_unique<config_run>("alpha = 1", shape, 1.0, bandwidth));
+    for (int round = 0; round <= shape.rounds; ++round) {
+      for (auto& run : runs) run->step(in, tg, round > 0);  // round 0 warms up
+    }
+
+    // The prediction: the simulated MEMO step of the model's own protocol,
+    // from the profiled layer time and the throttle.
+    memo::device_profile host;
+    host.name = "host (profiled model)";
+    host.peak_flops = 1e12;  // unused: every compute op has a measured duration
+    host.efficiency = 1.0;
+    host.device_to_host_bytes_per_second = bandwidth;
+    host.host_to_device_bytes_per_second = bandwidth;
+    auto predict = [&](const config_run& run) {
+      auto step = memo::memo_step_config::from_layer_cost(cost, shape.layers, run.alpha.value_or(1.0));
+      const auto& protocol = run.model->swapper().protocol_options();
+      step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
+      step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
+      step.protocol = protocol;
+      step.layer_forward_seconds = layer_forward_s;
+      step.layer_backward_seconds = 2.0 * layer_forward_s;
+      step.recompute_seconds = layer_forward_s * cost.recompute_flops / cost.forward_flops;
+      return memo::simulate_memo_step(step, host);
+    };
+
+    memo::json_writer out;
+    out.begin_object().field("bench", "model_offload_bench").field("quick", quick);
+    out.key("shape").begin_object().field("layers", shape.layers).field("context", shape.context);
+    out.field("channels", shape.channels).field("heads", shape.heads).field("rounds", shape.rounds).end_object();
+    double load_average = -1.0;
+    if (getloadavg(&load_average, 1) != 1) load_average = -1.0;
+    out.field("load_average", load_average);
+    out.field("layer_forward_ms", layer_forward_s * 1e3).field("skeletal_bytes_per_layer", layout.layer_bytes());
+    out.field("bandwidth_bytes_per_second", bandwidth);
+    out.key("lp").begin_object().field("alpha", lp.alpha).field("binding", memo::to_string(lp.binding)).end_object();
+    if (!json) {
+      std::printf("model_offload_bench: GPT-2 %d layers, C %d, %d heads, context %d (fp32, host backend)\n",
+                  shape.layers, shape.channels, shape.heads, shape.context);
+      std::printf("  layer forward %.2f ms (profiled step / 3L); skeletal bytes per layer %s; copies throttled\n"
+                  "  to %.1f MB/s (a whole layer's offload = 1.5x its forward)\n",
+                  layer_forward_s * 1e3, memo::format_bytes(layout.layer_bytes()).c_str(), bandwidth / 1e6);
+      std::printf("  LP (eq. 1-3): alpha = %.4f, bound by %s\n\n", lp.alpha, memo::to_string(lp.binding));
+      std::printf("  %-14s %7s %22s %22s %9s %11s %11s\n", "config", "alpha", "step ms med [min-max]",
+                  "ratio med [min-max]", "predicted", "device peak", "planned");
+    }
+    out.key("measured").begin_array();
+    for (const auto& run : runs) {
+      std::vector<double> ratios;
+      for (std::size_t r = 0; r < run->step_s.size(); ++r) ratios.push_back(run->step_s[r] / runs[0]->step_s[r]);
+      const auto step = memo::spread_of(run->step_s);
+      const auto ratio = memo::spread_of(ratios);
+      const double predicted = run->alpha ? predict(*run).slowdown() : 1.0;
+      const auto peak = run->backend->device_memory().peak_bytes();
+      const auto planned = run->model->parameter_state_bytes() + run->model->activation_bytes();
+      out.begin_object().field("config", run->name);
+      out.key("alpha");
+      if (run->alpha) {
+        out.value(*run->alpha);
+      } else {
+        out.null();
+      }
+      write_spread(out, "step_ms", step, 1e3);
+      write_spread(out, "ratio", ratio);
+      out.field("predicted_ratio", predicted);
+      out.field("device_peak_bytes", peak).field("planned_device_bytes", planned).end_object();
+      if (!json) {
+        std::printf("  %-14s %7s %8.2f [%5.2f-%5.2f] %8.3f [%.3f-%.3f] %9.3f %11s %11s\n", run->name.c_str(),
+                    run->alpha ? std::to_string(*run->alpha).substr(0, 6).c_str() : "-", step.median * 1e3,
+                    step.min * 1e3, step.max * 1e3, ratio.median, ratio.min, ratio.max, predicted,
+                    memo::format_bytes(peak).c_str(), memo::format_bytes(planned).c_str());
+      }
+    }
+    out.end_array();
+    out.end_object();
+    if (json) {
+      std::printf("%s\n", out.str().c_str());
+    } else {
+      std::printf("  (%d interleaved rounds; ratio = each round's step over the same round's no-offload step;\n"
+                  "   predicted = simulated MEMO step of the model's protocol from the profiled layer time;\n"
+                  "   device peak includes the model's setup; load average %.2f)\n",
+                  shape.rounds, load_average);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_offload_bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+#endif
