@@ -264,9 +264,9 @@ void print_plan(const Model& model, const memory_choice& choice,
   } else {
     std::printf("skeletal offload: none (every layer's skeletal tensors stay on the device)\n");
   }
-  std::printf("host memory: %s pinned (offloaded skeletal tensors and %s)\n",
+  std::printf("host memory: %s pinned for the offloaded skeletal tensors%s\n",
               memo::format_bytes(model.host_offload_bytes()).c_str(),
-              model.kv_offload() ? "host K/V" : "no host K/V");
+              model.kv_offload() ? " and every layer's K/V" : "");
 }
 
 template <class Model>
