@@ -76,6 +76,7 @@
 #include "memo/model/checkpoint.hpp"
 #include "memo/model/gpt2_config.hpp"
 #include "memo/model/gpt2_layer.hpp"
+#include "memo/model/gpt2_memory.hpp"
 #include "memo/model/gpt2_model.hpp"
 #include "memo/model/token_data.hpp"
 

@@ -20,8 +20,16 @@
 // called through `detail::gpt2_attention_forward/backward` over strided
 // [T, NH, hs] views of the fused QKV buffer: no [T, T] score matrix exists.
 //
-// Every buffer is a view into memory the caller owns (the model carves it
-// from one device allocation); nothing here allocates.
+// Memory (MEMO sections 4.1-4.2). What the forward keeps for the backward
+// is `gpt2_layer_activations`: the block's skeletal tensors, token-major,
+// viewed from the caller's memory (the model's rounding buffers). The
+// token-wise part of the forward is split out by rows, so
+// `gpt2_layer_recompute` rebuilds any token range of every skeletal tensor
+// but the input, the attention output and its log-sum-exp from those three.
+// The backward's five gradient buffers are transient: it takes them from a
+// memory resource and returns each after its last use, always in the same
+// order, so one recorded backward is the trace of every later one. Nothing
+// else here allocates.
 #pragma once
 
 #include <cmath>

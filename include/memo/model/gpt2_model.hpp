@@ -7,12 +7,24 @@
 //
 // Memory. Parameters, gradients and the two AdamW moments are one device
 // allocation each, laid out by `gpt2_parameter_layout` (llm.c's order, so
-// a checkpoint is one copy). Everything a step needs besides them (every
-// block's activations, the backward scratch, the attention's chunk tiles,
-// the logits chunk, the token ids) is one further device allocation, carved by a `region_carver` sized
-// in counting mode first. All of it is allocated in the constructor; a
-// training step allocates nothing through the backend's resources. The
-// model trains one sequence of `context` tokens per step (batch 1).
+// a checkpoint is one copy). Everything a step uses besides them is one
+// `planned_arena` (MEMO sections 4.1-4.3, gpt2_memory.hpp):
+//   - every layer's skeletal tensors live in rounding buffers driven by a
+//     `token_fraction_swapper`: one buffer per layer and nothing moved by
+//     default; with `offload_alpha` two buffers, every layer but the last
+//     two offloading its input and attention output whole and a fraction
+//     alpha of the tokens of the rest, recomputing the others token-wise
+//     before its backward (`gpt2_layer_recompute`);
+//   - the constructor records one block backward through a
+//     `recording_resource`, repeats it per layer around the buffers outside
+//     the layers (`gpt2_step_trace`) and plans the trace with the bi-level
+//     planner; every step replays it through a `planned_replay_resource`.
+// All of it is set up in the constructor: a step allocates nothing through
+// the backend's resources, and its device footprint is the parameter state
+// plus the plan's peak. With `kv_offload` each layer has its own chunked
+// attention with host-resident K/V (FPDT), whose pinned memory is also
+// allocated here. The model trains one sequence of `context` tokens per
+// step (batch 1).
 //
 // Chunked loss (FPDT section 5.4). The logits of the whole sequence, [T, Vp],
 // never exist: the head's GEMM writes `loss_chunk` rows at a time into one
@@ -21,9 +33,13 @@
 // the next chunk reuses the buffer. Rows are independent, so the chunk size
 // changes neither the loss nor any gradient.
 //
-// Work runs in order on one stream of the backend; the calls that return
-// host values (`forward_backward`, `get_parameters`, `get_gradients`)
-// synchronise it. The backend must outlive the model.
+// Work runs in order on one compute stream of the backend (plus the
+// swapper's offload and prefetch streams and, with host K/V, the attention's
+// copy streams, all joined back into it); the calls that return host values
+// (`forward_backward`, `get_parameters`, `get_gradients`) synchronise it. A
+// step that throws part-way is abandoned (streams drained, the replay
+// rewound), so the next step starts clean. The backend must outlive the
+// model.
 #pragma once
 
 #include <algorithm>
