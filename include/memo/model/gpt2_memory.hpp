@@ -27,9 +27,11 @@
 // Everything here is a pure function of shapes and the recorded trace.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/core/error.hpp"

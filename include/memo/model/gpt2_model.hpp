@@ -82,7 +82,7 @@ struct gpt2_model_options {
   /// last two offloads its input and attention output whole and this
   /// fraction of the tokens of every other skeletal tensor, and recomputes
   /// the rest token-wise before its backward.
-  std::optional<double> offload_alpha;
+  std::optional<double> offload_alpha{};
   /// Offloaded prefixes are rounded down to a multiple of this many tokens.
   std::int64_t offload_granularity = 1;
   /// FPDT's host-resident K/V in the chunked attention (attention.hpp).
