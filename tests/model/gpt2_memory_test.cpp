@@ -94,3 +94,28 @@ TEST_CASE("gpt2_memory: a recorded block with live buffers or no section is refu
   CHECK_THROWS_WITH(memo::gpt2_step_trace({}, std::move(no_section).finish(), 2),
                     doctest::Contains("0 sections"));
 }
+
+TEST_CASE("gpt2_memory: the step's outside buffers live from their phase to theirs, sized by hand") {
+  const memo::gpt2_config c = shape();  // C = 32, Vp = 16
+  const auto buffers = memo::gpt2_step_buffers(c, 48, 8, 1000, 5000);
+  using enum memo::gpt2_step_phase;
+  auto find = [&](const std::string& name) -> const memo::gpt2_step_buffer& {
+    for (const auto& b : buffers) {
+      if (b.name == name) return b;
+    }
+    FAIL("no buffer " << name);
+    return buffers.front();
+  };
+  CHECK(find("residual").bytes == 48 * 32 * 4);
+  CHECK(find("residual").dies == head_end);  // the final layernorm's backward reads it
+  CHECK(find("logits chunk").bytes == 8 * 16 * 4);
+  CHECK(find("logits chunk").dies == loss_end);
+  CHECK(find("dresidual").born == loss_end);
+  CHECK(find("bucket starts").bytes == 49 * 8);
+  CHECK(find("attention scratch").bytes == 1000);
+  CHECK(find("skeletal").bytes == 5000);
+  for (const auto& b : buffers) {
+    INFO(b.name);
+    CHECK(static_cast<int>(b.born) < static_cast<int>(b.dies));
+  }
+}

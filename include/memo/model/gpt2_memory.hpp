@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/transformer_layer.hpp"
 #include "memo/model/gpt2_config.hpp"
@@ -94,6 +95,43 @@ struct gpt2_step_buffer {
   gpt2_step_phase born = gpt2_step_phase::step_begin;
   gpt2_step_phase dies = gpt2_step_phase::step_end;
 };
+
+/// The buffers a GPT-2 step of T tokens uses outside the layer sections,
+/// in the order it asks for them (their trace ids are their indices): the
+/// token ids and the embedding backward's token groups, the per-token
+/// losses, the attention scratch and the skeletal region (rounding buffers)
+/// for the whole step; the residual stream [T, C] until the final
+/// layernorm's backward; the final layernorm's output, statistics and
+/// gradient over the head; the [loss_chunk, Vp] logits until the loss is
+/// done; the residual gradient [T, C] from then on.
+inline std::vector<gpt2_step_buffer> gpt2_step_buffers(const gpt2_config& c, std::int64_t T,
+                                                       std::int64_t loss_chunk,
+                                                       std::uint64_t attention_scratch_bytes,
+                                                       std::uint64_t skeletal_bytes) {
+  using enum gpt2_step_phase;
+  const auto t = static_cast<std::uint64_t>(T);
+  const std::uint64_t f = sizeof(float), i32 = sizeof(std::int32_t), i64 = sizeof(std::int64_t);
+  const std::uint64_t tc = checked_mul(checked_mul(t, static_cast<std::uint64_t>(c.channels)), f);
+  const std::uint64_t logits = checked_mul(
+      checked_mul(static_cast<std::uint64_t>(loss_chunk), static_cast<std::uint64_t>(c.padded_vocab_size)), f);
+  return {
+      {"tokens", t * i32, step_begin, step_end},
+      {"targets", t * i32, step_begin, step_end},
+      {"bucket order", t * i64, step_begin, step_end},
+      {"bucket starts", (t + 1) * i64, step_begin, step_end},
+      {"bucket ids", t * i32, step_begin, step_end},
+      {"losses", t * f, step_begin, step_end},
+      {"attention scratch", attention_scratch_bytes, step_begin, step_end},
+      {"skeletal", skeletal_bytes, step_begin, step_end},
+      {"residual", tc, step_begin, head_end},
+      {"lnf", tc, head_begin, head_end},
+      {"lnf_mean", t * f, head_begin, head_end},
+      {"lnf_rstd", t * f, head_begin, head_end},
+      {"dlnf", tc, head_begin, head_end},
+      {"logits chunk", logits, head_begin, loss_end},
+      {"dresidual", tc, loss_end, step_end},
+  };
+}
 
 /// The requests of phase `phase`, in the order a step makes them: the frees
 /// of the buffers dying there, then the mallocs of those born there, each in

@@ -159,7 +159,8 @@ class gpt2_model {
                                    : static_cast<std::size_t>(L);
     attention_shape_.offload = options.kv_offload;
     // The plan (MEMO section 4.2): one block's backward recorded, then the step.
-    outside_ = outside_buffers(rounding_buffers<B>::required_bytes(skeletal, K));
+    outside_ = gpt2_step_buffers(config_, T_, chunk_, attention_scratch_bytes(),
+                                 rounding_buffers<B>::required_bytes(skeletal, K));
     step_trace_ = gpt2_step_trace(outside_, record_block_backward(), L);
     dsa_solve_options solve;
     solve.time_limit_seconds = options.plan_time_limit_seconds;
@@ -351,35 +352,6 @@ class gpt2_model {
     const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
     const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
-  /// The buffers a step uses outside the layer sections, in the order it
-  /// asks for them (gpt2_memory.hpp); their trace ids are their indices.
-  std::vector<gpt2_step_buffer> outside_buffers(std::uint64_t skeletal_bytes) const {
-    using enum gpt2_step_phase;
-    const auto T = static_cast<std::uint64_t>(T_);
-    const std::uint64_t f = sizeof(float), i32 = sizeof(std::int32_t), i64 = sizeof(std::int64_t);
-    const std::uint64_t TC = checked_mul(checked_mul(T, static_cast<std::uint64_t>(config_.channels)), f);
-    const std::uint64_t logits = checked_mul(checked_mul(static_cast<std::uint64_t>(chunk_),
-                                                         static_cast<std::uint64_t>(config_.padded_vocab_size)),
-                                             f);
-    return {
-        {"tokens", T * i32, step_begin, step_end},
-        {"targets", T * i32, step_begin, step_end},
-        {"bucket order", T * i64, step_begin, step_end},
-        {"bucket starts", (T + 1) * i64, step_begin, step_end},
-        {"bucket ids", T * i32, step_begin, step_end},
-        {"losses", T * f, step_begin, step_end},
-        {"attention scratch", attention_scratch_bytes(), step_begin, step_end},
-        {"skeletal", skeletal_bytes, step_begin, step_end},
-        {"residual", TC, step_begin, head_end},  // [T, C]: the residual stream
-        {"lnf", TC, head_begin, head_end},
-        {"lnf_mean", T * f, head_begin, head_end},
-        {"lnf_rstd", T * f, head_begin, head_end},
-        {"dlnf", TC, head_begin, head_end},
-        {"logits chunk", logits, head_begin, loss_end},  // [chunk, Vp]
-        {"dresidual", TC, loss_end, step_end},
-    };
   }
 
   /// Attention objects: one, or one per layer with host K/V (each layer's
