@@ -78,6 +78,7 @@
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/gpt2_memory.hpp"
 #include "memo/model/gpt2_model.hpp"
+#include "memo/model/gpt2_step_memory.hpp"
 #include "memo/model/token_data.hpp"
 
 // model/: the reference GPT-2's operators (row and element math, host and device)
