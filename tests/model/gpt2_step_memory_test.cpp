@@ -1,0 +1,87 @@
+#include "memo/model/gpt2_step_memory.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "memo/backend/host_backend.hpp"
+
+namespace {
+
+using memo::host_backend;
+using memo::token_range;
+
+// maxT=8, V=11, Vp=16, L=4, NH=2, C=8; T = 8 tokens.
+struct step_fixture {
+  memo::gpt2_config config{8, 11, 16, 4, 2, 8};
+  host_backend backend{};
+  host_backend::stream stream = backend.make_stream("step");
+  memo::buffer<float, memo::host_memory_resource> params, grads;
+  memo::attention_shape shape{.tokens = 8, .heads = 2, .kv_heads = 2, .head_dim = 4, .chunk = 4};
+
+  step_fixture() {
+    const auto table = memo::gpt2_parameter_layout(config);
+    params = memo::buffer<float, memo::host_memory_resource>(backend.device_memory(), table.total);
+    grads = memo::buffer<float, memo::host_memory_resource>(backend.device_memory(), table.total);
+    for (auto& v : params.span()) v = 0.0f;
+  }
+  std::unique_ptr<memo::gpt2_step_memory<host_backend>> make(std::optional<double> alpha, bool kv = false) {
+    return std::make_unique<memo::gpt2_step_memory<host_backend>>(
+              backend, stream, config, 8, 4, shape,
+              memo::gpt2_model_options{.context = 8, .offload_alpha = alpha, .kv_offload = kv},
+              memo::view_gpt2_parameters(config, params.span()).layer(0),
+              memo::view_gpt2_parameters(config, grads.span()).layer(0));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpt2_step_memory: the rows each layer rebuilds follow alpha and the two resident layers") {
+  step_fixture f;
+  const token_range none{};
+  {
+    auto m = f.make(0.5);  // 4 of 8 tokens offloaded; layers 0 and 1 swapped
+    CHECK(m->swapped_layers() == 2);
+    CHECK(m->rounding_buffer_count() == 2);
+    CHECK(m->rebuild_range(0) == token_range{4, 8});
+    CHECK(m->rebuild_range(1) == token_range{4, 8});
+    CHECK(m->rebuild_range(2) == none);
+    CHECK(m->rebuild_range(3) == none);
+  }
+  {
+    auto m = f.make(0.0);  // nothing of the token-wise tensors kept: a shared region
+    CHECK(m->rebuild_range(0) == token_range{0, 8});
+    CHECK(m->rebuild_range(2) == token_range{0, 8});  // the next layer overwrote it
+    CHECK(m->rebuild_range(3) == none);               // the last layer's forward wrote it last
+  }
+  {
+    auto m = f.make(1.0);
+    for (std::size_t l = 0; l < 4; ++l) CHECK(m->rebuild_range(l) == none);
+  }
+  {
+    auto m = f.make(std::nullopt, true);  // no offload: one buffer per layer, host K/V per layer
+    CHECK(m->swapped_layers() == 0);
+    CHECK(m->rounding_buffer_count() == 4);
+    CHECK(m->kv_offload());
+    CHECK(m->host_offload_bytes() > 0);
+    for (std::size_t l = 0; l < 4; ++l) CHECK(m->rebuild_range(l) == none);
+  }
+}
+
+TEST_CASE("gpt2_step_memory: phases hand out the bound addresses, and abandon rewinds a broken step") {
+  step_fixture f;
+  auto m = f.make(0.5);
+  const float* residual = m->buffers.residual.data();
+  m->phase(memo::gpt2_step_phase::step_begin);
+  m->phase(memo::gpt2_step_phase::head_begin);
+  // The step stops here. Starting over without rewinding is a request the
+  // trace does not have next...
+  CHECK_THROWS_WITH(m->phase(memo::gpt2_step_phase::step_begin), doctest::Contains("planned replay"));
+  // ...abandon returns what the step held and rewinds, so a step starts again.
+  m->abandon();
+  CHECK_NOTHROW(m->phase(memo::gpt2_step_phase::step_begin));
+  CHECK(m->buffers.residual.data() == residual);
+  m->abandon();
+}
