@@ -148,44 +148,64 @@ class communicator_ops {
 
   template <communicator_element T>
   void all_reduce(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
-    expects(send.size() == recv.size(), [&] {
-      return self().describe() + ": all_reduce needs send and recv of one size, got " +
-             std::to_string(send.size()) + " and " + std::to_string(recv.size()) + " elements";
-    });
-    expects(send.data() == recv.data() || !overlap<T>(send, recv),
-            [&] { return self().describe() + ": all_reduce send and recv partly overlap"; });
-    issue(backend, on, make<T>(comm_op::all_reduce, send.data(), recv.data(), send.size()));
+    issue(backend, on, checked_call<T>(comm_op::all_reduce, send, recv));
   }
-
   template <communicator_element T>
   void all_gather(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
-    expects(recv.size() == send.size() * ranks(), [&] {
-      return self().describe() + ": all_gather needs recv of size() * send elements = " +
-             std::to_string(send.size() * ranks()) + ", got " + std::to_string(recv.size());
-    });
-    separate<T>(send, recv, "all_gather");
-    issue(backend, on, make<T>(comm_op::all_gather, send.data(), recv.data(), send.size()));
+    issue(backend, on, checked_call<T>(comm_op::all_gather, send, recv));
   }
-
   template <communicator_element T>
   void reduce_scatter(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
-    expects(send.size() == recv.size() * ranks(), [&] {
-      return self().describe() + ": reduce_scatter needs send of size() * recv elements = " +
-             std::to_string(recv.size() * ranks()) + ", got " + std::to_string(send.size());
-    });
-    separate<T>(send, recv, "reduce_scatter");
-    issue(backend, on, make<T>(comm_op::reduce_scatter, send.data(), recv.data(), recv.size()));
+    issue(backend, on, checked_call<T>(comm_op::reduce_scatter, send, recv));
   }
-
   template <communicator_element T>
   void all_to_all(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
-    expects(send.size() == recv.size() && send.size() % ranks() == 0, [&] {
-      return self().describe() + ": all_to_all needs send and recv of one size, a multiple of size() = " +
-             std::to_string(ranks()) + ", got " + std::to_string(send.size()) + " and " +
-             std::to_string(recv.size()) + " elements";
-    });
-    separate<T>(send, recv, "all_to_all");
-    issue(backend, on, make<T>(comm_op::all_to_all, send.data(), recv.data(), send.size() / ranks()));
+    issue(backend, on, checked_call<T>(comm_op::all_to_all, send, recv));
+  }
+
+  /// The call one of the four collectives above would issue, after the
+  /// same checks of its shapes; for code that enqueues `task(call)` itself
+  /// (a stream_schedule's collective op, see schedule_collective.hpp).
+  template <communicator_element T>
+  [[nodiscard]] comm_call checked_call(comm_op op, std::span<const std::type_identity_t<T>> send,
+                                       std::span<T> recv) const {
+    const std::size_t p = ranks();
+    switch (op) {
+      case comm_op::all_reduce:
+        expects(send.size() == recv.size(), [&] {
+          return self().describe() + ": all_reduce needs send and recv of one size, got " +
+                 std::to_string(send.size()) + " and " + std::to_string(recv.size()) + " elements";
+        });
+        expects(static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data()) ||
+                    !overlap<T>(send, recv),
+                [&] { return self().describe() + ": all_reduce send and recv partly overlap"; });
+        return make<T>(op, send.data(), recv.data(), send.size());
+      case comm_op::all_gather:
+        expects(recv.size() == send.size() * p, [&] {
+          return self().describe() + ": all_gather needs recv of size() * send elements = " +
+                 std::to_string(send.size() * p) + ", got " + std::to_string(recv.size());
+        });
+        separate<T>(send, recv, "all_gather");
+        return make<T>(op, send.data(), recv.data(), send.size());
+      case comm_op::reduce_scatter:
+        expects(send.size() == recv.size() * p, [&] {
+          return self().describe() + ": reduce_scatter needs send of size() * recv elements = " +
+                 std::to_string(recv.size() * p) + ", got " + std::to_string(send.size());
+        });
+        separate<T>(send, recv, "reduce_scatter");
+        return make<T>(op, send.data(), recv.data(), recv.size());
+      case comm_op::all_to_all:
+        expects(send.size() == recv.size() && send.size() % p == 0, [&] {
+          return self().describe() + ": all_to_all needs send and recv of one size, a multiple of size() = " +
+                 std::to_string(p) + ", got " + std::to_string(send.size()) + " and " +
+                 std::to_string(recv.size()) + " elements";
+        });
+        separate<T>(send, recv, "all_to_all");
+        return make<T>(op, send.data(), recv.data(), send.size() / p);
+      default:
+        throw error(self().describe() + ": checked_call takes all_reduce, all_gather, reduce_scatter or "
+                    "all_to_all, not " + to_string(op));
+    }
   }
 
   template <class U>
@@ -293,6 +313,7 @@ concept Communicator =
       comm.barrier(backend, stream);
       { comm.split(peer, peer) } -> std::same_as<C>;
       { const_comm.task(call) };
+      const_comm.check_usable();
       { const_comm.describe() } -> std::convertible_to<std::string>;
     };
 
