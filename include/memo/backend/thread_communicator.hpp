@@ -359,8 +359,6 @@ struct thread_rank {
   }
 
   void run(const comm_call& call) const {
-    const std::size_t bytes = comm_type_bytes(call.type);
-    (void)bytes;
     switch (call.op) {
       case comm_op::send: group->send(rank, call.peer, call.type, call.send, call.count); return;
       case comm_op::recv: group->recv(rank, call.peer, call.type, call.recv, call.count); return;
