@@ -199,3 +199,20 @@ TEST_CASE("thread_communicator: a send and recv of different sizes fail both ran
 TEST_CASE("thread_communicator: creating a group of no ranks is refused") {
   CHECK_THROWS_AS(thread_communicator::create_group(0), memo::error);
 }
+
+TEST_CASE("thread_communicator: a communicator outlives the backend it ran on and runs on the next one") {
+  require_clean(run_ranks(2, [](thread_communicator& comm, host_backend&) {
+    rank_report report;
+    report.rank = comm.rank();
+    for (int round = 0; round < 2; ++round) {
+      host_backend backend(small_backend());  // destroyed after each round; the communicator stays
+      auto stream = backend.make_stream("s");
+      std::vector<std::int32_t> data(3, comm.rank() + round);
+      comm.all_reduce(backend, stream, std::span<const std::int32_t>(data), std::span<std::int32_t>(data));
+      backend.synchronize(stream);
+      const std::int32_t expected = 0 + 1 + 2 * round;  // ranks 0 and 1, each + round
+      report.expect(data[0] == expected && data[2] == expected, "round " + std::to_string(round));
+    }
+    return report;
+  }));
+}
