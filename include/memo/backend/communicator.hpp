@@ -245,8 +245,8 @@ class communicator_ops {
     issue(backend, on, call);
   }
 
-  /// The task an issued call enqueues; for code that enqueues it itself
-  /// (a stream_schedule's collective op, see schedule_collective.hpp).
+  /// A call over raw pointers, unchecked (checked_call and the operations
+  /// above check shapes first).
   template <communicator_element T>
   [[nodiscard]] static comm_call make(comm_op op, const T* send, T* recv, std::size_t count) {
     comm_call call;
