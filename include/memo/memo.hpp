@@ -28,6 +28,9 @@
 #include "memo/backend/host_profile.hpp"
 #include "memo/backend/memory_resource.hpp"
 #include "memo/backend/stream_failure.hpp"
+#include "memo/backend/communicator.hpp"
+#include "memo/backend/self_communicator.hpp"
+#include "memo/backend/thread_communicator.hpp"
 #if MEMO_HAS_CUDA
 #include "memo/backend/cuda_backend.hpp"
 #include "memo/backend/cuda_check.hpp"
@@ -37,6 +40,10 @@
 #endif
 #if MEMO_HAS_MPI
 #include "memo/backend/mpi_check.hpp"
+#include "memo/backend/mpi_communicator.hpp"
+#endif
+#if MEMO_HAS_NCCL && MEMO_HAS_MPI
+#include "memo/backend/nccl_communicator.hpp"
 #endif
 
 // schedule/: stream schedules (execute or simulate), layer cost model

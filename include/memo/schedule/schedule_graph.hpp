@@ -149,6 +149,9 @@ struct collective_op {
   std::uint64_t bytes = 0;
   int ranks = 1;
   stream_work work{};  ///< e.g. the NCCL call; may be empty (then it only costs time in simulation)
+  /// The communicator `work` runs on (its describe()), when bound through
+  /// schedule_collective.hpp; empty otherwise.
+  std::string communicator{};
 };
 
 struct marker_op {};

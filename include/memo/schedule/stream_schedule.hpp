@@ -23,6 +23,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/core/device_profile.hpp"
+#include "memo/schedule/schedule_collective.hpp"
 #include "memo/schedule/schedule_execute.hpp"
 #include "memo/schedule/schedule_graph.hpp"
 #include "memo/schedule/schedule_simulate.hpp"

@@ -1,0 +1,324 @@
+// memo/backend/communicator.hpp
+//
+// Collectives between ranks, issued on a backend's streams (DESIGN.md
+// "Backends"; FPDT section 3 and SPPO section 4 move sequence chunks with
+// all-to-all, all-gather and reduce-scatter inside sequence-parallel groups
+// and pass activations between pipeline stages with send/recv).
+//
+// A `Communicator<C>` is typed on the backend whose streams it uses
+// (`C::backend_type`). Every operation names that backend and one of its
+// streams and is *enqueued* there like any other stream work: it runs after
+// the work enqueued on the stream before it, later work runs after it, and
+// other streams order themselves against it with events, exactly as with a
+// copy or a GEMM. On the host backend the collective runs on the stream's
+// worker thread; on the CUDA backend NCCL enqueues it on the cudaStream_t.
+//
+//   all_reduce(send[n], recv[n])             recv = sum over ranks of send
+//   all_gather(send[n], recv[size * n])      recv block r = send of rank r
+//   reduce_scatter(send[size * n], recv[n])  recv = sum over ranks of block `rank` of send
+//   all_to_all(send[size * n], recv[size * n])  recv block r = block `rank` of rank r's send
+//   send(data[n], to) / recv(data[n], from)  blocking pairwise transfer
+//   send_recv(send[n], to, recv[m], from)    both at once (a ring step)
+//   barrier()                                every rank reaches this point
+//   split(color, key)                        sub-groups (host call, collective)
+//
+// Elements are `float` or `std::int32_t`; all_reduce may run in place
+// (send and recv the same span). The shapes above are checked when an
+// operation is issued, so a wrong size is a `memo::error` at the call.
+// All ranks must issue the same collectives in the same order with the same
+// element counts (per stream order; keep one communicator's collectives on
+// one stream or order them with events). An implementation detects what it
+// can of a mismatch and reports it on every rank instead of hanging.
+// A blocking `send` and its matching `recv` on the *same* stream of two ranks
+// that also wait for each other in the other direction deadlock, as NCCL
+// does without a group: use `send_recv`, or two streams.
+//
+// Lifetimes: a communicator holds no reference to a backend (every
+// operation names the backend it is issued on, and the backend checks that
+// the stream is its own), so a communicator that outlives a backend cannot
+// reach it. Work already enqueued keeps the communicator's state alive, so
+// destroying the handle with collectives in flight is safe. A group made by
+// `split` refuses to issue anything once the communicator it was split from
+// is gone (a `memo::error` naming the group), as its members are a
+// sub-division of that communicator's ranks.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "memo/backend/concepts.hpp"
+#include "memo/core/error.hpp"
+
+namespace memo {
+
+/// What a communicator operation does.
+enum class comm_op { all_reduce, all_gather, reduce_scatter, all_to_all, send, recv, send_recv, barrier };
+
+inline constexpr const char* to_string(comm_op op) {
+  switch (op) {
+    case comm_op::all_reduce: return "all_reduce";
+    case comm_op::all_gather: return "all_gather";
+    case comm_op::reduce_scatter: return "reduce_scatter";
+    case comm_op::all_to_all: return "all_to_all";
+    case comm_op::send: return "send";
+    case comm_op::recv: return "recv";
+    case comm_op::send_recv: return "send_recv";
+    case comm_op::barrier: return "barrier";
+  }
+  return "unknown";
+}
+
+/// Element types a communicator moves.
+enum class comm_type { float32, int32 };
+
+inline constexpr const char* to_string(comm_type type) {
+  return type == comm_type::float32 ? "float32" : "int32";
+}
+
+template <class T>
+concept communicator_element = std::same_as<T, float> || std::same_as<T, std::int32_t>;
+
+template <communicator_element T>
+inline constexpr comm_type comm_type_of = std::same_as<T, float> ? comm_type::float32 : comm_type::int32;
+
+inline constexpr std::size_t comm_type_bytes(comm_type) noexcept { return 4; }
+
+/// One operation as an implementation executes it: pointers, the element
+/// count of one rank's block (`count`), and for send_recv the receive
+/// count and source. Built and checked by `communicator_ops`.
+struct comm_call {
+  comm_op op = comm_op::barrier;
+  comm_type type = comm_type::float32;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;       ///< elements of one block (all_reduce: the whole buffer)
+  int peer = -1;               ///< send / recv / send_recv: destination (send) or source (recv)
+  int source = -1;             ///< send_recv: the rank received from
+  std::size_t recv_count = 0;  ///< send_recv: elements received
+};
+
+/// The payload in bytes of one rank's side of `call`, as the simulator's
+/// collective cost counts it (schedule_graph.hpp `collective_seconds`):
+/// all_reduce the buffer, all_gather the gathered output, reduce_scatter
+/// the full input, all_to_all one rank's buffer.
+inline std::uint64_t comm_payload_bytes(const comm_call& call, int ranks) {
+  const std::uint64_t block = static_cast<std::uint64_t>(call.count) * comm_type_bytes(call.type);
+  switch (call.op) {
+    case comm_op::all_reduce: return block;
+    case comm_op::all_gather:
+    case comm_op::reduce_scatter:
+    case comm_op::all_to_all: return block * static_cast<std::uint64_t>(ranks);
+    case comm_op::send:
+    case comm_op::recv: return block;
+    case comm_op::send_recv:
+      return block + static_cast<std::uint64_t>(call.recv_count) * comm_type_bytes(call.type);
+    case comm_op::barrier: return 0;
+  }
+  return 0;
+}
+
+namespace detail {
+
+/// Liveness of a communicator, watched by the groups split from it.
+using comm_liveness = std::shared_ptr<const int>;
+using comm_liveness_watch = std::weak_ptr<const int>;
+
+inline comm_liveness make_comm_liveness() { return std::make_shared<const int>(0); }
+
+}  // namespace detail
+
+/// The typed surface of every communicator, written once: checks the
+/// shapes of a call where it is issued and enqueues the implementation's
+/// task on the stream. `Derived` provides
+///   int rank() const, int size() const, std::string describe() const,
+///   task(comm_call) -> a copyable callable `void(native_stream_t<B>)`
+///     that runs (host) or enqueues (CUDA) the call on that native stream,
+///   void check_usable() const  (throws when the communicator may not issue).
+template <class Derived, Backend B>
+class communicator_ops {
+ public:
+  using backend_type = B;
+  using stream_type = typename B::stream;
+
+  template <communicator_element T>
+  void all_reduce(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+    issue(backend, on, checked_call<T>(comm_op::all_reduce, send, recv));
+  }
+  template <communicator_element T>
+  void all_gather(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+    issue(backend, on, checked_call<T>(comm_op::all_gather, send, recv));
+  }
+  template <communicator_element T>
+  void reduce_scatter(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+    issue(backend, on, checked_call<T>(comm_op::reduce_scatter, send, recv));
+  }
+  template <communicator_element T>
+  void all_to_all(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+    issue(backend, on, checked_call<T>(comm_op::all_to_all, send, recv));
+  }
+
+  /// The call one of the four collectives above would issue, after the
+  /// same checks of its shapes; for code that enqueues `task(call)` itself
+  /// (a stream_schedule's collective op, see schedule_collective.hpp).
+  template <communicator_element T>
+  [[nodiscard]] comm_call checked_call(comm_op op, std::span<const std::type_identity_t<T>> send,
+                                       std::span<T> recv) const {
+    const std::size_t p = ranks();
+    switch (op) {
+      case comm_op::all_reduce:
+        expects(send.size() == recv.size(), [&] {
+          return self().describe() + ": all_reduce needs send and recv of one size, got " +
+                 std::to_string(send.size()) + " and " + std::to_string(recv.size()) + " elements";
+        });
+        expects(static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data()) ||
+                    !overlap<T>(send, recv),
+                [&] { return self().describe() + ": all_reduce send and recv partly overlap"; });
+        return make<T>(op, send.data(), recv.data(), send.size());
+      case comm_op::all_gather:
+        expects(recv.size() == send.size() * p, [&] {
+          return self().describe() + ": all_gather needs recv of size() * send elements = " +
+                 std::to_string(send.size() * p) + ", got " + std::to_string(recv.size());
+        });
+        separate<T>(send, recv, "all_gather");
+        return make<T>(op, send.data(), recv.data(), send.size());
+      case comm_op::reduce_scatter:
+        expects(send.size() == recv.size() * p, [&] {
+          return self().describe() + ": reduce_scatter needs send of size() * recv elements = " +
+                 std::to_string(recv.size() * p) + ", got " + std::to_string(send.size());
+        });
+        separate<T>(send, recv, "reduce_scatter");
+        return make<T>(op, send.data(), recv.data(), recv.size());
+      case comm_op::all_to_all:
+        expects(send.size() == recv.size() && send.size() % p == 0, [&] {
+          return self().describe() + ": all_to_all needs send and recv of one size, a multiple of size() = " +
+                 std::to_string(p) + ", got " + std::to_string(send.size()) + " and " +
+                 std::to_string(recv.size()) + " elements";
+        });
+        separate<T>(send, recv, "all_to_all");
+        return make<T>(op, send.data(), recv.data(), send.size() / p);
+      default:
+        throw error(self().describe() + ": checked_call takes all_reduce, all_gather, reduce_scatter or "
+                    "all_to_all, not " + to_string(op));
+    }
+  }
+
+  template <class U>
+    requires communicator_element<std::remove_const_t<U>>
+  void send(B& backend, stream_type& on, std::span<U> data, int to) {
+    using T = std::remove_const_t<U>;
+    check_peer(to, "send");
+    auto call = make<T>(comm_op::send, static_cast<const T*>(data.data()), nullptr, data.size());
+    call.peer = to;
+    issue(backend, on, call);
+  }
+
+  template <communicator_element T>
+  void recv(B& backend, stream_type& on, std::span<T> data, int from) {
+    check_peer(from, "recv");
+    auto call = make<T>(comm_op::recv, nullptr, data.data(), data.size());
+    call.peer = from;
+    issue(backend, on, call);
+  }
+
+  template <communicator_element T>
+  void send_recv(B& backend, stream_type& on, std::span<const std::type_identity_t<T>> send_data, int to, std::span<T> recv_data,
+                 int from) {
+    check_peer(to, "send_recv (destination)");
+    check_peer(from, "send_recv (source)");
+    separate<T>(send_data, recv_data, "send_recv");
+    auto call = make<T>(comm_op::send_recv, send_data.data(), recv_data.data(), send_data.size());
+    call.peer = to;
+    call.source = from;
+    call.recv_count = recv_data.size();
+    issue(backend, on, call);
+  }
+
+  void barrier(B& backend, stream_type& on) {
+    comm_call call;
+    call.op = comm_op::barrier;
+    issue(backend, on, call);
+  }
+
+  /// A call over raw pointers, unchecked (checked_call and the operations
+  /// above check shapes first).
+  template <communicator_element T>
+  [[nodiscard]] static comm_call make(comm_op op, const T* send, T* recv, std::size_t count) {
+    comm_call call;
+    call.op = op;
+    call.type = comm_type_of<T>;
+    call.send = send;
+    call.recv = recv;
+    call.count = count;
+    return call;
+  }
+
+ protected:
+  communicator_ops() = default;
+
+  void issue(B& backend, stream_type& on, const comm_call& call) {
+    self().check_usable();
+    backend.enqueue(on, self().task(call));
+  }
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+  Derived& self() { return static_cast<Derived&>(*this); }
+  std::size_t ranks() const { return static_cast<std::size_t>(self().size()); }
+
+  void check_peer(int peer, const char* what) const {
+    expects(peer >= 0 && peer < self().size() && peer != self().rank(), [&] {
+      return self().describe() + ": " + what + " peer rank " + std::to_string(peer) +
+             " is not another rank of [0, " + std::to_string(self().size()) + ")";
+    });
+  }
+
+  template <class T>
+  static bool overlap(std::span<const T> a, std::span<const T> b) {
+    if (a.empty() || b.empty()) return false;
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+    const auto b0 = reinterpret_cast<std::uintptr_t>(b.data());
+    return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+  }
+
+  template <class T>
+  void separate(std::span<const T> send, std::span<const T> recv, const char* what) const {
+    expects(!overlap<T>(send, recv),
+            [&] { return self().describe() + ": " + what + " send and recv overlap (it cannot run in place)"; });
+  }
+};
+
+/// A communicator over backend `C::backend_type` (see the header comment).
+template <class C>
+concept Communicator =
+    Backend<typename C::backend_type> &&
+    requires(C& comm, const C& const_comm, typename C::backend_type& backend,
+             typename C::backend_type::stream& stream, std::span<const float> fsend, std::span<float> frecv,
+             std::span<const std::int32_t> isend, std::span<std::int32_t> irecv, int peer, const comm_call& call) {
+      { const_comm.rank() } -> std::same_as<int>;
+      { const_comm.size() } -> std::same_as<int>;
+      comm.all_reduce(backend, stream, fsend, frecv);
+      comm.all_gather(backend, stream, fsend, frecv);
+      comm.reduce_scatter(backend, stream, fsend, frecv);
+      comm.all_to_all(backend, stream, fsend, frecv);
+      comm.all_reduce(backend, stream, isend, irecv);
+      comm.send(backend, stream, fsend, peer);
+      comm.recv(backend, stream, frecv, peer);
+      comm.send_recv(backend, stream, fsend, peer, frecv, peer);
+      comm.barrier(backend, stream);
+      { comm.split(peer, peer) } -> std::same_as<C>;
+      { const_comm.task(call) };
+      const_comm.check_usable();
+      { const_comm.describe() } -> std::convertible_to<std::string>;
+    };
+
+/// A communicator whose streams belong to backend `B`.
+template <class C, class B>
+concept CommunicatorOf = Communicator<C> && std::same_as<typename C::backend_type, B>;
+
+}  // namespace memo

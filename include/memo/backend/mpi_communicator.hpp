@@ -1,0 +1,227 @@
+// memo/backend/mpi_communicator.hpp
+//
+// Ranks as real processes (Open MPI), over the host backend: what memo's
+// sequence-parallel and pipeline code (FPDT section 3, SPPO section 4) runs
+// on across a cluster without GPUs, and how the thread communicator's
+// semantics are checked against a real MPI. Include only with the
+// `memo::mpi` component.
+//
+// - Collectives run as stream work: each call is enqueued on a host stream
+//   and made (blocking) on that stream's worker thread, in order with the
+//   stream's other work. Different streams are different threads, so MPI
+//   must provide MPI_THREAD_MULTIPLE: `mpi_environment` asks for it and
+//   throws a `memo::error` naming the level the library provided when it is
+//   less (as does an `mpi_communicator` made under a weaker MPI_Init).
+// - Every communicator is a duplicate of the one it is made from with
+//   MPI_ERRORS_RETURN installed, so an MPI failure becomes a `memo::error`
+//   from the stream's synchronisation (mpi_check.hpp) instead of aborting.
+// - Lifetimes: the MPI communicator is freed when the last handle and the
+//   last task in flight let go. Issuing (or running) anything after
+//   MPI_Finalize is a `memo::error`; a communicator destroyed after it is
+//   released without MPI calls. A group made by `split` refuses to issue
+//   once the communicator it was split from is gone.
+// - MPI cannot see a mismatch of element counts between ranks in every
+//   case; what it reports (a truncated receive) surfaces as a `memo::error`.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "memo/backend/communicator.hpp"
+#include "memo/backend/host_backend.hpp"
+#include "memo/backend/mpi_check.hpp"
+#include "memo/core/error.hpp"
+
+namespace memo {
+
+namespace detail {
+
+inline const char* mpi_thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "an unknown MPI thread level";
+  }
+}
+
+inline void require_mpi_thread_multiple(int provided, const char* where) {
+  expects(provided >= MPI_THREAD_MULTIPLE, [&] {
+    return std::string(where) + ": MPI provides thread level " + mpi_thread_level_name(provided) +
+           ", but memo runs collectives on the worker threads of several streams and needs "
+           "MPI_THREAD_MULTIPLE (use an Open MPI built with thread support, and MPI_Init_thread)";
+  });
+}
+
+inline bool mpi_finalized() {
+  int finalized = 0;
+  (void)MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+inline MPI_Datatype mpi_type(comm_type type) { return type == comm_type::float32 ? MPI_FLOAT : MPI_INT32_T; }
+
+/// An MPI communicator owned by memo (a duplicate, MPI_ERRORS_RETURN).
+struct mpi_comm_state {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  explicit mpi_comm_state(MPI_Comm owned) : comm(owned) {
+    check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  }
+  mpi_comm_state(const mpi_comm_state&) = delete;
+  mpi_comm_state& operator=(const mpi_comm_state&) = delete;
+  ~mpi_comm_state() {
+    if (comm != MPI_COMM_NULL && !mpi_finalized()) (void)MPI_Comm_free(&comm);
+  }
+
+  void run(const comm_call& call) const {
+    expects(!mpi_finalized(), "mpi_communicator: a call ran after MPI_Finalize");
+    const MPI_Datatype type = mpi_type(call.type);
+    const int count = checked_count(call.count);
+    constexpr int tag = 7;  // one tag: MPI keeps pairwise messages in order
+    switch (call.op) {
+      case comm_op::all_reduce:
+        check_mpi(MPI_Allreduce(call.send == call.recv ? MPI_IN_PLACE : call.send, call.recv, count, type, MPI_SUM, comm),
+                  "MPI_Allreduce");
+        return;
+      case comm_op::all_gather:
+        check_mpi(MPI_Allgather(call.send, count, type, call.recv, count, type, comm), "MPI_Allgather");
+        return;
+      case comm_op::reduce_scatter:
+        check_mpi(MPI_Reduce_scatter_block(call.send, call.recv, count, type, MPI_SUM, comm), "MPI_Reduce_scatter_block");
+        return;
+      case comm_op::all_to_all:
+        check_mpi(MPI_Alltoall(call.send, count, type, call.recv, count, type, comm), "MPI_Alltoall");
+        return;
+      case comm_op::send: check_mpi(MPI_Send(call.send, count, type, call.peer, tag, comm), "MPI_Send"); return;
+      case comm_op::recv:
+        check_mpi(MPI_Recv(call.recv, count, type, call.peer, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        return;
+      case comm_op::send_recv:
+        check_mpi(MPI_Sendrecv(call.send, count, type, call.peer, tag, call.recv, checked_count(call.recv_count), type,
+                               call.source, tag, comm, MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv");
+        return;
+      case comm_op::barrier: check_mpi(MPI_Barrier(comm), "MPI_Barrier"); return;
+    }
+  }
+
+  static int checked_count(std::size_t count) {
+    expects(count <= static_cast<std::size_t>(INT32_MAX), [&] {
+      return "mpi_communicator: " + std::to_string(count) + " elements exceed MPI's int count limit " +
+             std::to_string(INT32_MAX);
+    });
+    return static_cast<int>(count);
+  }
+};
+
+}  // namespace detail
+
+/// MPI_Init_thread(MPI_THREAD_MULTIPLE) for the lifetime of the object, and
+/// MPI_Finalize after it, unless MPI was initialised before (then it only
+/// checks the thread level and leaves finalisation to whoever initialised).
+class mpi_environment {
+ public:
+  mpi_environment(int* argc, char*** argv) {
+    int initialized = 0;
+    check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+    int provided = MPI_THREAD_SINGLE;
+    if (initialized == 0) {
+      check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      owns_ = true;
+    } else {
+      check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
+    }
+    provided_ = provided;
+    if (provided < MPI_THREAD_MULTIPLE && owns_) {
+      (void)MPI_Finalize();
+      owns_ = false;
+    }
+    detail::require_mpi_thread_multiple(provided, "mpi_environment");
+  }
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+  ~mpi_environment() {
+    if (owns_ && !detail::mpi_finalized()) (void)MPI_Finalize();
+  }
+  [[nodiscard]] int thread_level() const noexcept { return provided_; }
+
+ private:
+  bool owns_ = false;
+  int provided_ = MPI_THREAD_SINGLE;
+};
+
+class mpi_communicator : public communicator_ops<mpi_communicator, host_backend> {
+ public:
+  /// A communicator over the ranks of `base` (MPI_COMM_WORLD by default),
+  /// duplicated so memo's traffic and error handler are its own.
+  explicit mpi_communicator(MPI_Comm base = MPI_COMM_WORLD) {
+    expects(!detail::mpi_finalized(), "mpi_communicator: MPI is finalized");
+    int initialized = 0;
+    check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+    expects(initialized != 0, "mpi_communicator: MPI is not initialised (create an mpi_environment first)");
+    int provided = MPI_THREAD_SINGLE;
+    check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
+    detail::require_mpi_thread_multiple(provided, "mpi_communicator");
+    MPI_Comm copy = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_dup(base, &copy), "MPI_Comm_dup");
+    state_ = std::make_shared<detail::mpi_comm_state>(copy);
+  }
+  mpi_communicator(mpi_communicator&&) noexcept = default;
+  mpi_communicator& operator=(mpi_communicator&&) noexcept = default;
+  mpi_communicator(const mpi_communicator&) = delete;
+  mpi_communicator& operator=(const mpi_communicator&) = delete;
+
+  [[nodiscard]] int rank() const { return state().rank; }
+  [[nodiscard]] int size() const { return state().size; }
+  [[nodiscard]] std::string describe() const {
+    return "mpi_communicator rank " + std::to_string(rank()) + "/" + std::to_string(size());
+  }
+  /// The MPI communicator, for calls memo does not wrap.
+  [[nodiscard]] MPI_Comm native() const { return state().comm; }
+
+  /// MPI_Comm_split: a host call, collective over this communicator.
+  [[nodiscard]] mpi_communicator split(int color, int key) {
+    check_usable();
+    expects(color >= 0, [&] { return describe() + ": split color must be >= 0, got " + std::to_string(color); });
+    MPI_Comm child = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(state().comm, color, key, &child), "MPI_Comm_split");
+    mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child));
+    result.parent_ = liveness_;
+    result.has_parent_ = true;
+    return result;
+  }
+
+  [[nodiscard]] auto task(const comm_call& call) const {
+    return [state = state_, call](host_backend::native_stream) { state->run(call); };
+  }
+
+  void check_usable() const {
+    (void)state();
+    expects(!detail::mpi_finalized(), [&] { return describe() + ": MPI is finalized"; });
+    expects(!has_parent_ || !parent_.expired(),
+            [&] { return describe() + ": this group outlived the communicator it was split from"; });
+  }
+
+ private:
+  explicit mpi_communicator(std::shared_ptr<detail::mpi_comm_state> state) : state_(std::move(state)) {}
+  const detail::mpi_comm_state& state() const {
+    expects(state_ != nullptr, "use of a moved-from mpi_communicator");
+    return *state_;
+  }
+
+  std::shared_ptr<detail::mpi_comm_state> state_;
+  detail::comm_liveness liveness_ = detail::make_comm_liveness();
+  detail::comm_liveness_watch parent_;
+  bool has_parent_ = false;
+};
+
+static_assert(CommunicatorOf<mpi_communicator, host_backend>,
+              "mpi_communicator must satisfy memo::Communicator over host_backend");
+
+}  // namespace memo

@@ -1,0 +1,218 @@
+#include "memo/backend/thread_communicator.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "communicator_conformance.hpp"
+
+namespace {
+
+using memo::host_backend;
+using memo::thread_communicator;
+using memo_test::rank_report;
+
+host_backend::options small_backend() {
+  host_backend::options options;
+  options.compute_threads = 1;
+  return options;
+}
+
+/// Runs `body(comm, backend) -> rank_report` on `ranks` threads, each with
+/// its own communicator and backend (a rank's device), and returns every
+/// rank's report.
+template <class Body>
+std::vector<rank_report> run_ranks(int ranks, Body body, thread_communicator::options options = {}) {
+  auto comms = thread_communicator::create_group(ranks, options);
+  std::vector<rank_report> reports(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&reports, &body, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+      host_backend backend(small_backend());
+      reports[static_cast<std::size_t>(r)] = body(comm, backend);
+      reports[static_cast<std::size_t>(r)].rank = r;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return reports;
+}
+
+void require_clean(const std::vector<rank_report>& reports) {
+  for (const auto& report : reports) {
+    for (const auto& problem : report.problems) FAIL_CHECK(problem);
+  }
+}
+
+/// What each rank's issued collective failed with ("" = nothing).
+std::vector<std::string> failures_of(const std::vector<rank_report>& reports) {
+  std::vector<std::string> out;
+  for (const auto& report : reports) out.push_back(report.problems.empty() ? "" : report.problems.front());
+  return out;
+}
+
+thread_communicator::options quick_timeout() {
+  thread_communicator::options options;
+  options.timeout = std::chrono::milliseconds(300);
+  options.name = "errors";
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("thread_communicator: conformance on 2, 3 and 4 ranks") {
+  for (const int ranks : {2, 3, 4}) {
+    CAPTURE(ranks);
+    require_clean(run_ranks(ranks, [](thread_communicator& comm, host_backend& backend) {
+      return memo_test::run_conformance(comm, backend);
+    }));
+  }
+}
+
+TEST_CASE("thread_communicator: conformance on 1 rank") {
+  require_clean(run_ranks(1, [](thread_communicator& comm, host_backend& backend) {
+    return memo_test::run_conformance(comm, backend);
+  }));
+}
+
+namespace {
+// Issues an all_reduce of `n` floats and reports what synchronising it threw.
+rank_report all_reduce_outcome(thread_communicator& comm, host_backend& backend, std::size_t n) {
+  rank_report report;
+  std::vector<float> send(n, 1.0f);
+  std::vector<float> recv(n, 0.0f);
+  auto stream = backend.make_stream("s");
+  try {
+    comm.all_reduce(backend, stream, std::span<const float>(send), std::span<float>(recv));
+    backend.synchronize(stream);
+  } catch (const memo::error& e) {
+    report.problems.push_back(e.what());
+  }
+  return report;
+}
+}  // namespace
+
+TEST_CASE("thread_communicator: ranks that disagree on the size fail on every rank, naming each call") {
+  const auto failures = failures_of(run_ranks(
+      3,
+      [](thread_communicator& comm, host_backend& backend) {
+        return all_reduce_outcome(comm, backend, comm.rank() == 1 ? 5 : 4);
+      },
+      quick_timeout()));
+  for (const auto& failure : failures) {
+    CHECK(failure.find("different collectives") != std::string::npos);
+    CHECK(failure.find("rank 1 all_reduce(float32 x 5)") != std::string::npos);
+    CHECK(failure.find("rank 0 all_reduce(float32 x 4)") != std::string::npos);
+  }
+}
+
+TEST_CASE("thread_communicator: ranks that disagree on the operation fail on every rank") {
+  const auto failures = failures_of(run_ranks(
+      2,
+      [](thread_communicator& comm, host_backend& backend) {
+        rank_report report;
+        std::vector<float> send(4, 1.0f);
+        std::vector<float> recv(8, 0.0f);
+        auto stream = backend.make_stream("s");
+        try {
+          if (comm.rank() == 0) {
+            comm.all_gather(backend, stream, std::span<const float>(send), std::span<float>(recv));
+          } else {
+            comm.reduce_scatter(backend, stream, std::span<const float>(recv), std::span<float>(send));
+          }
+          backend.synchronize(stream);
+        } catch (const memo::error& e) {
+          report.problems.push_back(e.what());
+        }
+        return report;
+      },
+      quick_timeout()));
+  for (const auto& failure : failures) CHECK(failure.find("different collectives") != std::string::npos);
+}
+
+TEST_CASE("thread_communicator: a rank that throws fails the others instead of hanging") {
+  const auto failures = failures_of(run_ranks(
+      3,
+      [](thread_communicator& comm, host_backend& backend) {
+        if (comm.rank() == 2) {
+          // Leaves without joining: its communicator is destroyed with the thread.
+          return rank_report{2, {"threw"}};
+        }
+        return all_reduce_outcome(comm, backend, 3);
+      },
+      [] {
+        auto options = quick_timeout();
+        options.timeout = std::chrono::milliseconds(20000);  // failure comes from the departure, not the clock
+        return options;
+      }()));
+  CHECK(failures[0].find("rank 2 left the group") != std::string::npos);
+  CHECK(failures[1].find("rank 2 left the group") != std::string::npos);
+}
+
+TEST_CASE("thread_communicator: a rank that never joins fails the others after the timeout") {
+  auto comms = thread_communicator::create_group(2, quick_timeout());
+  std::vector<rank_report> reports(1);
+  std::thread waiter([&] {
+    host_backend backend(small_backend());
+    reports[0] = all_reduce_outcome(comms[0], backend, 2);
+  });
+  waiter.join();  // rank 1's communicator stays alive but never calls
+  REQUIRE(reports[0].problems.size() == 1);
+  CHECK(reports[0].problems[0].find("never joined") != std::string::npos);
+  CHECK(reports[0].problems[0].find("rank(s) 1") != std::string::npos);
+  // The group is broken from now on, for the rank that never joined too.
+  host_backend backend(small_backend());
+  auto stream = backend.make_stream("late");
+  std::vector<float> data(2, 0.0f);
+  CHECK_THROWS_AS(comms[1].all_reduce(backend, stream, std::span<const float>(data), std::span<float>(data)),
+                  memo::error);
+}
+
+TEST_CASE("thread_communicator: a send and recv of different sizes fail both ranks") {
+  const auto failures = failures_of(run_ranks(
+      2,
+      [](thread_communicator& comm, host_backend& backend) {
+        rank_report report;
+        std::vector<float> data(6, 1.0f);
+        auto stream = backend.make_stream("s");
+        try {
+          if (comm.rank() == 0) {
+            comm.send(backend, stream, std::span<const float>(data.data(), 6), 1);
+          } else {
+            comm.recv(backend, stream, std::span<float>(data.data(), 4), 0);
+          }
+          backend.synchronize(stream);
+        } catch (const memo::error& e) {
+          report.problems.push_back(e.what());
+        }
+        return report;
+      },
+      quick_timeout()));
+  CHECK(failures[1].find("rank 0 sent 6 float32 to rank 1, which receives 4 float32") != std::string::npos);
+  CHECK(failures[0].find("rank 0 sent 6 float32") != std::string::npos);
+}
+
+TEST_CASE("thread_communicator: creating a group of no ranks is refused") {
+  CHECK_THROWS_AS(thread_communicator::create_group(0), memo::error);
+}
+
+TEST_CASE("thread_communicator: a communicator outlives the backend it ran on and runs on the next one") {
+  require_clean(run_ranks(2, [](thread_communicator& comm, host_backend&) {
+    rank_report report;
+    report.rank = comm.rank();
+    for (int round = 0; round < 2; ++round) {
+      host_backend backend(small_backend());  // destroyed after each round; the communicator stays
+      auto stream = backend.make_stream("s");
+      std::vector<std::int32_t> data(3, comm.rank() + round);
+      comm.all_reduce(backend, stream, std::span<const std::int32_t>(data), std::span<std::int32_t>(data));
+      backend.synchronize(stream);
+      const std::int32_t expected = 0 + 1 + 2 * round;  // ranks 0 and 1, each + round
+      report.expect(data[0] == expected && data[2] == expected, "round " + std::to_string(round));
+    }
+    return report;
+  }));
+}
