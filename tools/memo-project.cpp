@@ -1,0 +1,264 @@
+// memo-project: will this context fit on my cluster, with which settings,
+// at what MFU (MEMO 5.3-5.4, FPDT 5; the model is in
+// include/memo/project/strategy.hpp, its fidelity in docs/projections.md).
+//
+//   memo-project --model 7b|13b|30b|65b|L,C,H,V --gpus N [--gpus-per-node G]
+//                --profile a800|a100|h100|h200|FILE --seq LEN|max
+//                [--strategy memo|fpdt|recompute|ulysses-zero3|all] [--json]
+//
+// LEN is a token count with an optional K (x1024) or M (x1048576) suffix.
+// For each strategy the tool prints the settings chosen (TP/CP/SP, alpha,
+// chunk), the per-GPU memory breakdown, host memory per node, step time,
+// tokens/GPU/s, MFU, and the first resource that runs out when it does not
+// fit. `--seq max` searches the longest fitting sequence (64K grid).
+// `--strategy all` puts them side by side and marks the best: the longest
+// with --seq max, else the highest MFU among those that fit.
+// Errors go to stderr (with --json, also as {"error": ..., "exit_status":
+// ...} on stdout); exit status 1 for bad input (a profile file, a model
+// shape), 2 for a bad command line, 3 when the sequence fits under no
+// strategy asked for.
+// smoke-args: --model 7b --gpus 8 --profile a800 --seq max --strategy all --json
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memo/core/json.hpp"
+#include "memo/project/cluster_profile.hpp"
+#include "memo/project/model_shape.hpp"
+#include "memo/project/strategy.hpp"
+
+namespace {
+
+namespace mp = memo::project;
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* const usage_text =
+    "usage: memo-project --model 7b|13b|30b|65b|L,C,H,V --gpus N [--gpus-per-node G]\n"
+    "                    --profile a800|a100|h100|h200|FILE --seq LEN|max\n"
+    "                    [--strategy memo|fpdt|recompute|ulysses-zero3|all] [--json]\n"
+    "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K.\n";
+
+struct arguments {
+  std::string model, profile, seq, strategy = "all";
+  std::optional<int> gpus, gpus_per_node;
+  bool json = false, help = false;
+};
+
+int positive_int(const std::string& option, const std::string& v) {
+  const auto n = memo::detail::parse_integer<int>(v);
+  if (!n || *n < 1) throw usage_error(option + " '" + v + "' is not a positive integer");
+  return *n;
+}
+
+double parse_length(const std::string& v) {
+  std::string digits = v;
+  double unit = 1;
+  if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'k')) unit = 1024, digits.pop_back();
+  else if (!digits.empty() && (digits.back() == 'M' || digits.back() == 'm')) unit = 1048576, digits.pop_back();
+  const auto n = memo::detail::parse_integer<std::int64_t>(digits);
+  if (!n || *n < 1 || *n > (std::int64_t{1} << 40)) {
+    throw usage_error("--seq '" + v + "' is not 'max' or a positive token count (e.g. 131072, 128K, 1M)");
+  }
+  return static_cast<double>(*n) * unit;
+}
+
+arguments parse_arguments(int argc, char** argv) {
+  arguments a;
+  std::vector<std::string> seen;
+  auto need = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.starts_with("--")) {
+      if (std::find(seen.begin(), seen.end(), arg) != seen.end()) {
+        throw usage_error("option '" + arg + "' given more than once");
+      }
+      seen.push_back(arg);
+    }
+    if (arg == "--model") a.model = need(i);
+    else if (arg == "--gpus") a.gpus = positive_int(arg, need(i));
+    else if (arg == "--gpus-per-node") a.gpus_per_node = positive_int(arg, need(i));
+    else if (arg == "--profile") a.profile = need(i);
+    else if (arg == "--seq") a.seq = need(i);
+    else if (arg == "--strategy") a.strategy = need(i);
+    else if (arg == "--json") a.json = true;
+    else if (arg == "--help" || arg == "-h") a.help = true;
+    else throw usage_error("unknown argument '" + arg + "'");
+  }
+  if (a.help) return a;
+  if (a.model.empty()) throw usage_error("--model is required");
+  if (!a.gpus) throw usage_error("--gpus is required");
+  if (a.profile.empty()) throw usage_error("--profile is required");
+  if (a.seq.empty()) throw usage_error("--seq is required");
+  if (a.seq != "max") parse_length(a.seq);
+  if (a.strategy != "all" && !mp::parse_strategy(a.strategy)) {
+    throw usage_error("unknown strategy '" + a.strategy + "' (memo, fpdt, recompute, ulysses-zero3 or all)");
+  }
+  return a;
+}
+
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", bytes / static_cast<double>(memo::gib));
+  return text;
+}
+
+std::string tokens_text(double s) {
+  char text[32];
+  if (std::fmod(s, 1048576) == 0) std::snprintf(text, sizeof text, "%.0fM", s / 1048576);
+  else if (std::fmod(s, 1024) == 0) std::snprintf(text, sizeof text, "%.0fK", s / 1024);
+  else std::snprintf(text, sizeof text, "%.0f", s);
+  return text;
+}
+
+struct row {
+  mp::strategy kind;
+  std::optional<mp::projection> result;
+};
+
+void write_json(memo::json_writer& j, const row& r) {
+  j.begin_object().field("strategy", std::string(mp::strategy_name(r.kind)));
+  if (!r.result) {
+    j.field("fits", false).field("limit", "no setting divides the GPUs").end_object();
+    return;
+  }
+  const auto& p = *r.result;
+  const auto& d = p.device;
+  auto b = [](double x) { return static_cast<std::uint64_t>(std::llround(x)); };
+  j.field("fits", p.fits()).field("sequence", b(p.sequence));
+  if (!p.fits()) j.field("limit", p.limit);
+  j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp)
+      .field("sp", p.chosen.sp).field("dp", p.chosen.dp).field("alpha", p.chosen.alpha)
+      .field("chunk_tokens", b(p.chosen.chunk_tokens)).end_object();
+  j.key("device_bytes").begin_object().field("params", b(d.params)).field("grads", b(d.grads))
+      .field("optimizer", b(d.optimizer)).field("skeletal", b(d.skeletal))
+      .field("transient", b(d.transient)).field("framework", b(d.framework))
+      .field("planned_arena", b(d.planned_arena)).field("caching_reserve", b(d.caching_reserve))
+      .field("allocator", d.planned ? "planned" : "caching").field("total", b(d.total()))
+      .field("capacity", b(p.device_capacity)).end_object();
+  j.field("host_bytes_per_node", b(p.host_per_node)).field("host_capacity_bytes", b(p.host_capacity))
+      .field("step_seconds", p.step_seconds).field("tokens_per_gpu_per_second", p.tokens_per_gpu_per_second)
+      .field("mfu", p.mfu).end_object();
+}
+
+void write_text(const row& r, bool best) {
+  std::cout << (best ? "* " : "  ") << mp::strategy_name(r.kind) << ": ";
+  if (!r.result) {
+    std::cout << "no setting divides the GPUs\n";
+    return;
+  }
+  const auto& p = *r.result;
+  const auto& d = p.device;
+  std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + p.limit + " runs out") << "\n";
+  std::printf("    settings: TP %d CP %d SP %d DP %d alpha %.3f chunk %s\n", p.chosen.tp, p.chosen.cp,
+              p.chosen.sp, p.chosen.dp, p.chosen.alpha,
+              p.chosen.chunk_tokens > 0 ? tokens_text(p.chosen.chunk_tokens).c_str() : "-");
+  std::printf("    GPU GiB: params %s grads %s optimizer %s skeletal %s transient %s framework %s\n",
+              gib_text(d.params).c_str(), gib_text(d.grads).c_str(), gib_text(d.optimizer).c_str(),
+              gib_text(d.skeletal).c_str(), gib_text(d.transient).c_str(), gib_text(d.framework).c_str());
+  std::printf("             planned arena %s, caching reserve %s (%s paid); total %s of %s\n",
+              gib_text(d.planned_arena).c_str(), gib_text(d.caching_reserve).c_str(),
+              d.planned ? "planned" : "caching", gib_text(d.total()).c_str(), gib_text(p.device_capacity).c_str());
+  std::printf("    host GiB per node: %s of %s\n", gib_text(p.host_per_node).c_str(), gib_text(p.host_capacity).c_str());
+  std::printf("    step %.2f s, %.0f tokens/GPU/s, MFU %.2f%%\n", p.step_seconds, p.tokens_per_gpu_per_second,
+              100 * p.mfu);
+}
+
+int run(const arguments& a) {
+  const auto model = mp::parse_model_shape(a.model);
+  mp::cluster c{mp::load_cluster_profile(a.profile), *a.gpus, 0};
+  c.gpus_per_node = a.gpus_per_node.value_or(c.profile.gpus_per_node);
+  const bool search = a.seq == "max";
+  std::vector<mp::strategy> kinds =
+      a.strategy == "all" ? mp::public_strategies() : std::vector<mp::strategy>{*mp::parse_strategy(a.strategy)};
+  std::vector<row> rows;
+  for (auto k : kinds) {
+    rows.push_back({k, search ? mp::longest(k, model, c) : mp::project(k, model, c, parse_length(a.seq))});
+  }
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const auto& r = rows[i].result;
+    if (!r || !r->fits()) continue;
+    if (best < 0) { best = i; continue; }
+    const auto& b = *rows[best].result;
+    if (search ? (r->sequence > b.sequence || (r->sequence == b.sequence && r->mfu > b.mfu)) : r->mfu > b.mfu) best = i;
+  }
+  if (a.json) {
+    memo::json_writer j;
+    j.begin_object().field("model", model.name).field("layers", model.layers).field("hidden", model.hidden)
+        .field("heads", model.heads).field("vocab", model.vocab).field("gpus", c.gpus)
+        .field("gpus_per_node", c.gpus_per_node).field("profile", c.profile.name)
+        .field("search", search);
+    j.key("strategies").begin_array();
+    for (const auto& r : rows) write_json(j, r);
+    j.end_array();
+    if (best >= 0) j.field("best", std::string(mp::strategy_name(rows[best].kind)));
+    else j.key("best").null();
+    j.end_object();
+    std::cout << j.str() << "\n";
+  } else {
+    std::printf("model %s (%d layers, hidden %d, %d heads, vocab %d) on %d GPU(s), %d per node, profile %s\n",
+                model.name.c_str(), model.layers, model.hidden, model.heads, model.vocab, c.gpus, c.gpus_per_node,
+                c.profile.name.c_str());
+    if (search) std::cout << "longest sequence that fits (64K grid):\n";
+    for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+      if (search && (!rows[i].result || !rows[i].result->fits())) {
+        std::cout << "  " << mp::strategy_name(rows[i].kind) << ": not even 64K fits\n";
+        continue;
+      }
+      write_text(rows[i], i == best && rows.size() > 1);
+    }
+  }
+  return best >= 0 ? 0 : 3;
+}
+
+int fail(int argc, char** argv, const std::string& message, int status) {
+  if (std::find(argv + 1, argv + argc, std::string("--json")) != argv + argc) {
+    memo::json_writer j;
+    j.begin_object().field("error", message).field("exit_status", status).end_object();
+    std::cout << j.str() << "\n";
+  }
+  return status;
+}
+
+int finish(int status) {
+  std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "memo-project: error: writing the report to standard output failed\n";
+    return 1;
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto args = parse_arguments(argc, argv);
+    if (args.help) {
+      std::cout << usage_text;
+      return finish(0);
+    }
+    return finish(run(args));
+  } catch (const usage_error& e) {
+    const int status = fail(argc, argv, e.what(), 2);
+    std::cerr << "memo-project: " << e.what() << "\n" << usage_text;
+    return finish(status);
+  } catch (const memo::error& e) {
+    const int status = fail(argc, argv, e.message(), 1);
+    std::cerr << "memo-project: error: " << e.message() << "\n";
+    return finish(status);
+  } catch (const std::exception& e) {
+    const int status = fail(argc, argv, e.what(), 1);
+    std::cerr << "memo-project: error: " << e.what() << "\n";
+    return finish(status);
+  }
+}
