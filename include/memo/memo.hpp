@@ -96,3 +96,6 @@
 #include "memo/model/ops/encoder.hpp"
 #include "memo/model/ops/layernorm.hpp"
 #include "memo/model/ops/online_softmax.hpp"
+#include "memo/project/cluster_profile.hpp"
+#include "memo/project/model_shape.hpp"
+#include "memo/project/strategy.hpp"

@@ -14,7 +14,10 @@
 //  a800: MEMO 5.1: 8 x A800-80GB per node, 32 GB/s GPU-CPU, 2 TB host,
 //        400 GB/s NVLink (200 GB/s each way); 312 TFLOP/s bf16 (data
 //        sheet). Concurrent host link 16 GB/s: two GPUs share one x16
-//        uplink on HGX A100/A800 boards (E). Host usable 1.8 TB of 2 TB (E).
+//        uplink on HGX A100/A800 boards (E). Host usable 1250 GiB of 2 TB:
+//        MEMO Table 4 row 3, full swapping of 7B on 8 GPUs fits 256K
+//        (0.94 TiB of skeletal tensors) and runs out of host memory at 384K
+//        (1.41 TiB), so the usable share lies between (pinned staging, OS).
 //        Attention efficiency 0.56: MEMO Table 4, MEMO's MFU at >= 256K
 //        where attention is > 85% of FLOPs and is not recomputed is
 //        51.8-53.6%. GEMM efficiency 0.65 (E, Megatron-LM's reported
@@ -86,7 +89,7 @@ inline std::vector<cluster_profile> cluster_presets() {
   constexpr double g = 1e9;
   constexpr double gb = static_cast<double>(gib);
   return {
-      {"a800", 312e12, 0.65, 0.56, 16 * g, 200 * g, 25 * g, 80 * gb, 1800 * gb, 8},
+      {"a800", 312e12, 0.65, 0.56, 16 * g, 200 * g, 25 * g, 80 * gb, 1250 * gb, 8},
       {"a100", 312e12, 0.65, 0.56, 24 * g, 300 * g, 25 * g, 80 * gb, 900 * gb, 4},
       {"h100", 989e12, 0.60, 0.45, 50 * g, 450 * g, 50 * g, 80 * gb, 1800 * gb, 8},
       {"h200", 989e12, 0.60, 0.45, 50 * g, 450 * g, 50 * g, 141 * gb, 1800 * gb, 8},
