@@ -110,3 +110,10 @@ TEST_CASE("strategy: Ulysses never uses more SP than heads") {
   CHECK(r->chosen.sp <= 32);
   CHECK(r->chosen.sp * r->chosen.dp == 64);
 }
+
+TEST_CASE("strategy: a cluster out of range is an error, not a long loop") {
+  const auto m = mp::parse_model_shape("1,8,8,10");
+  const mp::cluster c{mp::load_cluster_profile("a800"), 1 << 21, 8};
+  CHECK_THROWS_WITH(mp::project(mp::strategy::ulysses_zero3, m, c, 65536),
+                    doctest::Contains("at most 1048576 GPUs, got 2097152"));
+}
