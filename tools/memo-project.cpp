@@ -19,6 +19,9 @@
 // strategy asked for.
 // smoke-args: --model 7b --gpus 8 --profile a800 --seq max --strategy all --json
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
 #include <cstdio>
 #include <iostream>
 #include <optional>
