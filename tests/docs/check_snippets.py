@@ -25,7 +25,9 @@ def compiled_sources(root):
     """Source files named by any CMakeLists.txt, or globbed by one."""
     named = set()
     for cml in root.rglob("CMakeLists.txt"):
-        if "build" in cml.relative_to(root).parts[:1]:
+        parts = cml.relative_to(root).parts
+        # Build trees and the checker's own fixtures are not the project's build.
+        if parts[0].startswith("build") or "fixtures" in parts[:-1]:
             continue
         text = cml.read_text(errors="replace")
         for token in re.findall(r"[\w./-]+\.(?:cpp|cu|cc)", text):
