@@ -22,7 +22,14 @@
 // compressed timeline (the distinct lower and upper times): each node owns
 // a centre section and stores, once, every placed buffer that is live in
 // that section and in no smaller node's range, sorted by first and by last
-// section. The placed buffers that share an instant with a new one are
+// section. Which node stores a buffer depends only on its lifetime, so all
+// lists are laid out once, flat, before the first placement (O(n log n));
+// placing a buffer marks its two slots and counts it on its node's path,
+// with no insertion or allocation (the lists of the first version were
+// vectors grown per placement, which cost the decreasing-size order, whose
+// placements jump around the timeline, twice the time of first fit). A
+// query also steps over the not yet placed buffers of the lists it reads,
+// at most the buffers it overlaps in time. The placed buffers that share an instant with a new one are
 // found in O(log n) node visits plus one step per buffer found (and a
 // subtree holding nothing placed is skipped), then sorted by offset and
 // scanned. A placement therefore costs O(log n + k log k), k the placed
@@ -90,6 +97,63 @@ class placement_index {
     std::size_t nodes = 2;
     while (nodes < 2 * sections_) nodes <<= 1;
     nodes_.assign(nodes, tree_node{});
+    // The node a buffer is stored at depends only on its lifetime, so the
+    // lists are laid out once, flat, in their final order (by first section
+    // ascending, by last descending); placing a buffer only marks its two
+    // slots. Nothing is inserted or allocated per placement, and a node's
+    // entries are contiguous.
+    node_of_.resize(buffers.size());
+    std::vector<std::uint32_t> start(nodes + 1, 0);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      std::size_t node = 1;
+      std::size_t lo = 0;
+      std::size_t hi = sections_;
+      while (true) {
+        const std::size_t c = lo + (hi - lo) / 2;
+        if (first_[i] <= c && c < last_[i]) break;
+        if (last_[i] <= c) {
+          hi = c;
+          node = 2 * node;
+        } else {
+          lo = c + 1;
+          node = 2 * node + 1;
+        }
+      }
+      node_of_[i] = static_cast<std::uint32_t>(node);
+      ++start[node + 1];
+    }
+    for (std::size_t k = 0; k < nodes; ++k) start[k + 1] += start[k];
+    for (std::size_t k = 0; k < nodes; ++k) nodes_[k].begin = start[k];
+    std::vector<std::uint32_t> members(buffers.size());
+    {
+      std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
+      for (std::size_t i = 0; i < buffers.size(); ++i) members[fill[node_of_[i]]++] = static_cast<std::uint32_t>(i);
+    }
+    by_first_.resize(buffers.size());
+    by_last_.resize(buffers.size());
+    slot_first_.resize(buffers.size());
+    slot_last_.resize(buffers.size());
+    for (std::size_t k = 0; k < nodes; ++k) {
+      const auto b = members.begin() + start[k];
+      const auto e = members.begin() + start[k + 1];
+      if (b == e) continue;
+      std::sort(b, e, [&](std::uint32_t x, std::uint32_t y) {
+        return first_[x] != first_[y] ? first_[x] < first_[y] : x < y;
+      });
+      for (auto it = b; it != e; ++it) {
+        const auto at = static_cast<std::uint32_t>(it - members.begin());
+        by_first_[at] = entry{first_[*it], last_[*it], 0, 0, false};
+        slot_first_[*it] = at;
+      }
+      std::sort(b, e, [&](std::uint32_t x, std::uint32_t y) {
+        return last_[x] != last_[y] ? last_[x] > last_[y] : x < y;
+      });
+      for (auto it = b; it != e; ++it) {
+        const auto at = static_cast<std::uint32_t>(it - members.begin());
+        by_last_[at] = entry{first_[*it], last_[*it], 0, 0, false};
+        slot_last_[*it] = at;
+      }
+    }
   }
 
   /// Where `rule` puts buffer `i`, given the buffers placed so far.
@@ -129,55 +193,31 @@ class placement_index {
 
   /// Records buffer `i` at `offset` (which must clear its placed neighbours).
   void place(std::size_t i, std::uint64_t offset) {
-    const entry e{first_[i], last_[i], offset, offset + (*buffers_)[i].size_bytes};
-    std::size_t node = 1;
-    std::size_t lo = 0;
-    std::size_t hi = sections_;
-    while (true) {
-      ++nodes_[node].count;
-      const std::size_t c = lo + (hi - lo) / 2;
-      if (first_[i] <= c && c < last_[i]) break;
-      if (last_[i] <= c) {
-        hi = c;
-        node = 2 * node;
-      } else {
-        lo = c + 1;
-        node = 2 * node + 1;
-      }
+    const std::uint64_t end = offset + (*buffers_)[i].size_bytes;
+    for (auto* e : {&by_first_[slot_first_[i]], &by_last_[slot_last_[i]]}) {
+      e->offset = offset;
+      e->end = end;
+      e->placed = true;
     }
-    if (nodes_[node].slot == none) {
-      nodes_[node].slot = static_cast<std::uint32_t>(lists_.size());
-      lists_.emplace_back();
-    }
-    auto& list = lists_[nodes_[node].slot];
-    list.by_first.insert(std::partition_point(list.by_first.begin(), list.by_first.end(),
-                                              [&](const entry& x) { return x.first <= e.first; }),
-                         e);
-    list.by_last.insert(std::partition_point(list.by_last.begin(), list.by_last.end(),
-                                             [&](const entry& x) { return x.last >= e.last; }),
-                        e);
+    // Count the placement on the path from the root to the buffer's node.
+    for (std::size_t node = node_of_[i]; node >= 1; node /= 2) ++nodes_[node].count;
   }
 
  private:
-  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
   using interval = std::pair<std::uint64_t, std::uint64_t>;  // [offset, end)
 
-  // A placed buffer: live in sections [first, last), at [offset, end).
+  // A buffer of a node's list: live in sections [first, last), at
+  // [offset, end) once placed.
   struct entry {
     std::uint32_t first;
     std::uint32_t last;
     std::uint64_t offset;
     std::uint64_t end;
-  };
-  // The buffers stored at a node all live in its centre section; kept by
-  // first section (ascending) and by last section (descending).
-  struct node_list {
-    std::vector<entry> by_first;
-    std::vector<entry> by_last;
+    bool placed;
   };
   struct tree_node {
-    std::uint32_t count = 0;    // placed buffers in the subtree
-    std::uint32_t slot = none;  // its list in lists_, or none
+    std::uint32_t count = 0;  // placed buffers in the subtree
+    std::uint32_t begin = 0;  // its list: [begin, next node's begin) of by_first_ and by_last_
   };
 
   static wide_bytes round_up(std::uint64_t x, std::uint64_t alignment) {
@@ -189,25 +229,22 @@ class placement_index {
   void collect(std::size_t node, std::size_t lo, std::size_t hi, std::size_t a, std::size_t b) const {
     if (lo >= hi || nodes_[node].count == 0) return;
     const std::size_t c = lo + (hi - lo) / 2;
-    const node_list* list = nodes_[node].slot == none ? nullptr : &lists_[nodes_[node].slot];
+    const std::size_t from = nodes_[node].begin;
+    const std::size_t to = node + 1 < nodes_.size() ? nodes_[node + 1].begin : by_first_.size();
     if (a <= c && c < b) {
-      if (list) for (const auto& e : list->by_first) busy_.emplace_back(e.offset, e.end);
+      for (std::size_t k = from; k < to; ++k) {
+        if (by_first_[k].placed) busy_.emplace_back(by_first_[k].offset, by_first_[k].end);
+      }
       if (a < c) collect(2 * node, lo, c, a, std::min(b, c));
       if (b > c + 1) collect(2 * node + 1, c + 1, hi, std::max(a, c + 1), b);
     } else if (b <= c) {
-      if (list) {
-        for (const auto& e : list->by_first) {
-          if (e.first >= b) break;
-          busy_.emplace_back(e.offset, e.end);
-        }
+      for (std::size_t k = from; k < to && by_first_[k].first < b; ++k) {
+        if (by_first_[k].placed) busy_.emplace_back(by_first_[k].offset, by_first_[k].end);
       }
       collect(2 * node, lo, c, a, b);
     } else {
-      if (list) {
-        for (const auto& e : list->by_last) {
-          if (e.last <= a) break;
-          busy_.emplace_back(e.offset, e.end);
-        }
+      for (std::size_t k = from; k < to && by_last_[k].last > a; ++k) {
+        if (by_last_[k].placed) busy_.emplace_back(by_last_[k].offset, by_last_[k].end);
       }
       collect(2 * node + 1, c + 1, hi, a, b);
     }
@@ -218,7 +255,11 @@ class placement_index {
   std::vector<std::uint32_t> last_;
   std::size_t sections_ = 1;
   std::vector<tree_node> nodes_;  // heap numbering: children of k are 2k, 2k + 1
-  std::vector<node_list> lists_;
+  std::vector<std::uint32_t> node_of_;     // per buffer: the node that stores it
+  std::vector<entry> by_first_;            // every node's list, by first section
+  std::vector<entry> by_last_;             // every node's list, by last section (descending)
+  std::vector<std::uint32_t> slot_first_;  // per buffer: its index in by_first_
+  std::vector<std::uint32_t> slot_last_;   // per buffer: its index in by_last_
   mutable std::vector<interval> busy_;  // scratch of choose()
 };
 
