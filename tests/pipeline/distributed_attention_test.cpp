@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "../model/attention_reference.hpp"
+#include "distributed_attention_support.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/backend/thread_communicator.hpp"
 
@@ -20,18 +20,10 @@ struct global_result {
   std::vector<float> o, dq, dk, dv;
 };
 
-memo::host_backend::options one_thread() {
-  memo::host_backend::options options;
-  options.compute_threads = 1;
-  return options;
-}
-
-// P ranks as threads: each shuffles its part of the global inputs into the
-// rank-ordinal layout, runs forward and backward, and unshuffles its outputs
-// into the global arrays (each rank writes only its own tokens).
+// P ranks as threads, each running distributed_rank (the support header)
+// and writing its tokens of the outputs into the global arrays.
 global_result run_distributed(int P, const memo::distributed_attention_shape& shape, const memo_test::inputs& in,
                               std::vector<std::string>& errors) {
-  const std::int64_t T = shape.tokens, H = shape.heads, K = shape.kv_heads, D = shape.head_dim;
   global_result out{std::vector<float>(in.q.size()), std::vector<float>(in.q.size()),
                     std::vector<float>(in.k.size()), std::vector<float>(in.k.size())};
   auto comms = memo::thread_communicator::create_group(P);
@@ -40,49 +32,25 @@ global_result run_distributed(int P, const memo::distributed_attention_shape& sh
   for (int r = 0; r < P; ++r) {
     threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
       try {
-        memo::host_backend backend(one_thread());
-        auto stream = backend.make_stream();
-        memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
-        const auto& layout = attention.layout();
-        const std::int64_t L = layout.local_tokens();
-        auto local = [&](const std::vector<float>& global, std::int64_t heads) {
-          std::vector<float> part(static_cast<std::size_t>(L * heads * D));
-          layout.shuffle<float>(global, r, part, heads * D);
-          return part;
-        };
-        auto q = local(in.q, H), k = local(in.k, K), v = local(in.v, K), dout = local(in.dout, H);
-        std::vector<float> o(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
-        auto view = [&](std::vector<float>& x, std::int64_t heads) {
-          return tensor_view<float, 3>::contiguous(x.data(), {L, heads, D});
-        };
-        auto cview = [&](std::vector<float>& x, std::int64_t heads) {
-          return tensor_view<const float, 3>::contiguous(x.data(), {L, heads, D});
-        };
-        attention.forward(stream, cview(q, H), cview(k, K), cview(v, K), view(o, H));
-        attention.backward(stream, cview(dout, H), view(dq, H), view(dk, K), view(dv, K));
-        backend.synchronize(stream);
-        layout.unshuffle<float>(o, r, out.o, H * D);
-        layout.unshuffle<float>(dq, r, out.dq, H * D);
-        layout.unshuffle<float>(dk, r, out.dk, K * D);
-        layout.unshuffle<float>(dv, r, out.dv, K * D);
+        memo::host_backend backend(memo_test::one_thread());
+        const auto local = memo_test::distributed_rank(comm, backend, shape, in);
+        const std::int64_t H = shape.heads, K = shape.kv_heads, D = shape.head_dim;
+        local.layout.unshuffle<float>(local.o, r, out.o, H * D);
+        local.layout.unshuffle<float>(local.dq, r, out.dq, H * D);
+        local.layout.unshuffle<float>(local.dk, r, out.dk, K * D);
+        local.layout.unshuffle<float>(local.dv, r, out.dv, K * D);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
-  (void)T;
   return out;
 }
 
 void check_close(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::abs(want[i])));
-  }
   CAPTURE(what);
-  CHECK(worst < 2e-5);
+  CHECK(memo_test::worst_relative_error(got, want) < 2e-5);
 }
 
 }  // namespace
