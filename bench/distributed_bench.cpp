@@ -15,7 +15,9 @@
 // bubble ratio (PP - 1) / N for the paper's Table 4 settings, the
 // simulator's step against the closed form, and the step with multiplexed
 // sequence partitioning (Left/Right subsequences split over their SP
-// ranges).
+// ranges). Then the heuristic solver's (SP, PP, N) (pipeline/
+// sppo_solver.hpp, A800 profile) for Table 4's models at 512K beside the
+// paper's choice.
 //
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
@@ -25,11 +27,13 @@
 #include <memo/core/spread.hpp>
 #include <memo/pipeline/distributed_attention.hpp>
 #include <memo/pipeline/sppo_schedule.hpp>
+#include <memo/pipeline/sppo_solver.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,6 +178,27 @@ int main(int argc, char** argv) {
                     formula.step_seconds / (3.0 * s.n), mux.schedule.simulate(profile).makespan_seconds() / (3.0 * s.n)});
   }
 
+  struct solver_row {
+    const char* model;
+    int gpus, layers;
+    std::int64_t hidden, heads;
+    int paper_sp, paper_pp, paper_n;
+    std::optional<memo::sppo_candidate> chosen;
+  };
+  std::vector<solver_row> solved = {{"GPT-7B", 32, 32, 4096, 32, 8, 4, 32, {}},
+                                    {"GPT-13B", 64, 40, 5120, 40, 8, 8, 32, {}},
+                                    {"GPT-65B", 128, 80, 8192, 64, 16, 8, 32, {}}};
+  for (auto& row : solved) {
+    memo::sppo_problem problem;
+    problem.layer.tokens = 512 * 1024;
+    problem.layer.hidden = row.hidden;
+    problem.layer.heads = row.heads;
+    problem.layers = row.layers;
+    problem.gpus = row.gpus;
+    problem.profile = profile;
+    row.chosen = memo::solve_sppo(problem).best;
+  }
+
   if (json) {
     memo::json_writer out;
     out.begin_object().field("bench", "distributed_bench").field("quick", quick).field("rounds", rounds);
@@ -196,6 +221,17 @@ int main(int argc, char** argv) {
       out.field("step_over_work_simulated", r.simulated_step).field("step_over_work_formula", r.formula_step);
       out.field("step_over_work_multiplexed", r.multiplexed_step).end_object();
     }
+    out.end_array();
+    out.key("solver").begin_array();
+    for (const auto& r : solved) {
+      out.begin_object().field("model", r.model).field("gpus", r.gpus).field("sequence", 512 * 1024);
+      out.field("paper_sp", r.paper_sp).field("paper_pp", r.paper_pp).field("paper_n", r.paper_n);
+      if (r.chosen) {
+        out.field("sp", r.chosen->sp).field("pp", r.chosen->pp).field("n", r.chosen->n);
+        out.field("step_seconds", r.chosen->step_seconds);
+      }
+      out.end_object();
+    }
     out.end_array().end_object();
     std::printf("%s\n", out.str().c_str());
     return 0;
@@ -215,6 +251,16 @@ int main(int argc, char** argv) {
                 "formula %.4f; multiplexed %.4f\n",
                 r.s.model, r.s.gpus, r.s.sp, r.s.pp, r.s.n, r.s.sequence, r.formula_ratio, r.simulated_step,
                 r.formula_step, r.multiplexed_step);
+  }
+  std::printf("SPPO solver at 512K tokens (A800 profile) against Table 4:\n");
+  for (const auto& r : solved) {
+    if (r.chosen) {
+      std::printf("  %-8s %3d GPUs: SP %d PP %d N %d (step %.1f s); paper SP %d PP %d N %d\n", r.model, r.gpus,
+                  r.chosen->sp, r.chosen->pp, r.chosen->n, r.chosen->step_seconds, r.paper_sp, r.paper_pp, r.paper_n);
+    } else {
+      std::printf("  %-8s %3d GPUs: nothing fits; paper SP %d PP %d N %d\n", r.model, r.gpus, r.paper_sp, r.paper_pp,
+                  r.paper_n);
+    }
   }
   return 0;
 }

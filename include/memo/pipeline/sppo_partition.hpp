@@ -25,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -99,6 +100,21 @@ inline sequence_partition flops_balanced_partition(std::int64_t tokens, std::int
   // The end of the longest part starting at `a` whose cost stays within c
   // (at least a + 1: a single token is always a part).
   auto reach = [&](std::int64_t a, double c) {
+    // cost(a, b) <= c is a quadratic in b: start from its root, then a few
+    // exact steps either way (rounding), then bisection as the fallback.
+    const double budget = c + model.cost(0, a);
+    double guess = 0.0;
+    if (model.pair > 0.0) {
+      // pair/2 (b^2 + b) + linear b = budget
+      const double qa = model.pair / 2.0, qb = model.pair / 2.0 + model.linear;
+      guess = (-qb + std::sqrt(qb * qb + 4.0 * qa * budget)) / (2.0 * qa);
+    } else {
+      guess = budget / model.linear;
+    }
+    std::int64_t b = std::clamp(static_cast<std::int64_t>(guess), a + 1, tokens);
+    for (int step = 0; step < 4 && b < tokens && model.cost(a, b + 1) <= c; ++step) ++b;
+    for (int step = 0; step < 4 && b > a + 1 && model.cost(a, b) > c; ++step) --b;
+    if ((b == tokens || model.cost(a, b + 1) > c) && (b == a + 1 || model.cost(a, b) <= c)) return b;
     std::int64_t lo = a + 1, hi = tokens;
     while (lo < hi) {
       const std::int64_t mid = lo + (hi - lo + 1) / 2;
