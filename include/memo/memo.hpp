@@ -96,3 +96,11 @@
 #include "memo/model/ops/encoder.hpp"
 #include "memo/model/ops/layernorm.hpp"
 #include "memo/model/ops/online_softmax.hpp"
+
+// pipeline/: FPDT sequence parallelism and SPPO subsequence pipelines
+#include "memo/pipeline/distributed_attention.hpp"
+#include "memo/pipeline/fpdt_shuffle.hpp"
+#include "memo/pipeline/sppo_offload.hpp"
+#include "memo/pipeline/sppo_partition.hpp"
+#include "memo/pipeline/sppo_schedule.hpp"
+#include "memo/pipeline/sppo_solver.hpp"
