@@ -73,8 +73,11 @@ double time_ranks(int P, const shape_config& c, bool exchanges_only) {
     threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
       memo::host_backend backend(one_thread());
       auto stream = backend.make_stream();
-      const memo::distributed_attention_shape shape{.tokens = c.tokens, .heads = c.heads, .kv_heads = c.heads,
-                                                    .head_dim = c.head_dim, .layout_chunk = c.layout_chunk,
+      const memo::distributed_attention_shape shape{.tokens = c.tokens,
+                                                    .heads = c.heads,
+                                                    .kv_heads = c.heads,
+                                                    .head_dim = c.head_dim,
+                                                    .layout_chunk = c.layout_chunk,
                                                     .attention_chunk = c.attention_chunk};
       memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
       const std::int64_t L = attention.layout().local_tokens(), H = c.heads, D = c.head_dim;
@@ -159,7 +162,7 @@ int main(int argc, char** argv) {
   // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequence costs
   // (FLOPs-balanced partition), forward 1, backward 2 time units.
   const std::vector<sppo_setting> settings = {
-      {"GPT-7B", 32, 8, 4, 32, "512K"},    {"GPT-7B", 32, 8, 4, 160, "1024K"}, {"GPT-13B", 64, 8, 8, 32, "512K"},
+      {"GPT-7B", 32, 8, 4, 32, "512K"},    {"GPT-7B", 32, 8, 4, 160, "1024K"},  {"GPT-13B", 64, 8, 8, 32, "512K"},
       {"GPT-13B", 64, 8, 8, 160, "1280K"}, {"GPT-65B", 128, 16, 8, 32, "512K"}, {"GPT-65B", 128, 16, 8, 128, "1024K"},
       {"Table 3", 4, 1, 4, 8, "-"}};
   struct sppo_row {
@@ -175,7 +178,8 @@ int main(int argc, char** argv) {
         memo::build_sppo_schedule({.stages = s.pp, .subsequences = s.n, .costs = costs, .multiplexed = true});
     const auto formula = memo::sppo_bubble_formula(s.pp, s.n, 3.0 * s.n);
     rows.push_back({s, formula.bubble_ratio, plain.schedule.simulate(profile).makespan_seconds() / (3.0 * s.n),
-                    formula.step_seconds / (3.0 * s.n), mux.schedule.simulate(profile).makespan_seconds() / (3.0 * s.n)});
+                    formula.step_seconds / (3.0 * s.n),
+                    mux.schedule.simulate(profile).makespan_seconds() / (3.0 * s.n)});
   }
 
   struct solver_row {
@@ -236,10 +240,11 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out.str().c_str());
     return 0;
   }
-  std::printf("distributed attention, thread communicator: T %lld, %lld heads x %lld, chunk %lld per rank; "
-              "%d rounds, %d cores\n",
-              static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads),
-              static_cast<long long>(shape.head_dim), static_cast<long long>(shape.layout_chunk), rounds, cores);
+  std::printf(
+      "distributed attention, thread communicator: T %lld, %lld heads x %lld, chunk %lld per rank; "
+      "%d rounds, %d cores\n",
+      static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads), static_cast<long long>(shape.head_dim),
+      static_cast<long long>(shape.layout_chunk), rounds, cores);
   for (const auto& r : results) {
     const auto t = memo::spread_of(r.seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
     std::printf("  P %d: %.3f s  speedup %.2f [%.2f, %.2f] (predicted %d)  all-to-all share %.3f [%.3f, %.3f]\n",
@@ -247,10 +252,11 @@ int main(int argc, char** argv) {
   }
   std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
   for (const auto& r : rows) {
-    std::printf("  %-8s %3d GPUs SP %2d PP %d N %3d (%s): bubble (PP-1)/N %.4f; step simulated %.4f, "
-                "formula %.4f; multiplexed %.4f\n",
-                r.s.model, r.s.gpus, r.s.sp, r.s.pp, r.s.n, r.s.sequence, r.formula_ratio, r.simulated_step,
-                r.formula_step, r.multiplexed_step);
+    std::printf(
+        "  %-8s %3d GPUs SP %2d PP %d N %3d (%s): bubble (PP-1)/N %.4f; step simulated %.4f, "
+        "formula %.4f; multiplexed %.4f\n",
+        r.s.model, r.s.gpus, r.s.sp, r.s.pp, r.s.n, r.s.sequence, r.formula_ratio, r.simulated_step, r.formula_step,
+        r.multiplexed_step);
   }
   std::printf("SPPO solver at 512K tokens (A800 profile) against Table 4:\n");
   for (const auto& r : solved) {

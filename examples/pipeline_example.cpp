@@ -79,8 +79,13 @@ int main(int argc, char** argv) {
   const bool json = argc > 1 && std::string(argv[1]) == "--json";
   try {
     // 1. Distributed attention on 4 ranks against one rank.
-    const memo::distributed_attention_shape shape{.tokens = 2048, .heads = 8, .kv_heads = 2, .head_dim = 32,
-                                                  .layout_chunk = 256, .attention_chunk = 256, .offload = true};
+    const memo::distributed_attention_shape shape{.tokens = 2048,
+                                                  .heads = 8,
+                                                  .kv_heads = 2,
+                                                  .head_dim = 32,
+                                                  .layout_chunk = 256,
+                                                  .attention_chunk = 256,
+                                                  .offload = true};
     const auto qn = static_cast<std::size_t>(shape.tokens * shape.heads * shape.head_dim);
     const auto kn = static_cast<std::size_t>(shape.tokens * shape.kv_heads * shape.head_dim);
     const auto q = pattern(qn, 1), k = pattern(kn, 2), v = pattern(kn, 3), dout = pattern(qn, 4);
@@ -99,7 +104,8 @@ int main(int argc, char** argv) {
     double difference = 0, norm = 0;
     for (const float x : one.o) norm += double(x) * x;
     for (std::size_t i = 0; i < qn; ++i) {
-      difference = std::max({difference, std::abs(double(four.o[i]) - one.o[i]), std::abs(double(four.dq[i]) - one.dq[i])});
+      difference =
+          std::max({difference, std::abs(double(four.o[i]) - one.o[i]), std::abs(double(four.dq[i]) - one.dq[i])});
     }
 
     // 2. SPPO.
@@ -149,10 +155,11 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.str().c_str());
       return 0;
     }
-    std::printf("distributed attention, 4 ranks vs 1: T %lld, %lld heads (%lld K/V), |O| %.3f, largest "
-                "difference %.2e\n",
-                static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads),
-                static_cast<long long>(shape.kv_heads), std::sqrt(norm), difference);
+    std::printf(
+        "distributed attention, 4 ranks vs 1: T %lld, %lld heads (%lld K/V), |O| %.3f, largest "
+        "difference %.2e\n",
+        static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads),
+        static_cast<long long>(shape.kv_heads), std::sqrt(norm), difference);
     std::printf("FLOPs-balanced split of %lld tokens into 8:", static_cast<long long>(S));
     for (std::size_t i = 0; i < balanced.count(); ++i) std::printf(" %lld", static_cast<long long>(balanced.length(i)));
     std::printf("\n  largest subsequence cost: %.3f x the equal split's\n",
@@ -160,11 +167,10 @@ int main(int argc, char** argv) {
     std::printf("phases for PP 4, N 8 (Table 3):\n");
     for (int stage = 0; stage < 4; ++stage) {
       const auto p = memo::sppo_phases(4, 8, stage);
-      std::printf("  stage %d: Left [%d, %d) Steady [%d, %d) Right [%d, %d)\n", stage, p.left.begin,
-                  p.left.end, p.steady.begin, p.steady.end, p.right.begin, p.right.end);
+      std::printf("  stage %d: Left [%d, %d) Steady [%d, %d) Right [%d, %d)\n", stage, p.left.begin, p.left.end,
+                  p.steady.begin, p.steady.end, p.right.begin, p.right.end);
     }
-    std::printf("pipeline step (work of one stage = 24): %.1f plain, %.1f multiplexed\n", plain_step,
-                multiplexed_step);
+    std::printf("pipeline step (work of one stage = 24): %.1f plain, %.1f multiplexed\n", plain_step, multiplexed_step);
     std::printf("offload ratios alpha_i:");
     for (const double a : offload.alpha) std::printf(" %.2f", a);
     std::printf("\n");

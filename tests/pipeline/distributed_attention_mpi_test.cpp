@@ -41,8 +41,13 @@ TEST_CASE("distributed_attention over MPI: every rank's outputs equal the single
     const auto want = memo_test::naive_attention(s, in);
     memo::host_backend backend(memo_test::one_thread());
     const auto got = memo_test::distributed_rank(comm, backend,
-                                                 {.tokens = c.T, .heads = c.H, .kv_heads = c.K, .head_dim = c.D,
-                                                  .layout_chunk = c.c, .attention_chunk = c.chunk, .offload = c.offload},
+                                                 {.tokens = c.T,
+                                                  .heads = c.H,
+                                                  .kv_heads = c.K,
+                                                  .head_dim = c.D,
+                                                  .layout_chunk = c.c,
+                                                  .attention_chunk = c.chunk,
+                                                  .offload = c.offload},
                                                  in);
     const int r = comm.rank();
     CHECK(memo_test::worst_relative_error(got.o, local_reference(got.layout, r, want.o, c.H * c.D)) < 2e-5);

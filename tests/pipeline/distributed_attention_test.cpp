@@ -24,8 +24,8 @@ struct global_result {
 // and writing its tokens of the outputs into the global arrays.
 global_result run_distributed(int P, const memo::distributed_attention_shape& shape, const memo_test::inputs& in,
                               std::vector<std::string>& errors) {
-  global_result out{std::vector<float>(in.q.size()), std::vector<float>(in.q.size()),
-                    std::vector<float>(in.k.size()), std::vector<float>(in.k.size())};
+  global_result out{std::vector<float>(in.q.size()), std::vector<float>(in.q.size()), std::vector<float>(in.k.size()),
+                    std::vector<float>(in.k.size())};
   auto comms = memo::thread_communicator::create_group(P);
   errors.assign(static_cast<std::size_t>(P), "");
   std::vector<std::thread> threads;
@@ -62,13 +62,13 @@ TEST_CASE("distributed_attention: P ranks compute the single-device attention, f
     bool offload;
   };
   const config configs[] = {
-      {1, 24, 2, 2, 8, 4, 5, false},   // one rank: the plain chunked attention
-      {2, 24, 2, 2, 8, 4, 5, false},   // chunk not dividing the sequence
-      {2, 32, 4, 2, 16, 8, 8, true},   // GQA, K/V heads sharded, host K/V
-      {4, 32, 4, 4, 8, 2, 3, false},   // u = 4 chunks per rank
-      {4, 32, 8, 2, 8, 4, 7, true},    // fewer K/V heads than ranks: replicated
-      {4, 48, 4, 1, 8, 3, 16, false},  // one K/V head for four ranks
-      {2, 16, 2, 1, 64, 8, 16, false}, // head dim 64
+      {1, 24, 2, 2, 8, 4, 5, false},    // one rank: the plain chunked attention
+      {2, 24, 2, 2, 8, 4, 5, false},    // chunk not dividing the sequence
+      {2, 32, 4, 2, 16, 8, 8, true},    // GQA, K/V heads sharded, host K/V
+      {4, 32, 4, 4, 8, 2, 3, false},    // u = 4 chunks per rank
+      {4, 32, 8, 2, 8, 4, 7, true},     // fewer K/V heads than ranks: replicated
+      {4, 48, 4, 1, 8, 3, 16, false},   // one K/V head for four ranks
+      {2, 16, 2, 1, 64, 8, 16, false},  // head dim 64
   };
   for (const auto& c : configs) {
     CAPTURE(c.P);
@@ -81,8 +81,13 @@ TEST_CASE("distributed_attention: P ranks compute the single-device attention, f
     const auto want = memo_test::naive_attention(s, in);
     std::vector<std::string> errors;
     const auto got = run_distributed(c.P,
-                                     {.tokens = c.T, .heads = c.H, .kv_heads = c.K, .head_dim = c.D,
-                                      .layout_chunk = c.c, .attention_chunk = c.chunk, .offload = c.offload},
+                                     {.tokens = c.T,
+                                      .heads = c.H,
+                                      .kv_heads = c.K,
+                                      .head_dim = c.D,
+                                      .layout_chunk = c.c,
+                                      .attention_chunk = c.chunk,
+                                      .offload = c.offload},
                                      in, errors);
     for (const auto& e : errors) CHECK(e == "");
     check_close(got.o, want.o, "o");
@@ -96,12 +101,14 @@ TEST_CASE("distributed_attention: shapes that do not split over the ranks fail o
   const memo::attention_shape s{.tokens = 16, .heads = 3, .kv_heads = 3, .head_dim = 4, .chunk = 4};
   const auto in = memo_test::random_inputs(s, 5);
   std::vector<std::string> errors;
-  (void)run_distributed(2, {.tokens = 16, .heads = 3, .kv_heads = 3, .head_dim = 4, .layout_chunk = 4, .attention_chunk = 4},
-                        in, errors);
+  (void)run_distributed(
+      2, {.tokens = 16, .heads = 3, .kv_heads = 3, .head_dim = 4, .layout_chunk = 4, .attention_chunk = 4}, in, errors);
   for (const auto& e : errors) CHECK(e.find("3 heads are not divisible by 2 ranks") != std::string::npos);
   const memo::attention_shape s2{.tokens = 20, .heads = 2, .kv_heads = 2, .head_dim = 4, .chunk = 4};
   const auto in2 = memo_test::random_inputs(s2, 6);
-  (void)run_distributed(2, {.tokens = 20, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 4, .attention_chunk = 4},
-                        in2, errors);
-  for (const auto& e : errors) CHECK(e.find("20 tokens is not a multiple of ranks x chunk = 2 x 4") != std::string::npos);
+  (void)run_distributed(
+      2, {.tokens = 20, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 4, .attention_chunk = 4}, in2,
+      errors);
+  for (const auto& e : errors)
+    CHECK(e.find("20 tokens is not a multiple of ranks x chunk = 2 x 4") != std::string::npos);
 }

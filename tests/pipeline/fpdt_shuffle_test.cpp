@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "memo/core/error.hpp"
+#include "pipeline_test_support.hpp"
 
 namespace {
 
@@ -23,15 +24,6 @@ std::vector<std::int64_t> reference_positions(std::int64_t P, std::int64_t u, st
     for (std::int64_t k = 0; k < c; ++k) positions.push_back(g * c + k);
   }
   return positions;
-}
-
-std::string error_of(auto f) {
-  try {
-    f();
-  } catch (const memo::error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -92,15 +84,19 @@ TEST_CASE("fpdt_shuffle: after the all-to-all of local chunk j the ranks' chunks
 }
 
 TEST_CASE("fpdt_shuffle: shapes that do not divide and wrong spans are errors naming the numbers") {
-  CHECK(error_of([] { (void)memo::fpdt_layout::for_sequence(100, 4, 8); }).find("100 tokens is not a multiple of ranks x chunk = 4 x 8") !=
+  CHECK(memo_test::error_of([] {
+          (void)memo::fpdt_layout::for_sequence(100, 4, 8);
+        }).find("100 tokens is not a multiple of ranks x chunk = 4 x 8") != std::string::npos);
+  CHECK(memo_test::error_of([] { (void)memo::fpdt_layout::for_sequence(64, 4, 32); }).find("not a multiple") !=
         std::string::npos);
-  CHECK(error_of([] { (void)memo::fpdt_layout::for_sequence(64, 4, 32); }).find("not a multiple") != std::string::npos);
   CHECK(memo::fpdt_layout::for_sequence(64, 4, 8).chunks_per_rank() == 2);
-  CHECK(error_of([] { memo::fpdt_layout(0, 1, 1); }).find("ranks 0") != std::string::npos);
-  CHECK(error_of([] { memo::fpdt_layout(2, INT64_MAX / 2, 4); }).find("overflows") != std::string::npos);
+  CHECK(memo_test::error_of([] { memo::fpdt_layout(0, 1, 1); }).find("ranks 0") != std::string::npos);
+  CHECK(memo_test::error_of([] { memo::fpdt_layout(2, INT64_MAX / 2, 4); }).find("overflows") != std::string::npos);
   const memo::fpdt_layout layout(2, 2, 2);
   std::vector<int> global(8), local(3);
-  CHECK(error_of([&] { layout.shuffle<int>(global, 0, local); }).find("expected 8 and 4") != std::string::npos);
+  CHECK(memo_test::error_of([&] { layout.shuffle<int>(global, 0, local); }).find("expected 8 and 4") !=
+        std::string::npos);
   local.resize(4);
-  CHECK(error_of([&] { layout.shuffle<int>(global, 2, local); }).find("rank 2 is outside [0, 2)") != std::string::npos);
+  CHECK(memo_test::error_of([&] { layout.shuffle<int>(global, 2, local); }).find("rank 2 is outside [0, 2)") !=
+        std::string::npos);
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memo/core/error.hpp"
+#include "pipeline_test_support.hpp"
 
 TEST_CASE("sppo_offload: alpha_i A_i equals the threshold and M_i follows the recurrence (hand-worked)") {
   // Activations shrinking 100, 80, 60, 40 bytes (a FLOPs-balanced partition
@@ -39,16 +40,12 @@ TEST_CASE("sppo_offload: resident K/V never leave and small subsequences are off
 }
 
 TEST_CASE("sppo_offload: bad input is an error") {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const memo::error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK(message([] { (void)memo::sppo_offload_ratios({}, 1, 1); }).find("no subsequences") != std::string::npos);
-  CHECK(message([] { (void)memo::sppo_offload_ratios({{1, 0}}, 0, 1); }).find("bandwidth") != std::string::npos);
-  CHECK(message([] { (void)memo::sppo_offload_ratios({{1, 0}, {-1, 0}}, 1, 1); }).find("subsequence 1") !=
+  CHECK(memo_test::error_of([] { (void)memo::sppo_offload_ratios({}, 1, 1); }).find("no subsequences") !=
         std::string::npos);
+  CHECK(memo_test::error_of([] {
+          (void)memo::sppo_offload_ratios({{1, 0}}, 0, 1);
+        }).find("bandwidth") != std::string::npos);
+  CHECK(memo_test::error_of([] {
+          (void)memo::sppo_offload_ratios({{1, 0}, {-1, 0}}, 1, 1);
+        }).find("subsequence 1") != std::string::npos);
 }

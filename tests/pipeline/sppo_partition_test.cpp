@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memo/core/error.hpp"
+#include "pipeline_test_support.hpp"
 
 namespace {
 
@@ -71,7 +72,8 @@ TEST_CASE("sppo_partition: the FLOPs-balanced partition's largest cost equals th
   std::uniform_real_distribution<double> weight(0.0, 4.0);
   for (int trial = 0; trial < 60; ++trial) {
     const std::int64_t S = 1 + static_cast<std::int64_t>(rng() % 13);
-    const std::int64_t N = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(S, 4)));
+    const std::int64_t N =
+        1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(S, 4)));
     const double linear = trial % 5 == 0 ? 0.0 : weight(rng), pair = trial % 5 == 3 ? 0.0 : weight(rng) + 0.1;
     CAPTURE(S);
     CAPTURE(N);
@@ -102,16 +104,10 @@ TEST_CASE("sppo_partition: with attention-dominated cost later subsequences are 
 }
 
 TEST_CASE("sppo_partition: impossible requests are errors naming the numbers") {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const memo::error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK(message([] { (void)memo::equal_partition(3, 4); }).find("3 tokens cannot be split into 4") != std::string::npos);
-  CHECK(message([] { (void)memo::equal_partition(3, 0); }).find("into 0") != std::string::npos);
-  CHECK(message([] { (void)memo::flops_balanced_partition(8, 2, {0.0, 0.0}); }).find("not both zero") !=
+  CHECK(memo_test::error_of([] { (void)memo::equal_partition(3, 4); }).find("3 tokens cannot be split into 4") !=
         std::string::npos);
+  CHECK(memo_test::error_of([] { (void)memo::equal_partition(3, 0); }).find("into 0") != std::string::npos);
+  CHECK(memo_test::error_of([] {
+          (void)memo::flops_balanced_partition(8, 2, {0.0, 0.0});
+        }).find("not both zero") != std::string::npos);
 }

@@ -9,6 +9,7 @@
 
 #include "memo/core/device_profile.hpp"
 #include "memo/core/error.hpp"
+#include "pipeline_test_support.hpp"
 
 namespace {
 
@@ -120,10 +121,9 @@ TEST_CASE("sppo_schedule: multiplexing keeps the work and shortens the step into
       CAPTURE(P);
       CAPTURE(N);
       const std::vector<memo::sppo_op_cost> costs(static_cast<std::size_t>(N), {1.0, 2.0});
-      const auto plain = memo::build_sppo_schedule({.stages = P, .subsequences = N, .costs = costs})
-                             .schedule.simulate(any_profile());
-      const auto mux = memo::build_sppo_schedule(
-                           {.stages = P, .subsequences = N, .costs = costs, .multiplexed = true})
+      const auto plain =
+          memo::build_sppo_schedule({.stages = P, .subsequences = N, .costs = costs}).schedule.simulate(any_profile());
+      const auto mux = memo::build_sppo_schedule({.stages = P, .subsequences = N, .costs = costs, .multiplexed = true})
                            .schedule.simulate(any_profile());
       double plain_work = 0, mux_work = 0;
       for (int i = 0; i < P; ++i) {
@@ -140,16 +140,11 @@ TEST_CASE("sppo_schedule: multiplexing keeps the work and shortens the step into
 }
 
 TEST_CASE("sppo_schedule: bad shapes are errors naming the numbers") {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const memo::error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK(message([] { (void)memo::sppo_phases(4, 3, 0); }).find("4 stages and 3 subsequences") != std::string::npos);
-  CHECK(message([] { (void)memo::sppo_phases(4, 8, 4); }).find("stage 4 is outside [0, 4)") != std::string::npos);
-  CHECK(message([] { (void)memo::build_sppo_schedule({.stages = 2, .subsequences = 2, .costs = {{1, 1}}}); })
-            .find("1 subsequence costs for N = 2") != std::string::npos);
+  CHECK(memo_test::error_of([] { (void)memo::sppo_phases(4, 3, 0); }).find("4 stages and 3 subsequences") !=
+        std::string::npos);
+  CHECK(memo_test::error_of([] { (void)memo::sppo_phases(4, 8, 4); }).find("stage 4 is outside [0, 4)") !=
+        std::string::npos);
+  CHECK(memo_test::error_of([] {
+          (void)memo::build_sppo_schedule({.stages = 2, .subsequences = 2, .costs = {{1, 1}}});
+        }).find("1 subsequence costs for N = 2") != std::string::npos);
 }

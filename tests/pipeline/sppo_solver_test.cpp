@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "memo/core/error.hpp"
+#include "pipeline_test_support.hpp"
 
 namespace {
 
@@ -76,17 +77,9 @@ TEST_CASE("sppo_solver: GPT-13B on 64 GPUs at 512K picks Table 4's SP 8, PP 8, N
 }
 
 TEST_CASE("sppo_solver: bad problems are errors") {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const memo::error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   auto p = gpt(8, 8, 512, 8, 65536);
   p.min_device_tokens = 10, p.max_device_tokens = 5;
-  CHECK(message([&] { (void)memo::solve_sppo(p); }).find("[10, 5] is empty") != std::string::npos);
+  CHECK(memo_test::error_of([&] { (void)memo::solve_sppo(p); }).find("[10, 5] is empty") != std::string::npos);
   p = gpt(0, 8, 512, 8, 65536);
-  CHECK(message([&] { (void)memo::solve_sppo(p); }).find("gpus 0") != std::string::npos);
+  CHECK(memo_test::error_of([&] { (void)memo::solve_sppo(p); }).find("gpus 0") != std::string::npos);
 }

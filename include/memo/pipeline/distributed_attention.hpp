@@ -84,19 +84,27 @@ struct block_copy {
 }  // namespace detail
 
 template <class C, Backend B>
-  requires CommunicatorOf<C, B>
+requires CommunicatorOf<C, B>
 class distributed_attention {
  public:
   using stream_type = typename B::stream;
 
   distributed_attention(B& backend, C& comm, const distributed_attention_shape& shape)
-      : backend_(backend), comm_(comm), shape_(shape), P_(comm.size()), rank_(comm.rank()),
+      : backend_(backend),
+        comm_(comm),
+        shape_(shape),
+        P_(comm.size()),
+        rank_(comm.rank()),
         layout_(check(shape, comm.size())) {
     const std::int64_t T = shape.tokens, D = shape.head_dim;
     Hr_ = shape.heads / P_;
     Kr_ = shape.kv_heads >= P_ ? shape.kv_heads / P_ : 1;
-    local_shape_ = {.tokens = T, .heads = Hr_, .kv_heads = Kr_, .head_dim = D,
-                    .chunk = shape.attention_chunk, .offload = shape.offload};
+    local_shape_ = {.tokens = T,
+                    .heads = Hr_,
+                    .kv_heads = Kr_,
+                    .head_dim = D,
+                    .chunk = shape.attention_chunk,
+                    .offload = shape.offload};
     auto& device = backend.device_memory();
     auto floats = [&](std::int64_t n) { return buffer<float, device_resource>(device, static_cast<std::size_t>(n)); };
     q_ = floats(T * Hr_ * D), o_ = floats(T * Hr_ * D), dout_ = floats(T * Hr_ * D), dq_ = floats(T * Hr_ * D);
@@ -144,8 +152,8 @@ class distributed_attention {
 
   /// dout [L, H, D] in; dq [L, H, D], dk and dv [L, H_kv, D] out
   /// (overwritten, not accumulated).
-  void backward(stream_type& on, tensor_view<const float, 3> dout, tensor_view<float, 3> dq,
-                tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
+  void backward(stream_type& on, tensor_view<const float, 3> dout, tensor_view<float, 3> dq, tensor_view<float, 3> dk,
+                tensor_view<float, 3> dv) {
     expects(saved_, "distributed attention: backward() before any forward()");
     expect_local(dout, shape_.heads, "dout"), expect_local(dq, shape_.heads, "dq");
     expect_local(dk, shape_.kv_heads, "dk"), expect_local(dv, shape_.kv_heads, "dv");
@@ -154,12 +162,11 @@ class distributed_attention {
       scatter_heads(on, dout, j, shape_.heads, Hr_, false, dout_.data());
     }
     zero(on, dq_), zero(on, dk_), zero(on, dv_);
-    attention_->backward(on, sharded<const float>(q_.data(), Hr_), sharded<const float>(k_.data(), Kr_),
-                         sharded<const float>(v_.data(), Kr_), sharded<const float>(o_.data(), Hr_),
-                         sharded<const float>(dout_.data(), Hr_),
-                         tensor_view<const float, 2>::contiguous(lse_.data(), {Hr_, T}),
-                         sharded<float>(dq_.data(), Hr_), sharded<float>(dk_.data(), Kr_),
-                         sharded<float>(dv_.data(), Kr_));
+    attention_->backward(
+        on, sharded<const float>(q_.data(), Hr_), sharded<const float>(k_.data(), Kr_),
+        sharded<const float>(v_.data(), Kr_), sharded<const float>(o_.data(), Hr_),
+        sharded<const float>(dout_.data(), Hr_), tensor_view<const float, 2>::contiguous(lse_.data(), {Hr_, T}),
+        sharded<float>(dq_.data(), Hr_), sharded<float>(dk_.data(), Kr_), sharded<float>(dv_.data(), Kr_));
     for (std::int64_t j = 0; j < layout_.chunks_per_rank(); ++j) {
       gather_heads(on, dq_.data(), j, shape_.heads, Hr_, false, dq);
       gather_heads(on, dk_.data(), j, shape_.kv_heads, Kr_, true, dk);
@@ -173,17 +180,18 @@ class distributed_attention {
 
   static fpdt_layout check(const distributed_attention_shape& s, int P) {
     expects(s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1 && s.attention_chunk >= 1, [&] {
-      return "distributed attention: heads " + std::to_string(s.heads) + ", kv_heads " +
-             std::to_string(s.kv_heads) + ", head_dim " + std::to_string(s.head_dim) + " and attention chunk " +
-             std::to_string(s.attention_chunk) + " must be positive";
+      return "distributed attention: heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
+             ", head_dim " + std::to_string(s.head_dim) + " and attention chunk " + std::to_string(s.attention_chunk) +
+             " must be positive";
     });
     expects(s.heads % P == 0, [&] {
-      return "distributed attention: " + std::to_string(s.heads) + " heads are not divisible by " +
-             std::to_string(P) + " ranks";
+      return "distributed attention: " + std::to_string(s.heads) + " heads are not divisible by " + std::to_string(P) +
+             " ranks";
     });
     expects(s.heads % s.kv_heads == 0 && (s.kv_heads % P == 0 || P % s.kv_heads == 0), [&] {
       return "distributed attention: " + std::to_string(s.kv_heads) + " K/V heads for " + std::to_string(s.heads) +
-             " heads on " + std::to_string(P) + " ranks: K/V heads must divide the heads, and divide or be a "
+             " heads on " + std::to_string(P) +
+             " ranks: K/V heads must divide the heads, and divide or be a "
              "multiple of the ranks";
     });
     return fpdt_layout::for_sequence(s.tokens, P, s.layout_chunk);
@@ -238,8 +246,8 @@ class distributed_attention {
 
   // The reverse: group j of the sharded tensor back to local chunk j of
   // `local`, summing K/V head copies (overwrites, then adds the copies).
-  void gather_heads(stream_type& on, const float* sharded_in, std::int64_t j, std::int64_t heads,
-                    std::int64_t per_rank, bool kv, tensor_view<float, 3> local) {
+  void gather_heads(stream_type& on, const float* sharded_in, std::int64_t j, std::int64_t heads, std::int64_t per_rank,
+                    bool kv, tensor_view<float, 3> local) {
     const std::int64_t c = layout_.chunk_tokens(), D = shape_.head_dim, width = per_rank * D;
     const std::int64_t block = c * width;
     copy(on, tensor_view<float, 2>::contiguous(send_.data(), {P_ * c, width}),

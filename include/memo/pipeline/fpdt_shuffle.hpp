@@ -30,9 +30,8 @@ class fpdt_layout {
   fpdt_layout(std::int64_t ranks, std::int64_t chunks_per_rank, std::int64_t chunk_tokens)
       : ranks_(ranks), chunks_(chunks_per_rank), chunk_(chunk_tokens) {
     expects(ranks >= 1 && chunks_per_rank >= 1 && chunk_tokens >= 1, [&] {
-      return "fpdt layout: ranks " + std::to_string(ranks) + ", chunks per rank " +
-             std::to_string(chunks_per_rank) + " and chunk tokens " + std::to_string(chunk_tokens) +
-             " must all be positive";
+      return "fpdt layout: ranks " + std::to_string(ranks) + ", chunks per rank " + std::to_string(chunks_per_rank) +
+             " and chunk tokens " + std::to_string(chunk_tokens) + " must all be positive";
     });
     expects(chunks_per_rank <= INT64_MAX / ranks / chunk_tokens, "fpdt layout: P u c overflows 64 bits");
   }
@@ -41,12 +40,13 @@ class fpdt_layout {
   /// `chunk_tokens`; throws unless P c divides the sequence.
   static fpdt_layout for_sequence(std::int64_t tokens, std::int64_t ranks, std::int64_t chunk_tokens) {
     expects(ranks >= 1 && chunk_tokens >= 1 && tokens >= 1, [&] {
-      return "fpdt layout: sequence " + std::to_string(tokens) + ", ranks " + std::to_string(ranks) +
-             " and chunk " + std::to_string(chunk_tokens) + " must be positive";
+      return "fpdt layout: sequence " + std::to_string(tokens) + ", ranks " + std::to_string(ranks) + " and chunk " +
+             std::to_string(chunk_tokens) + " must be positive";
     });
     expects(chunk_tokens <= tokens / ranks && tokens % (ranks * chunk_tokens) == 0, [&] {
-      return "fpdt layout: a sequence of " + std::to_string(tokens) + " tokens is not a multiple of ranks x chunk = " +
-             std::to_string(ranks) + " x " + std::to_string(chunk_tokens);
+      return "fpdt layout: a sequence of " + std::to_string(tokens) +
+             " tokens is not a multiple of ranks x chunk = " + std::to_string(ranks) + " x " +
+             std::to_string(chunk_tokens);
     });
     return {ranks, tokens / (ranks * chunk_tokens), chunk_tokens};
   }
@@ -61,16 +61,16 @@ class fpdt_layout {
   [[nodiscard]] std::int64_t global_chunk(std::int64_t rank, std::int64_t local_chunk) const {
     check_rank(rank);
     expects(local_chunk >= 0 && local_chunk < chunks_, [&] {
-      return "fpdt layout: local chunk " + std::to_string(local_chunk) + " is outside [0, " +
-             std::to_string(chunks_) + ")";
+      return "fpdt layout: local chunk " + std::to_string(local_chunk) + " is outside [0, " + std::to_string(chunks_) +
+             ")";
     });
     return local_chunk * ranks_ + rank;
   }
   /// The global position of local token `t` of `rank`.
   [[nodiscard]] std::int64_t global_token(std::int64_t rank, std::int64_t t) const {
     expects(t >= 0 && t < local_tokens(), [&] {
-      return "fpdt layout: local token " + std::to_string(t) + " is outside [0, " +
-             std::to_string(local_tokens()) + ")";
+      return "fpdt layout: local token " + std::to_string(t) + " is outside [0, " + std::to_string(local_tokens()) +
+             ")";
     });
     return global_chunk(rank, t / chunk_) * chunk_ + t % chunk_;
   }

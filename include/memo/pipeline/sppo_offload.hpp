@@ -50,13 +50,11 @@ struct sppo_offload_plan {
 /// alpha_i and M_i for subsequences with activations `activations`, a
 /// device-to-host rate and the balanced compute time of one subsequence.
 inline sppo_offload_plan sppo_offload_ratios(const std::vector<sppo_activation>& activations,
-                                             double device_to_host_bytes_per_second,
-                                             double balanced_compute_seconds) {
+                                             double device_to_host_bytes_per_second, double balanced_compute_seconds) {
   expects(!activations.empty(), "sppo offload: no subsequences");
   expects(device_to_host_bytes_per_second > 0.0 && balanced_compute_seconds >= 0.0, [&] {
-    return "sppo offload: bandwidth " + std::to_string(device_to_host_bytes_per_second) +
-           " B/s and compute time " + std::to_string(balanced_compute_seconds) +
-           " s must be positive and non-negative";
+    return "sppo offload: bandwidth " + std::to_string(device_to_host_bytes_per_second) + " B/s and compute time " +
+           std::to_string(balanced_compute_seconds) + " s must be positive and non-negative";
   });
   sppo_offload_plan plan;
   plan.threshold_bytes = device_to_host_bytes_per_second * balanced_compute_seconds;
@@ -65,8 +63,7 @@ inline sppo_offload_plan sppo_offload_ratios(const std::vector<sppo_activation>&
     const sppo_activation& a = activations[i];
     expects(a.offloadable_bytes >= 0.0 && a.resident_bytes >= 0.0,
             [&] { return "sppo offload: subsequence " + std::to_string(i) + " has negative activation bytes"; });
-    const double alpha = a.offloadable_bytes > 0.0 ? std::min(1.0, plan.threshold_bytes / a.offloadable_bytes)
-                                                   : 0.0;
+    const double alpha = a.offloadable_bytes > 0.0 ? std::min(1.0, plan.threshold_bytes / a.offloadable_bytes) : 0.0;
     memory += a.offloadable_bytes + a.resident_bytes - offloaded_before;
     offloaded_before = alpha * a.offloadable_bytes;
     plan.alpha.push_back(alpha);

@@ -66,8 +66,8 @@ namespace detail {
 
 inline void check_partition_request(std::int64_t tokens, std::int64_t parts) {
   expects(parts >= 1 && tokens >= parts, [&] {
-    return "sequence partition: " + std::to_string(tokens) + " tokens cannot be split into " +
-           std::to_string(parts) + " non-empty subsequences (needs 1 <= N <= tokens)";
+    return "sequence partition: " + std::to_string(tokens) + " tokens cannot be split into " + std::to_string(parts) +
+           " non-empty subsequences (needs 1 <= N <= tokens)";
   });
 }
 

@@ -115,8 +115,7 @@ inline sppo_schedule build_sppo_schedule(const sppo_schedule_options& options) {
   const int P = options.stages, N = options.subsequences;
   detail::check_pipeline_shape(P, N);
   expects(options.costs.size() == static_cast<std::size_t>(N), [&] {
-    return "sppo schedule: " + std::to_string(options.costs.size()) + " subsequence costs for N = " +
-           std::to_string(N);
+    return "sppo schedule: " + std::to_string(options.costs.size()) + " subsequence costs for N = " + std::to_string(N);
   });
   for (std::size_t j = 0; j < options.costs.size(); ++j) {
     expects(options.costs[j].forward_seconds >= 0.0 && options.costs[j].backward_seconds >= 0.0,
@@ -190,8 +189,7 @@ struct sppo_bubble {
 inline sppo_bubble sppo_bubble_formula(int stages, int subsequences, double all_subsequences_seconds) {
   detail::check_pipeline_shape(stages, subsequences);
   const double per = all_subsequences_seconds / subsequences;
-  return {(stages - 1) * per, (stages - 1 + subsequences) * per,
-          static_cast<double>(stages - 1) / subsequences};
+  return {(stages - 1) * per, (stages - 1 + subsequences) * per, static_cast<double>(stages - 1) / subsequences};
 }
 
 }  // namespace memo

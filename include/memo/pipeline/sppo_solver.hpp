@@ -51,7 +51,7 @@ struct sppo_problem {
   transformer_layer layer;  ///< tokens = the whole sequence; tensor/context parallel unused
   int layers = 32;
   int gpus = 8;
-  device_profile profile;   ///< gpus_per_node, rates, device and host memory
+  device_profile profile;                 ///< gpus_per_node, rates, device and host memory
   double layer_overhead_seconds = 50e-6;  ///< launches of one layer on one subsequence
   std::int64_t min_device_tokens = 2048;  ///< per subsequence, per device
   std::int64_t max_device_tokens = 16384;
@@ -60,11 +60,11 @@ struct sppo_problem {
 struct sppo_candidate {
   int sp = 1, pp = 1, n = 1;
   double step_seconds = 0.0;
-  double bubble_ratio = 0.0;       ///< (PP - 1) / N
-  double device_bytes = 0.0;       ///< per GPU
+  double bubble_ratio = 0.0;  ///< (PP - 1) / N
+  double device_bytes = 0.0;  ///< per GPU
   double host_bytes_per_gpu = 0.0;
   bool fits = false;
-  std::string limit;               ///< what ran out when it does not fit
+  std::string limit;  ///< what ran out when it does not fit
 };
 
 struct sppo_solution {
@@ -132,8 +132,8 @@ inline sppo_solution solve_sppo(const sppo_problem& problem) {
       const double forward = stage_layers * (compute + comm + problem.layer_overhead_seconds);
       const double backward = stage_layers * (2.0 * compute + comm + problem.layer_overhead_seconds);
       const std::vector<sppo_op_cost> costs(static_cast<std::size_t>(n), {forward, backward});
-      const auto schedule = build_sppo_schedule(
-          {.stages = pp, .subsequences = static_cast<int>(n), .costs = costs, .multiplexed = true});
+      const auto schedule =
+          build_sppo_schedule({.stages = pp, .subsequences = static_cast<int>(n), .costs = costs, .multiplexed = true});
 
       sppo_candidate c;
       c.sp = sp, c.pp = pp, c.n = static_cast<int>(n);
