@@ -96,3 +96,11 @@
 #include "memo/model/ops/encoder.hpp"
 #include "memo/model/ops/layernorm.hpp"
 #include "memo/model/ops/online_softmax.hpp"
+
+// pipeline/: SPPO subsequence pipelines: partitions, Table 3 schedule, offload ratios, (SP, PP, N) solver
+#include "memo/pipeline/sppo_partition.hpp"
+#include "memo/pipeline/sppo_schedule.hpp"
+#include "memo/pipeline/sppo_solver.hpp"
+#if MEMO_HAS_LPSOLVE
+#include "memo/pipeline/sppo_offload.hpp"
+#endif
