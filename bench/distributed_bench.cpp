@@ -159,10 +159,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequence costs
+  // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequences
   // (FLOPs-balanced partition), forward 1, backward 2 time units.
   const std::vector<sppo_setting> settings = {
-      {"GPT-7B", 32, 8, 4, 32, "512K"},    {"GPT-7B", 32, 8, 4, 160, "1024K"},  {"GPT-13B", 64, 8, 8, 32, "512K"},
+      {"GPT-7B", 32, 8, 4, 32, "512K"},    {"GPT-7B", 32, 8, 4, 160, "1024K"}, {"GPT-13B", 64, 8, 8, 32, "512K"},
       {"GPT-13B", 64, 8, 8, 160, "1280K"}, {"GPT-65B", 128, 16, 8, 32, "512K"}, {"GPT-65B", 128, 16, 8, 128, "1024K"},
       {"Table 3", 4, 1, 4, 8, "-"}};
   struct sppo_row {
@@ -172,35 +172,34 @@ int main(int argc, char** argv) {
   std::vector<sppo_row> rows;
   const auto profile = memo::device_profile::a800_80gb();
   for (const auto& s : settings) {
-    const std::vector<memo::sppo_op_cost> costs(static_cast<std::size_t>(s.n), {1.0, 2.0});
-    const auto plain = memo::build_sppo_schedule({.stages = s.pp, .subsequences = s.n, .costs = costs});
-    const auto mux =
-        memo::build_sppo_schedule({.stages = s.pp, .subsequences = s.n, .costs = costs, .multiplexed = true});
-    const auto formula = memo::sppo_bubble_formula(s.pp, s.n, 3.0 * s.n);
-    rows.push_back({s, formula.bubble_ratio, plain.schedule.simulate(profile).makespan_seconds() / (3.0 * s.n),
-                    formula.step_seconds / (3.0 * s.n),
-                    mux.schedule.simulate(profile).makespan_seconds() / (3.0 * s.n)});
+    memo::sppo_schedule_options options{.stages = s.pp,
+                                        .forward_seconds = std::vector<double>(static_cast<std::size_t>(s.n), 1.0),
+                                        .backward_seconds = std::vector<double>(static_cast<std::size_t>(s.n), 2.0)};
+    const double work = 3.0 * s.n;
+    const auto plain = memo::simulate_sppo(options, profile);
+    options.multiplexed = true;
+    const auto mux = memo::simulate_sppo(options, profile);
+    rows.push_back({s, memo::sppo_closed_form_bubble_ratio(s.pp, s.n), plain.step_seconds / work,
+                    memo::sppo_closed_form_step_seconds(s.pp, s.n, work) / work, mux.step_seconds / work});
   }
-
   struct solver_row {
     const char* model;
     int gpus, layers;
-    std::int64_t hidden, heads;
+    std::uint64_t hidden;
     int paper_sp, paper_pp, paper_n;
     std::optional<memo::sppo_candidate> chosen;
   };
-  std::vector<solver_row> solved = {{"GPT-7B", 32, 32, 4096, 32, 8, 4, 32, {}},
-                                    {"GPT-13B", 64, 40, 5120, 40, 8, 8, 32, {}},
-                                    {"GPT-65B", 128, 80, 8192, 64, 16, 8, 32, {}}};
+  std::vector<solver_row> solved = {{"GPT-7B", 32, 32, 4096, 8, 4, 32, {}},
+                                    {"GPT-13B", 64, 40, 5120, 8, 8, 32, {}},
+                                    {"GPT-65B", 128, 80, 8192, 16, 8, 32, {}}};
   for (auto& row : solved) {
-    memo::sppo_problem problem;
-    problem.layer.tokens = 512 * 1024;
-    problem.layer.hidden = row.hidden;
-    problem.layer.heads = row.heads;
-    problem.layers = row.layers;
-    problem.gpus = row.gpus;
-    problem.profile = profile;
-    row.chosen = memo::solve_sppo(problem).best;
+    memo::sppo_solver_input input;
+    input.sequence_length = 512 * 1024;
+    input.hidden = row.hidden;
+    input.layers = row.layers;
+    input.profile = profile;
+    input.nodes = row.gpus / profile.gpus_per_node;
+    row.chosen = memo::solve_sppo(input).best;
   }
 
   if (json) {

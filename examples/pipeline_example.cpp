@@ -7,8 +7,8 @@
 //      one rank: the outputs agree;
 //   2. SPPO: a FLOPs-balanced split of a 1M-token sequence into 8
 //      subsequences, the phases of every stage for PP = 4, N = 8 (Table 3),
-//      the pipeline simulated with and without multiplexing, the offload
-//      ratios alpha_i, and the solver's (SP, PP, N) for GPT-13B on 64 GPUs.
+//      the pipeline simulated with and without multiplexing, and the
+//      solver's (SP, PP, N) for GPT-7B on 32 GPUs at 512K tokens.
 //
 // Usage: pipeline_example [--json]
 #include <memo/backend/host_backend.hpp>
@@ -16,7 +16,6 @@
 #include <memo/backend/thread_communicator.hpp>
 #include <memo/core/json.hpp>
 #include <memo/pipeline/distributed_attention.hpp>
-#include <memo/pipeline/sppo_offload.hpp>
 #include <memo/pipeline/sppo_partition.hpp>
 #include <memo/pipeline/sppo_schedule.hpp>
 #include <memo/pipeline/sppo_solver.hpp>
@@ -109,30 +108,24 @@ int main(int argc, char** argv) {
     }
 
     // 2. SPPO.
-    const std::int64_t S = 1 << 20;
-    const memo::causal_cost_model flops{2.0 * 12 * 4096.0 * 4096.0, 4.0 * 4096.0};  // a 7B layer
-    const auto balanced = memo::flops_balanced_partition(S, 8, flops);
-    const auto equal = memo::equal_partition(S, 8);
-    const std::vector<memo::sppo_op_cost> costs(8, {1.0, 2.0});
-    const auto plain = memo::build_sppo_schedule({.stages = 4, .subsequences = 8, .costs = costs});
-    const auto multiplexed =
-        memo::build_sppo_schedule({.stages = 4, .subsequences = 8, .costs = costs, .multiplexed = true});
+    const std::uint64_t S = 1 << 20;
+    const auto weights = memo::causal_cost_weights::for_hidden(4096);  // a 7B layer
+    const auto balanced = memo::flops_balanced_partition(S, 8, weights);
+    const auto equal = memo::equal_length_partition(S, 8);
+    const double cost_ratio = static_cast<double>(memo::max_cost(balanced, weights)) /
+                              static_cast<double>(memo::max_cost(equal, weights));
     const auto profile = memo::device_profile::a800_80gb();
-    const double plain_step = plain.schedule.simulate(profile).makespan_seconds();
-    const double multiplexed_step = multiplexed.schedule.simulate(profile).makespan_seconds();
-    std::vector<memo::sppo_activation> activations;
-    for (std::size_t i = 0; i < balanced.count(); ++i) {
-      // Per token of a 7B layer in bf16: 34 h bytes offloadable, K and V (2 h x 2 bytes) kept.
-      const auto tokens = static_cast<double>(balanced.length(i));
-      activations.push_back({tokens * 34 * 4096, tokens * 2 * 2 * 4096});
-    }
-    const auto offload = memo::sppo_offload_ratios(activations, 20e9, 0.5);
-    memo::sppo_problem problem;
-    problem.layer.tokens = 512 * 1024;
-    problem.layer.hidden = 5120;
-    problem.layer.heads = 40;
-    problem.layers = 40;
-    problem.gpus = 64;
+    memo::sppo_schedule_options pipeline{.stages = 4,
+                                         .forward_seconds = std::vector<double>(8, 1.0),
+                                         .backward_seconds = std::vector<double>(8, 2.0)};
+    const double plain_step = memo::simulate_sppo(pipeline, profile).step_seconds;
+    pipeline.multiplexed = true;
+    const double multiplexed_step = memo::simulate_sppo(pipeline, profile).step_seconds;
+    memo::sppo_solver_input problem;
+    problem.sequence_length = 512 * 1024;
+    problem.hidden = 4096;
+    problem.layers = 32;
+    problem.nodes = 4;
     problem.profile = profile;
     const auto solution = memo::solve_sppo(problem);
 
@@ -141,16 +134,11 @@ int main(int argc, char** argv) {
       j.begin_object().field("example", "pipeline_example");
       j.field("attention_max_difference", difference);
       j.key("balanced_lengths").begin_array();
-      for (std::size_t i = 0; i < balanced.count(); ++i) j.value(balanced.length(i));
+      for (const std::uint64_t n : balanced.lengths()) j.value(n);
       j.end_array();
-      j.field("balanced_over_equal_cost", balanced.max_cost(flops) / equal.max_cost(flops));
+      j.field("balanced_over_equal_cost", cost_ratio);
       j.field("plain_step", plain_step).field("multiplexed_step", multiplexed_step);
-      j.key("alpha").begin_array();
-      for (const double a : offload.alpha) j.value(a);
-      j.end_array();
-      if (solution.best) {
-        j.field("sp", solution.best->sp).field("pp", solution.best->pp).field("n", solution.best->n);
-      }
+      j.field("sp", solution.best.sp).field("pp", solution.best.pp).field("n", solution.best.n);
       j.end_object();
       std::printf("%s\n", j.str().c_str());
       return 0;
@@ -160,24 +148,27 @@ int main(int argc, char** argv) {
         "difference %.2e\n",
         static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads),
         static_cast<long long>(shape.kv_heads), std::sqrt(norm), difference);
-    std::printf("FLOPs-balanced split of %lld tokens into 8:", static_cast<long long>(S));
-    for (std::size_t i = 0; i < balanced.count(); ++i) std::printf(" %lld", static_cast<long long>(balanced.length(i)));
-    std::printf("\n  largest subsequence cost: %.3f x the equal split's\n",
-                balanced.max_cost(flops) / equal.max_cost(flops));
+    std::printf("FLOPs-balanced split of %llu tokens into 8:", static_cast<unsigned long long>(S));
+    for (const std::uint64_t n : balanced.lengths()) std::printf(" %llu", static_cast<unsigned long long>(n));
+    std::printf("\n  largest subsequence cost: %.3f x the equal split's\n", cost_ratio);
     std::printf("phases for PP 4, N 8 (Table 3):\n");
+    auto ids = [](const std::vector<int>& list) {
+      std::string text = "{";
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        if (i > 0) text += ',';
+        text += std::to_string(list[i]);
+      }
+      return text + "}";
+    };
     for (int stage = 0; stage < 4; ++stage) {
       const auto p = memo::sppo_phases(4, 8, stage);
-      std::printf("  stage %d: Left [%d, %d) Steady [%d, %d) Right [%d, %d)\n", stage, p.left.begin, p.left.end,
-                  p.steady.begin, p.steady.end, p.right.begin, p.right.end);
+      std::printf("  stage %d: Left %s Steady %s Right %s\n", stage, ids(p.left).c_str(), ids(p.steady).c_str(),
+                  ids(p.right).c_str());
     }
-    std::printf("pipeline step (work of one stage = 24): %.1f plain, %.1f multiplexed\n", plain_step, multiplexed_step);
-    std::printf("offload ratios alpha_i:");
-    for (const double a : offload.alpha) std::printf(" %.2f", a);
-    std::printf("\n");
-    if (solution.best) {
-      std::printf("solver, GPT-13B on 64 GPUs at 512K: SP %d, PP %d, N %d\n", solution.best->sp, solution.best->pp,
-                  solution.best->n);
-    }
+    std::printf("pipeline step (work of one stage = 24): %.1f plain, %.1f multiplexed\n", plain_step,
+                multiplexed_step);
+    std::printf("solver, GPT-7B on 32 GPUs at 512K: SP %d, PP %d, N %d\n", solution.best.sp, solution.best.pp,
+                solution.best.n);
     return difference < 1e-4 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipeline_example: %s\n", e.what());

@@ -97,10 +97,13 @@
 #include "memo/model/ops/layernorm.hpp"
 #include "memo/model/ops/online_softmax.hpp"
 
-// pipeline/: FPDT sequence parallelism and SPPO subsequence pipelines
+// pipeline/: FPDT sequence parallelism; SPPO subsequence pipelines (partitions,
+// Table 3 schedule, offload ratios, (SP, PP, N) solver)
 #include "memo/pipeline/distributed_attention.hpp"
 #include "memo/pipeline/fpdt_shuffle.hpp"
-#include "memo/pipeline/sppo_offload.hpp"
 #include "memo/pipeline/sppo_partition.hpp"
 #include "memo/pipeline/sppo_schedule.hpp"
 #include "memo/pipeline/sppo_solver.hpp"
+#if MEMO_HAS_LPSOLVE
+#include "memo/pipeline/sppo_offload.hpp"
+#endif
