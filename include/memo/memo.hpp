@@ -96,6 +96,21 @@
 #include "memo/model/ops/encoder.hpp"
 #include "memo/model/ops/layernorm.hpp"
 #include "memo/model/ops/online_softmax.hpp"
+
+// project/: projections of a training run onto a cluster (memo-project)
 #include "memo/project/cluster_profile.hpp"
 #include "memo/project/model_shape.hpp"
+#if MEMO_HAS_LPSOLVE
 #include "memo/project/strategy.hpp"
+#endif
+
+// pipeline/: FPDT sequence parallelism; SPPO subsequence pipelines (partitions,
+// Table 3 schedule, offload ratios, (SP, PP, N) solver)
+#include "memo/pipeline/distributed_attention.hpp"
+#include "memo/pipeline/fpdt_shuffle.hpp"
+#include "memo/pipeline/sppo_partition.hpp"
+#include "memo/pipeline/sppo_schedule.hpp"
+#include "memo/pipeline/sppo_solver.hpp"
+#if MEMO_HAS_LPSOLVE
+#include "memo/pipeline/sppo_offload.hpp"
+#endif

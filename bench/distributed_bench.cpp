@@ -1,0 +1,271 @@
+// distributed_bench: sequence-parallel attention across ranks, and SPPO's
+// pipeline bubbles.
+//
+// Measured (thread communicator, one host-backend thread per rank): the
+// forward + backward of FPDT's distributed attention (pipeline/
+// distributed_attention.hpp) on P = 1, 2, 4 ranks over the same sequence,
+// interleaved, several rounds. Printed per P:
+//   - speedup = single-rank time / P-rank time, beside the prediction
+//     min(P, cores) (each rank does 1/P of the attention; ranks beyond the
+//     machine's cores share them);
+//   - communication share = the time of the same all-to-alls alone (the
+//     exchanges the attention issues, in the same order and sizes, with no
+//     compute between them) / the P-rank time.
+// Simulated (stream-schedule simulator, pipeline/sppo_schedule.hpp): SPPO's
+// bubble ratio (PP - 1) / N for the paper's Table 4 settings, the
+// simulator's step against the closed form, and the step with multiplexed
+// sequence partitioning (Left/Right subsequences split over their SP
+// ranges). Then the heuristic solver's (SP, PP, N) (pipeline/
+// sppo_solver.hpp, A800 profile) for Table 4's models at 512K beside the
+// paper's choice.
+//
+// Usage: distributed_bench [--quick] [--json]
+#include <memo/backend/host_backend.hpp>
+#include <memo/backend/thread_communicator.hpp>
+#include <memo/core/device_profile.hpp>
+#include <memo/core/json.hpp>
+#include <memo/core/spread.hpp>
+#include <memo/pipeline/distributed_attention.hpp>
+#include <memo/pipeline/sppo_schedule.hpp>
+#include <memo/pipeline/sppo_solver.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::vector<float> pattern(std::size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& e : v) {
+    x = x * 1664525u + 1013904223u;
+    e = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+  }
+  return v;
+}
+
+struct shape_config {
+  std::int64_t tokens, heads, head_dim, layout_chunk, attention_chunk;
+};
+
+memo::host_backend::options one_thread() {
+  memo::host_backend::options options;
+  options.compute_threads = 1;
+  return options;
+}
+
+// Wall time of one forward + backward on P ranks (threads), or with
+// `exchanges_only` of the all-to-alls it issues alone. Every rank builds its
+// object first; the clock runs from a barrier to the last rank's end.
+double time_ranks(int P, const shape_config& c, bool exchanges_only) {
+  auto comms = memo::thread_communicator::create_group(P);
+  std::vector<double> seconds(static_cast<std::size_t>(P), 0.0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+      memo::host_backend backend(one_thread());
+      auto stream = backend.make_stream();
+      const memo::distributed_attention_shape shape{.tokens = c.tokens,
+                                                    .heads = c.heads,
+                                                    .kv_heads = c.heads,
+                                                    .head_dim = c.head_dim,
+                                                    .layout_chunk = c.layout_chunk,
+                                                    .attention_chunk = c.attention_chunk};
+      memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
+      const std::int64_t L = attention.layout().local_tokens(), H = c.heads, D = c.head_dim;
+      const auto n = static_cast<std::size_t>(L * H * D);
+      auto q = pattern(n, 1), k = pattern(n, 2), v = pattern(n, 3), dout = pattern(n, 4);
+      std::vector<float> o(n), dq(n), dk(n), dv(n);
+      auto view = [&](std::vector<float>& x) { return memo::tensor_view<float, 3>::contiguous(x.data(), {L, H, D}); };
+      auto cview = [&](std::vector<float>& x) {
+        return memo::tensor_view<const float, 3>::contiguous(x.data(), {L, H, D});
+      };
+      // The exchanges of one forward + backward: 3 + 1 all-to-alls per
+      // local chunk forward, 1 + 3 backward, each of c x H/P x D per rank.
+      const std::int64_t u = attention.layout().chunks_per_rank();
+      const auto block = static_cast<std::size_t>(c.layout_chunk * (H / P) * D) * static_cast<std::size_t>(P);
+      std::vector<float> send(block, 1.0f), recv(block);
+      comm.barrier(backend, stream);
+      backend.synchronize(stream);
+      const auto t0 = clock_type::now();
+      if (exchanges_only) {
+        for (std::int64_t i = 0; i < 8 * u; ++i) {
+          comm.all_to_all<float>(backend, stream, std::span<const float>(send), std::span<float>(recv));
+        }
+      } else {
+        attention.forward(stream, cview(q), cview(k), cview(v), view(o));
+        attention.backward(stream, cview(dout), view(dq), view(dk), view(dv));
+      }
+      comm.barrier(backend, stream);
+      backend.synchronize(stream);
+      seconds[static_cast<std::size_t>(r)] = std::chrono::duration<double>(clock_type::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return *std::max_element(seconds.begin(), seconds.end());
+}
+
+struct rank_result {
+  int ranks = 1;
+  std::vector<double> seconds, speedup, comm_share;
+};
+
+struct sppo_setting {
+  const char* model;
+  int gpus, sp, pp, n;
+  const char* sequence;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--json") {
+      json = true;
+    } else {
+      std::fprintf(stderr, "usage: distributed_bench [--quick] [--json]\n");
+      return 2;
+    }
+  }
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int rounds = 5;
+  const shape_config shape = quick ? shape_config{512, 4, 32, 64, 64} : shape_config{8192, 4, 64, 1024, 256};
+  std::vector<rank_result> results;
+  for (const int P : {1, 2, 4}) results.push_back({P, {}, {}, {}});
+  for (int round = 0; round < rounds; ++round) {
+    // Interleaved: single rank, then each P with its exchanges alone.
+    const double single = time_ranks(1, shape, false);
+    results[0].seconds.push_back(single);
+    results[0].speedup.push_back(1.0);
+    results[0].comm_share.push_back(0.0);
+    for (std::size_t i = 1; i < results.size(); ++i) {
+      const double t = time_ranks(results[i].ranks, shape, false);
+      const double exchanges = time_ranks(results[i].ranks, shape, true);
+      results[i].seconds.push_back(t);
+      results[i].speedup.push_back(single / t);
+      results[i].comm_share.push_back(exchanges / t);
+    }
+  }
+
+  // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequences
+  // (FLOPs-balanced partition), forward 1, backward 2 time units.
+  const std::vector<sppo_setting> settings = {
+      {"GPT-7B", 32, 8, 4, 32, "512K"},    {"GPT-7B", 32, 8, 4, 160, "1024K"}, {"GPT-13B", 64, 8, 8, 32, "512K"},
+      {"GPT-13B", 64, 8, 8, 160, "1280K"}, {"GPT-65B", 128, 16, 8, 32, "512K"}, {"GPT-65B", 128, 16, 8, 128, "1024K"},
+      {"Table 3", 4, 1, 4, 8, "-"}};
+  struct sppo_row {
+    sppo_setting s;
+    double formula_ratio, simulated_step, formula_step, multiplexed_step;
+  };
+  std::vector<sppo_row> rows;
+  const auto profile = memo::device_profile::a800_80gb();
+  for (const auto& s : settings) {
+    memo::sppo_schedule_options options{.stages = s.pp,
+                                        .forward_seconds = std::vector<double>(static_cast<std::size_t>(s.n), 1.0),
+                                        .backward_seconds = std::vector<double>(static_cast<std::size_t>(s.n), 2.0)};
+    const double work = 3.0 * s.n;
+    const auto plain = memo::simulate_sppo(options, profile);
+    options.multiplexed = true;
+    const auto mux = memo::simulate_sppo(options, profile);
+    rows.push_back({s, memo::sppo_closed_form_bubble_ratio(s.pp, s.n), plain.step_seconds / work,
+                    memo::sppo_closed_form_step_seconds(s.pp, s.n, work) / work, mux.step_seconds / work});
+  }
+  struct solver_row {
+    const char* model;
+    int gpus, layers;
+    std::uint64_t hidden;
+    int paper_sp, paper_pp, paper_n;
+    std::optional<memo::sppo_candidate> chosen;
+  };
+  std::vector<solver_row> solved = {{"GPT-7B", 32, 32, 4096, 8, 4, 32, {}},
+                                    {"GPT-13B", 64, 40, 5120, 8, 8, 32, {}},
+                                    {"GPT-65B", 128, 80, 8192, 16, 8, 32, {}}};
+  for (auto& row : solved) {
+    memo::sppo_solver_input input;
+    input.sequence_length = 512 * 1024;
+    input.hidden = row.hidden;
+    input.layers = row.layers;
+    input.profile = profile;
+    input.nodes = row.gpus / profile.gpus_per_node;
+    row.chosen = memo::solve_sppo(input).best;
+  }
+
+  if (json) {
+    memo::json_writer out;
+    out.begin_object().field("bench", "distributed_bench").field("quick", quick).field("rounds", rounds);
+    out.field("cores", cores).field("tokens", shape.tokens).field("heads", shape.heads);
+    out.field("head_dim", shape.head_dim).field("layout_chunk", shape.layout_chunk);
+    out.key("ranks").begin_array();
+    for (const auto& r : results) {
+      const auto t = memo::spread_of(r.seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
+      out.begin_object().field("ranks", r.ranks).field("seconds_median", t.median);
+      out.field("speedup_median", s.median).field("speedup_min", s.min).field("speedup_max", s.max);
+      out.field("speedup_predicted", static_cast<double>(std::min(r.ranks, cores)));
+      out.field("comm_share_median", c.median).field("comm_share_min", c.min).field("comm_share_max", c.max);
+      out.end_object();
+    }
+    out.end_array();
+    out.key("sppo").begin_array();
+    for (const auto& r : rows) {
+      out.begin_object().field("model", r.s.model).field("gpus", r.s.gpus).field("sp", r.s.sp).field("pp", r.s.pp);
+      out.field("n", r.s.n).field("sequence", r.s.sequence).field("bubble_ratio", r.formula_ratio);
+      out.field("step_over_work_simulated", r.simulated_step).field("step_over_work_formula", r.formula_step);
+      out.field("step_over_work_multiplexed", r.multiplexed_step).end_object();
+    }
+    out.end_array();
+    out.key("solver").begin_array();
+    for (const auto& r : solved) {
+      out.begin_object().field("model", r.model).field("gpus", r.gpus).field("sequence", 512 * 1024);
+      out.field("paper_sp", r.paper_sp).field("paper_pp", r.paper_pp).field("paper_n", r.paper_n);
+      if (r.chosen) {
+        out.field("sp", r.chosen->sp).field("pp", r.chosen->pp).field("n", r.chosen->n);
+        out.field("step_seconds", r.chosen->step_seconds);
+      }
+      out.end_object();
+    }
+    out.end_array().end_object();
+    std::printf("%s\n", out.str().c_str());
+    return 0;
+  }
+  std::printf(
+      "distributed attention, thread communicator: T %lld, %lld heads x %lld, chunk %lld per rank; "
+      "%d rounds, %d cores\n",
+      static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads), static_cast<long long>(shape.head_dim),
+      static_cast<long long>(shape.layout_chunk), rounds, cores);
+  for (const auto& r : results) {
+    const auto t = memo::spread_of(r.seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
+    std::printf("  P %d: %.3f s  speedup %.2f [%.2f, %.2f] (predicted %d)  all-to-all share %.3f [%.3f, %.3f]\n",
+                r.ranks, t.median, s.median, s.min, s.max, std::min(r.ranks, cores), c.median, c.min, c.max);
+  }
+  std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
+  for (const auto& r : rows) {
+    std::printf(
+        "  %-8s %3d GPUs SP %2d PP %d N %3d (%s): bubble (PP-1)/N %.4f; step simulated %.4f, "
+        "formula %.4f; multiplexed %.4f\n",
+        r.s.model, r.s.gpus, r.s.sp, r.s.pp, r.s.n, r.s.sequence, r.formula_ratio, r.simulated_step, r.formula_step,
+        r.multiplexed_step);
+  }
+  std::printf("SPPO solver at 512K tokens (A800 profile) against Table 4:\n");
+  for (const auto& r : solved) {
+    if (r.chosen) {
+      std::printf("  %-8s %3d GPUs: SP %d PP %d N %d (step %.1f s); paper SP %d PP %d N %d\n", r.model, r.gpus,
+                  r.chosen->sp, r.chosen->pp, r.chosen->n, r.chosen->step_seconds, r.paper_sp, r.paper_pp, r.paper_n);
+    } else {
+      std::printf("  %-8s %3d GPUs: nothing fits; paper SP %d PP %d N %d\n", r.model, r.gpus, r.paper_sp, r.paper_pp,
+                  r.paper_n);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,251 @@
+// memo/pipeline/sppo_schedule.hpp
+//
+// SPPO's subsequence pipeline (sections 4 and 6.2, Table 3): one sequence
+// cut into N subsequences flows through PP pipeline stages; stage i runs
+// forward F(i, j) for j = 0..N-1 after F(i-1, j), then, after the last stage
+// has finished forward, backward B(i, j) for j = N-1..0 after B(i+1, j)
+// (causal attention: the gradient of an early subsequence's K/V needs every
+// later subsequence's backward).
+//
+// Multiplexed sequence partitioning (section 6.2) fills the warm-up and
+// drain bubbles: stage i's subsequences are in three phases,
+//
+//   Left-SP   [0, PP-1-i)     computed with sequence parallelism over stages
+//                             {i, ..., PP-1} (idle before their first input)
+//   Steady    [PP-1-i, N-i)   computed by stage i alone
+//   Right-SP  [N-i, N)        computed with sequence parallelism over stages
+//                             {0, ..., i} (idle after their last forward)
+//
+// with an SP range only where the phase is non-empty (Definition 6.2 and
+// Table 3). The backward pass uses the same sets: Right-SP subsequences are
+// the first backward on stage i (stages < i are idle), Left-SP the last
+// (stages > i are done).
+//
+// Definition 6.1 as printed uses closed intervals: Left {0..PP-1-i},
+// Steady {PP-1-i..N-i}, Right {N-i..N-1}. For PP = 4, N = 8, stage 0 that
+// gives Left {0,1,2,3} and Steady {3,...,8}: subsequence 3 is in two phases
+// and subsequence 8 does not exist. Table 3 lists Left {0,1,2}, Steady
+// {3..7}; the half-open intervals above reproduce every cell of Table 3, so
+// this header follows the table.
+//
+// `build_sppo_schedule` writes the pipeline as a `stream_schedule` (one
+// compute stream per stage, ops with given durations; an op split over k
+// stages becomes k pieces of duration/k plus the SP collective cost, joined
+// by a marker), so the existing simulator gives the step time. Without
+// multiplexing and with equal subsequence times the simulated step time is
+// the closed form of section 4, T = (PP - 1 + N) / N * F(N), bubble ratio
+// R_b = (PP - 1) / N.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "memo/core/error.hpp"
+#include "memo/schedule/stream_schedule.hpp"
+
+namespace memo {
+
+/// Stage i's three phases (subsequence ids) and SP ranges (stage ids).
+struct sppo_stage_phases {
+  std::vector<int> left;      ///< Left-SP subsequences
+  std::vector<int> steady;    ///< Steady subsequences
+  std::vector<int> right;     ///< Right-SP subsequences
+  std::vector<int> left_sp;   ///< stages sharing the Left-SP subsequences (empty if no Left-SP)
+  std::vector<int> right_sp;  ///< stages sharing the Right-SP subsequences (empty if no Right-SP)
+  friend bool operator==(const sppo_stage_phases&, const sppo_stage_phases&) = default;
+};
+
+enum class sppo_phase { left_sp, steady, right_sp };
+
+namespace detail {
+
+inline void check_pipeline_shape(int pp, int n, const char* where) {
+  expects(pp >= 1, [&] { return std::string(where) + ": pipeline stages PP must be >= 1, got " + std::to_string(pp); });
+  expects(n >= pp, [&] {
+    return std::string(where) + ": SPPO phases need N >= PP subsequences, got N = " + std::to_string(n) +
+           ", PP = " + std::to_string(pp);
+  });
+}
+
+inline std::vector<int> iota_range(int first, int last_exclusive) {
+  std::vector<int> out;
+  for (int x = first; x < last_exclusive; ++x) out.push_back(x);
+  return out;
+}
+
+}  // namespace detail
+
+/// Phases of stage `stage` of a `pp`-stage pipeline over `n` subsequences.
+inline sppo_stage_phases sppo_phases(int pp, int n, int stage) {
+  detail::check_pipeline_shape(pp, n, "sppo_phases");
+  expects(stage >= 0 && stage < pp, [&] {
+    return "sppo_phases: stage " + std::to_string(stage) + " outside [0, " + std::to_string(pp) + ")";
+  });
+  sppo_stage_phases out;
+  out.left = detail::iota_range(0, pp - 1 - stage);
+  out.steady = detail::iota_range(pp - 1 - stage, n - stage);
+  out.right = detail::iota_range(n - stage, n);
+  if (!out.left.empty()) out.left_sp = detail::iota_range(stage, pp);
+  if (!out.right.empty()) out.right_sp = detail::iota_range(0, stage + 1);
+  return out;
+}
+
+/// The phase subsequence `j` is in on stage `stage`.
+inline sppo_phase sppo_phase_of(int pp, int n, int stage, int j) {
+  expects(j >= 0 && j < n, [&] { return "sppo_phase_of: subsequence " + std::to_string(j) + " outside [0, " + std::to_string(n) + ")"; });
+  detail::check_pipeline_shape(pp, n, "sppo_phase_of");
+  if (j < pp - 1 - stage) return sppo_phase::left_sp;
+  if (j >= n - stage) return sppo_phase::right_sp;
+  return sppo_phase::steady;
+}
+
+/// Inputs of the schedule: per-subsequence times on one stage (every stage
+/// holds the same number of layers, so the same times).
+struct sppo_schedule_options {
+  int stages = 1;                          ///< PP
+  std::vector<double> forward_seconds;     ///< per subsequence, one stage, one GPU
+  std::vector<double> backward_seconds;    ///< per subsequence, one stage, one GPU
+  bool multiplexed = false;                ///< split Left-SP / Right-SP work over idle stages
+  /// Seconds of the SP exchange added to every piece of a split op with k > 1
+  /// stages (the all-to-all/all-gather of Megatron-style SP), per op.
+  double sp_communication_seconds = 0.0;
+  /// Seconds of the point-to-point hand-off between stages (0 = none).
+  double p2p_seconds = 0.0;
+};
+
+/// The op name of a forward / backward of subsequence j on stage i.
+inline std::string sppo_op_name(bool forward, int stage, int j) {
+  return std::string(forward ? "F" : "B") + "(" + std::to_string(stage) + "," + std::to_string(j) + ")";
+}
+inline std::string sppo_stream_name(int stage) { return "stage" + std::to_string(stage); }
+
+/// The SPPO pipeline as a stream schedule. Ops are named F(i,j) / B(i,j)
+/// (a marker ending a split op carries that name; its pieces add "/s<k>").
+inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options) {
+  const int pp = options.stages;
+  const int n = static_cast<int>(options.forward_seconds.size());
+  detail::check_pipeline_shape(pp, n, "build_sppo_schedule");
+  expects(options.backward_seconds.size() == options.forward_seconds.size(), [&] {
+    return "build_sppo_schedule: " + std::to_string(options.backward_seconds.size()) +
+           " backward times for " + std::to_string(n) + " subsequences";
+  });
+  for (int j = 0; j < n; ++j) {
+    expects(options.forward_seconds[j] >= 0.0 && options.backward_seconds[j] >= 0.0, [&] {
+      return "build_sppo_schedule: negative time for subsequence " + std::to_string(j);
+    });
+  }
+  expects(options.sp_communication_seconds >= 0.0 && options.p2p_seconds >= 0.0,
+          "build_sppo_schedule: communication times must be >= 0");
+
+  stream_schedule schedule;
+  for (int i = 0; i < pp; ++i) schedule.add_stream(sppo_stream_name(i));
+  if (options.p2p_seconds > 0.0) {
+    for (int i = 0; i < pp; ++i) schedule.add_stream("p2p" + std::to_string(i));  // links into stage i
+  }
+  const auto at = [n](int i, int j) { return static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + j; };
+  std::vector<op_id> fwd(static_cast<std::size_t>(pp) * n), bwd(fwd.size());
+
+  // One op (or its split pieces) of stage i, subsequence j.
+  auto place = [&](bool forward, int i, int j, const std::vector<op_id>& after) {
+    const double seconds = forward ? options.forward_seconds[j] : options.backward_seconds[j];
+    std::vector<int> range{i};
+    if (options.multiplexed) {
+      const auto phases = sppo_phases(pp, n, i);
+      const sppo_phase phase = sppo_phase_of(pp, n, i, j);
+      if (phase == sppo_phase::left_sp) range = phases.left_sp;
+      if (phase == sppo_phase::right_sp) range = phases.right_sp;
+    }
+    const std::string name = sppo_op_name(forward, i, j);
+    if (range.size() == 1) {
+      compute_op spec;
+      spec.duration_seconds = seconds;
+      return schedule.add_compute(name, sppo_stream_name(i), spec, after);
+    }
+    const double piece = seconds / static_cast<double>(range.size()) + options.sp_communication_seconds;
+    std::vector<op_id> pieces;
+    for (const int s : range) {
+      compute_op spec;
+      spec.duration_seconds = piece;
+      pieces.push_back(schedule.add_compute(name + "/s" + std::to_string(s), sppo_stream_name(s), spec, after));
+    }
+    return schedule.add_marker(name, sppo_stream_name(i), pieces);
+  };
+  // Forward in wavefront order (diagonal i + j, then stage): every op's
+  // dependencies are inserted before it, so stream FIFO order is a
+  // topological order and split pieces interleave without deadlock.
+  for (int d = 0; d <= pp - 1 + n - 1; ++d) {
+    for (int i = 0; i < pp; ++i) {
+      const int j = d - i;
+      if (j < 0 || j >= n) continue;
+      std::vector<op_id> after;
+      if (i > 0) after.push_back(fwd[at(i - 1, j)]);
+      if (j > 0) after.push_back(fwd[at(i, j - 1)]);
+      if (i > 0 && options.p2p_seconds > 0.0) {
+        compute_op link;
+        link.duration_seconds = options.p2p_seconds;
+        after = {schedule.add_compute("P2P" + sppo_op_name(true, i, j), "p2p" + std::to_string(i),
+                                      link, {fwd[at(i - 1, j)]})};
+        if (j > 0) after.push_back(fwd[at(i, j - 1)]);
+      }
+      fwd[at(i, j)] = place(true, i, j, after);
+    }
+  }
+  // Backward: the mirror wavefront, from (PP-1, N-1) to (0, 0).
+  for (int d = 0; d <= pp - 1 + n - 1; ++d) {
+    for (int i = pp - 1; i >= 0; --i) {
+      const int j = (n - 1) - (d - (pp - 1 - i));
+      if (j < 0 || j >= n) continue;
+      std::vector<op_id> after;
+      after.push_back(fwd[at(i, j)]);  // a stage's backward needs its own forward's activations
+      if (i < pp - 1) {
+        if (options.p2p_seconds > 0.0) {
+          compute_op link;
+          link.duration_seconds = options.p2p_seconds;
+          after.push_back(schedule.add_compute("P2P" + sppo_op_name(false, i, j), "p2p" + std::to_string(i),
+                                               link, {bwd[at(i + 1, j)]}));
+        } else {
+          after.push_back(bwd[at(i + 1, j)]);
+        }
+      }
+      if (j < n - 1) after.push_back(bwd[at(i, j + 1)]);
+      bwd[at(i, j)] = place(false, i, j, after);
+    }
+  }
+  return schedule;
+}
+
+/// Step-time figures of one simulated schedule.
+struct sppo_pipeline_figures {
+  double step_seconds = 0.0;      ///< simulated makespan
+  double work_seconds = 0.0;      ///< F(N): forward + backward of all subsequences on one stage, one GPU
+  double bubble_seconds = 0.0;    ///< step - work (per stage, the paper's t_b)
+  double bubble_ratio = 0.0;      ///< bubble / work (the paper's R_b)
+};
+
+/// Simulates `options` on `profile` (durations are given, so only the
+/// interconnect matters for collectives; none are added here).
+inline sppo_pipeline_figures simulate_sppo(const sppo_schedule_options& options, const device_profile& profile) {
+  const stream_schedule schedule = build_sppo_schedule(options);
+  const timeline result = schedule.simulate(profile);
+  sppo_pipeline_figures out;
+  out.step_seconds = result.makespan_seconds();
+  for (std::size_t j = 0; j < options.forward_seconds.size(); ++j)
+    out.work_seconds += options.forward_seconds[j] + options.backward_seconds[j];
+  out.bubble_seconds = out.step_seconds - out.work_seconds;
+  out.bubble_ratio = out.work_seconds > 0.0 ? out.bubble_seconds / out.work_seconds : 0.0;
+  return out;
+}
+
+/// Section 4's closed form: T = (p - 1 + N) / N * F(N) for equal subsequences.
+inline double sppo_closed_form_step_seconds(int pp, int n, double work_seconds) {
+  detail::check_pipeline_shape(pp, n, "sppo_closed_form_step_seconds");
+  return static_cast<double>(pp - 1 + n) / static_cast<double>(n) * work_seconds;
+}
+/// Section 4's closed form: R_b = (p - 1) / N.
+inline double sppo_closed_form_bubble_ratio(int pp, int n) {
+  detail::check_pipeline_shape(pp, n, "sppo_closed_form_bubble_ratio");
+  return static_cast<double>(pp - 1) / static_cast<double>(n);
+}
+
+}  // namespace memo

@@ -1,0 +1,88 @@
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "memo/pipeline/sppo_partition.hpp"
+
+namespace {
+
+// Independent reference: fp-free brute force over every placement of n-1
+// cut points, cost summed token by token.
+std::uint64_t naive_cost(std::uint64_t a, std::uint64_t b, const memo::causal_cost_weights& w) {
+  std::uint64_t c = 0;
+  for (std::uint64_t t = a; t < b; ++t) c += w.linear_weight + w.attention_weight * (t + 1);
+  return c;
+}
+
+void brute(std::uint64_t length, std::size_t n, std::uint64_t max_tokens, const memo::causal_cost_weights& w,
+           std::uint64_t start, std::size_t left, std::uint64_t worst, std::uint64_t& best) {
+  if (left == 1) {
+    if (length - start == 0 || length - start > max_tokens) return;
+    best = std::min(best, std::max(worst, naive_cost(start, length, w)));
+    return;
+  }
+  for (std::uint64_t end = start + 1; end < length; ++end) {
+    if (end - start > max_tokens) break;
+    brute(length, n, max_tokens, w, end, left - 1, std::max(worst, naive_cost(start, end, w)), best);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sppo_partition: equal length splits differ by at most one token") {
+  const auto p = memo::equal_length_partition(10, 4);
+  CHECK(p.lengths() == std::vector<std::uint64_t>{3, 3, 2, 2});
+  CHECK(p.length() == 10);
+}
+
+TEST_CASE("sppo_partition: causal cost matches token-by-token sum") {
+  const memo::causal_cost_weights w{7, 3};
+  for (std::uint64_t a = 0; a < 20; ++a)
+    for (std::uint64_t b = a; b < 25; ++b) CHECK(memo::causal_cost(a, b, w) == naive_cost(a, b, w));
+}
+
+TEST_CASE("sppo_partition: flops-balanced partition is optimal against brute force") {
+  const std::vector<memo::causal_cost_weights> weights{{1, 0}, {0, 1}, {6, 1}, {24, 1}, {1, 5}};
+  for (const auto& w : weights) {
+    for (std::uint64_t length = 1; length <= 14; ++length) {
+      for (std::size_t n = 1; n <= std::min<std::uint64_t>(length, 5); ++n) {
+        for (std::uint64_t cap : {std::uint64_t{0}, (length + n - 1) / n, (length + n - 1) / n + 2}) {
+          const std::uint64_t bound = cap == 0 ? length : cap;
+          std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+          brute(length, n, bound, w, 0, n, 0, best);
+          const auto p = memo::flops_balanced_partition(length, n, w, cap);
+          REQUIRE(p.count() == n);
+          CHECK(p.length() == length);
+          for (std::size_t k = 0; k < n; ++k) {
+            CHECK(p.tokens(k) >= 1);
+            CHECK(p.tokens(k) <= bound);
+          }
+          CHECK(memo::max_cost(p, w) == best);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sppo_partition: causal attention makes later subsequences shorter") {
+  // Attention-dominated: 64K tokens, hidden 64 (6h = 384 << 64K).
+  const auto p = memo::flops_balanced_partition(65536, 8, memo::causal_cost_weights::for_hidden(64));
+  const auto len = p.lengths();
+  for (std::size_t k = 1; k < len.size(); ++k) CHECK(len[k] <= len[k - 1]);
+  CHECK(len.front() > 2 * len.back());
+  const auto eq = memo::equal_length_partition(65536, 8);
+  CHECK(memo::max_cost(p, memo::causal_cost_weights::for_hidden(64)) <
+        memo::max_cost(eq, memo::causal_cost_weights::for_hidden(64)));
+}
+
+TEST_CASE("sppo_partition: bad input is an error") {
+  const memo::causal_cost_weights w{1, 1};
+  CHECK_THROWS_AS(memo::flops_balanced_partition(10, 0, w), memo::error);
+  CHECK_THROWS_AS(memo::flops_balanced_partition(3, 4, w), memo::error);
+  CHECK_THROWS_AS(memo::flops_balanced_partition(10, 2, memo::causal_cost_weights{0, 0}), memo::error);
+  CHECK_THROWS_AS(memo::flops_balanced_partition(10, 2, w, 4), memo::error);
+  CHECK_THROWS_AS(memo::equal_length_partition(2, 3), memo::error);
+  CHECK_THROWS_AS(memo::causal_cost(0, 1ull << 40, memo::causal_cost_weights{1, 1ull << 40}), memo::error);
+}
