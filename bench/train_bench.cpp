@@ -19,12 +19,15 @@
 // time is the prediction model FLOPs / GEMM rate (MFU 1).
 //
 // Memory. The longest context whose training fits `budget` bytes:
-//   memo:     parameter state (parameters, gradients, two AdamW moments) +
-//             gpt2_model's one carved activation allocation
-//             (parameter_state_bytes() + activation_bytes(): every block's
-//             activations resident, chunked attention, chunked loss). Both
-//             are linear in T for fixed chunks; the line is measured from
-//             models built at two contexts and checked against a third.
+//   memo:     the model as it trains with offload: parameter state
+//             (parameters, gradients, two AdamW moments) + gpt2_model's one
+//             planned activation arena (parameter_state_bytes() +
+//             activation_bytes()) with every skeletal tensor of all but the
+//             last two blocks offloaded (alpha = 1) and K/V in host memory,
+//             chunked attention, chunked loss. The host memory that needs
+//             (host_offload_bytes()) is printed beside it. Both are linear
+//             in T for fixed chunks; the lines are measured from models
+//             built at two contexts and checked against a third.
 //   baseline: the same model with unchunked attention: each block keeps its
 //             softmax probabilities P [NH, T, T] for the backward (the
 //             scores S are a transient of the forward; dP and dS transients
@@ -129,20 +132,30 @@ struct linear_bytes {
   [[nodiscard]] double at(std::int64_t t) const { return a + b * static_cast<double>(t); }
 };
 
-std::size_t memo_bytes_measured(memo::host_backend& backend, const model_shape& m, std::int64_t context) {
-  const model_type model(backend, m.config(context), options_for(m, context));
+/// Device bytes (and, through `host`, host bytes) of memo's model at
+/// `context`, skeletal tensors and K/V offloaded.
+std::size_t memo_bytes_measured(memo::host_backend& backend, const model_shape& m, std::int64_t context,
+                                double* host = nullptr) {
+  memo::gpt2_model_options options = options_for(m, context);
+  options.offload_alpha = 1.0;
+  options.kv_offload = true;
+  const model_type model(backend, m.config(context), options);
+  if (host != nullptr) *host = static_cast<double>(model.host_offload_bytes());
   return model.parameter_state_bytes() + model.activation_bytes();
 }
 
 /// The line through two built contexts, checked at a third; the chunks are
 /// the same at all three (contexts at least the attention chunk).
 linear_bytes memo_line(memo::host_backend& backend, const model_shape& m, std::int64_t base,
-                       std::int64_t& checked_at, double& check_error) {
-  const auto b1 = static_cast<double>(memo_bytes_measured(backend, m, base));
-  const auto b2 = static_cast<double>(memo_bytes_measured(backend, m, 2 * base));
+                       std::int64_t& checked_at, double& check_error, linear_bytes& host_line) {
+  double h1 = 0, h2 = 0;
+  const auto b1 = static_cast<double>(memo_bytes_measured(backend, m, base, &h1));
+  const auto b2 = static_cast<double>(memo_bytes_measured(backend, m, 2 * base, &h2));
   linear_bytes line;
   line.b = (b2 - b1) / static_cast<double>(base);
   line.a = b1 - line.b * static_cast<double>(base);
+  host_line.b = (h2 - h1) / static_cast<double>(base);
+  host_line.a = h1 - host_line.b * static_cast<double>(base);
   checked_at = 3 * base;
   check_error = static_cast<double>(memo_bytes_measured(backend, m, checked_at)) - line.at(checked_at);
   return line;
@@ -242,6 +255,7 @@ struct memory_case {
   double memo_bytes = 0;                  // at memo_context (the line)
   std::uint64_t baseline_bytes = 0;       // at baseline_context (simulated)
   double memo_bytes_per_token = 0;
+  double memo_host_bytes = 0;             // host memory memo's run needs at memo_context (the line)
   std::int64_t checked_at = 0;
   double check_error = 0;
 };
@@ -251,12 +265,14 @@ memory_case run_memory_case(memo::host_backend& backend, const model_shape& m, s
   memory_case r;
   r.model = m;
   r.budget = budget;
-  const linear_bytes line = memo_line(backend, m, base, r.checked_at, r.check_error);
+  linear_bytes host_line;
+  const linear_bytes line = memo_line(backend, m, base, r.checked_at, r.check_error, host_line);
   r.memo_bytes_per_token = line.b;
   const std::int64_t step = 256;
   const std::int64_t limit = std::int64_t{1} << 22;  // 4M tokens: T^2 scores stay far from 2^64 bytes
   r.memo_context = longest(step, limit, [&](std::int64_t t) { return line.at(t) <= static_cast<double>(budget); });
   r.memo_bytes = line.at(r.memo_context);
+  r.memo_host_bytes = host_line.at(r.memo_context);
   r.baseline_context = longest(step, limit, [&](std::int64_t t) { return baseline_reserved_bytes(m, t) <= budget; });
   r.baseline_bytes = r.baseline_context > 0 ? baseline_reserved_bytes(m, r.baseline_context) : 0;
   return r;
@@ -402,6 +418,7 @@ int main(int argc, char** argv) {
             .field("memo_longest_context", c.memo_context)
             .field("memo_bytes", c.memo_bytes)
             .field("memo_bytes_per_token", c.memo_bytes_per_token)
+            .field("memo_host_bytes", c.memo_host_bytes)
             .field("memo_line_checked_at", c.checked_at)
             .field("memo_line_check_error_bytes", c.check_error)
             .field("baseline_longest_context", c.baseline_context)
@@ -431,7 +448,7 @@ int main(int argc, char** argv) {
                     static_cast<double>(r.peak_bytes) / memo::mib);
       }
       std::printf("\nlongest context within a device-memory budget (multiples of 256 tokens)\n");
-      std::printf("%-22s %9s  %-28s %-30s %7s\n", "model", "budget", "memo (chunked, planned)",
+      std::printf("%-22s %9s  %-28s %-30s %7s\n", "model", "budget", "memo (chunked, planned, offload)",
                   "unchunked + caching allocator", "ratio");
       for (const auto& c : memory) {
         char memo_col[64], base_col[64];
@@ -442,8 +459,10 @@ int main(int argc, char** argv) {
         std::printf("%-22s %9s  %-28s %-30s %6.1fx\n", c.model.name().c_str(),
                     memo::format_bytes(c.budget).c_str(), memo_col, base_col,
                     c.baseline_context > 0 ? static_cast<double>(c.memo_context) / static_cast<double>(c.baseline_context) : 0.0);
-        std::printf("  memo: %.0f bytes/token, line checked at %lld tokens: off by %.0f bytes\n",
-                    c.memo_bytes_per_token, static_cast<long long>(c.checked_at), c.check_error);
+        std::printf("  memo: %.0f device bytes/token (skeletal tensors and K/V offloaded; host memory at that "
+                    "context %.1f GiB), line checked at %lld tokens: off by %.0f bytes\n",
+                    c.memo_bytes_per_token, c.memo_host_bytes / memo::gib, static_cast<long long>(c.checked_at),
+                    c.check_error);
       }
     }
   } catch (const std::exception& e) {
