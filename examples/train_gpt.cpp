@@ -1,11 +1,14 @@
 // train_gpt: trains the reference GPT-2 (llm.c's model, fp32) with memo.
 //
-// By default it trains a small model on the built-in copy task (every
-// sequence's second half repeats its first half), so the loss on the
-// predictable half falls while the loss on the random half stays near
-// log(vocab): the model learns to look back half a context. With --data it
-// trains on an llm.c token file (GPT-2's vocabulary), and it reads and
-// writes llm.c checkpoints.
+// By default it trains a one-layer GPT-2 with a context of 4096 tokens on the
+// built-in recall task (include/memo/model/builtin_data.hpp): each sequence
+// states a random binding of keys to values in its first half and asks for
+// it in its second half, so the loss on the answers falls from chance only
+// when attention reaches back over thousands of tokens. It prints the loss
+// on the answers whose facts are all more than a quarter of the context back.
+// --task copy trains the copy task instead (the second half repeats the
+// first). With --data it trains on an llm.c token file (GPT-2's vocabulary),
+// and it reads and writes llm.c checkpoints.
 //
 // One sequence of --context tokens per step (batch 1), AdamW, on the host
 // backend (all cores).
@@ -56,13 +59,17 @@ namespace {
 constexpr const char* usage =
     "usage: train_gpt [--layers N] [--channels C] [--heads H] [--context T]\n"
     "                 [--attention-chunk N] [--steps N] [--lr X] [--weight-decay X]\n"
-    "                 [--seed N] [--copy-vocab N | --data FILE] [--checkpoint-in FILE]\n"
+    "                 [--init-std X] [--seed N] [--task recall|copy] [--keys K]\n"
+    "                 [--values V] [--copy-vocab N] [--data FILE] [--checkpoint-in FILE]\n"
     "                 [--checkpoint-out FILE] [--log-every N] [--alpha auto|X]\n"
     "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
     "                 [--print-plan] [--json] [--help]\n"
-    "Trains GPT-2 (fp32, batch 1) on the built-in copy task, or on an llm.c token\n"
-    "file with --data. --checkpoint-in takes the model's shape from the checkpoint\n"
-    "(do not combine it with --layers/--channels/--heads).\n"
+    "Trains GPT-2 (fp32, batch 1) on a built-in task (recall: K keys bound to V\n"
+    "values, default 4 and 4; copy: the second half repeats the first, ids below\n"
+    "--copy-vocab, default 16), or on an llm.c token file with --data.\n"
+    "Defaults: 1 layer, 64 channels, 1 head, context 4096, 240 steps, lr 3e-3,\n"
+    "weights N(0, 0.02 sqrt(768 / channels)). --checkpoint-in takes the model's\n"
+    "shape from the checkpoint (do not combine it with --layers/--channels/--heads).\n"
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
     "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
     "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
@@ -72,16 +79,21 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+enum class builtin_task { recall, copy };
+
 struct options {
-  std::int64_t layers = 1, channels = 32, heads = 2, context = 128;
+  std::int64_t layers = 1, channels = 64, heads = 1, context = 4096;
   std::int64_t attention_chunk = 0;  // 0: the model's default
-  std::int64_t steps = 20000;
+  std::int64_t steps = 240;
   std::int64_t log_every = 0;  // 0: about 25 progress lines
-  double lr = 1e-3, weight_decay = 0.0;
+  double lr = 3e-3, weight_decay = 0.0;
+  std::optional<double> init_std;  // unset: 0.02 sqrt(768 / channels)
   std::uint64_t seed = 1;
   std::string data, checkpoint_in, checkpoint_out;
-  std::int64_t copy_vocab = 16;  // built-in data: token ids in [0, copy_vocab)
-  bool json = false, shape_given = false, copy_vocab_given = false;
+  builtin_task task = builtin_task::recall;
+  std::int64_t keys = 4, values = 4;  // the recall task
+  std::int64_t copy_vocab = 16;       // the copy task: token ids in [0, copy_vocab)
+  bool json = false, shape_given = false, task_option_given = false;
   std::optional<double> alpha;  // --alpha X
   bool alpha_auto = false;      // --alpha auto
   bool kv_offload = false;
@@ -146,9 +158,21 @@ options parse(int argc, char** argv) {
       o.weight_decay = parse_number(arg, value());
     } else if (arg == "--seed") {
       o.seed = parse_int<std::uint64_t>(arg, value(), 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (arg == "--init-std") {
+      o.init_std = parse_number(arg, value());
+      if (*o.init_std == 0.0) throw usage_error("--init-std '0' is not a positive number");
+    } else if (arg == "--task") {
+      const std::string text = value();
+      if (text != "recall" && text != "copy") throw usage_error("--task '" + text + "' is not 'recall' or 'copy'");
+      o.task = text == "recall" ? builtin_task::recall : builtin_task::copy;
+      o.task_option_given = true;
+    } else if (arg == "--keys") {
+      o.keys = parse_int<std::int64_t>(arg, value(), 1, 65536), o.task_option_given = true;
+    } else if (arg == "--values") {
+      o.values = parse_int<std::int64_t>(arg, value(), 2, 65536), o.task_option_given = true;
     } else if (arg == "--copy-vocab") {
       o.copy_vocab = parse_int<std::int64_t>(arg, value(), 2, 65536);
-      o.copy_vocab_given = true;
+      o.task_option_given = true;
     } else if (arg == "--data") {
       o.data = value();
     } else if (arg == "--checkpoint-in") {
@@ -189,8 +213,22 @@ options parse(int argc, char** argv) {
   if (o.shape_given && !o.checkpoint_in.empty()) {
     throw usage_error("--checkpoint-in fixes the model's shape: drop --layers/--channels/--heads");
   }
-  if (o.copy_vocab_given && !o.data.empty()) {
-    throw usage_error("--copy-vocab sizes the built-in data: it does not apply with --data");
+  if (o.task_option_given && !o.data.empty()) {
+    throw usage_error("--task, --keys, --values and --copy-vocab describe the built-in data: "
+                      "they do not apply with --data");
+  }
+  if (o.data.empty()) {
+    // The task's own checks, reported as usage errors.
+    try {
+      if (o.task == builtin_task::recall) {
+        memo::recall_task{o.context, static_cast<std::int32_t>(o.keys), static_cast<std::int32_t>(o.values), 0}
+            .validate();
+      } else {
+        memo::copy_task{o.context, static_cast<std::int32_t>(o.copy_vocab), 0}.validate();
+      }
+    } catch (const memo::error& e) {
+      throw usage_error(e.message());
+    }
   }
   if (o.channels % o.heads != 0) {
     throw usage_error("--channels " + std::to_string(o.channels) + " is not a multiple of --heads " +
@@ -312,11 +350,80 @@ void write_timeline(const std::string& path, const memo::gpt2_config& config, st
 /// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
 std::int32_t padded(std::int64_t vocab) { return static_cast<std::int32_t>((vocab + 63) / 64 * 64); }
 
+/// Where the training windows come from: a built-in task, generated window
+/// by window (window k is sequence k), or an llm.c token file.
+class training_data {
+ public:
+  explicit training_data(const options& o)
+      : recall_{o.context, static_cast<std::int32_t>(o.keys), static_cast<std::int32_t>(o.values), o.seed},
+        copy_{o.context, static_cast<std::int32_t>(o.copy_vocab), o.seed},
+        task_(o.data.empty() ? std::optional<builtin_task>(o.task) : std::nullopt) {}
+
+  [[nodiscard]] bool builtin() const noexcept { return task_.has_value(); }
+  [[nodiscard]] std::int64_t vocab() const noexcept {
+    return *task_ == builtin_task::recall ? recall_.vocab() : copy_.vocab;
+  }
+  /// Opens the token file (its ids checked against the model's vocabulary).
+  void open(const options& o, std::int32_t vocab_size) {
+    if (!builtin()) {
+      loader_.emplace(memo::token_window_loader::from_file(o.data, o.context, memo::window_order::shuffled,
+                                                           o.seed, vocab_size));
+    }
+  }
+  void next(std::int64_t step, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+    if (!builtin()) {
+      loader_->next(inputs, targets);
+    } else if (*task_ == builtin_task::recall) {
+      memo::fill_task_window(recall_, static_cast<std::uint64_t>(step), inputs, targets);
+    } else {
+      memo::fill_task_window(copy_, static_cast<std::uint64_t>(step), inputs, targets);
+    }
+  }
+  /// The targets a model can predict (answers, copies), and the far part of
+  /// them; none for a token file.
+  [[nodiscard]] std::optional<memo::position_range> predictable() const {
+    if (!builtin()) return std::nullopt;
+    return *task_ == builtin_task::recall ? memo::recall_task_answer_targets(recall_)
+                                          : memo::copy_task_predictable_targets(copy_);
+  }
+  [[nodiscard]] std::optional<memo::position_range> far() const {
+    if (!builtin() || *task_ != builtin_task::recall) return std::nullopt;
+    const auto range = memo::recall_task_far_answer_targets(recall_);
+    return range.size() > 0 ? std::optional(range) : std::nullopt;
+  }
+  /// The loss of a model that knows the task's rules but not the sequence:
+  /// log V for an answer, log vocab for a copy.
+  [[nodiscard]] double chance_loss() const {
+    return std::log(static_cast<double>(*task_ == builtin_task::recall ? recall_.values : copy_.vocab));
+  }
+  [[nodiscard]] std::string describe(const options& o) const {
+    if (!builtin()) return o.data;
+    if (*task_ == builtin_task::recall) {
+      return "built-in recall task, " + std::to_string(recall_.keys) + " keys bound to " +
+             std::to_string(recall_.values) + " values per sequence (vocabulary " + std::to_string(vocab()) +
+             "); facts in the first " + std::to_string(recall_.first_half()) + " tokens, queries after";
+    }
+    return "built-in copy task, vocabulary " + std::to_string(copy_.vocab) + "; the last " +
+           std::to_string(o.context - copy_.first_half()) + " tokens repeat the first";
+  }
+  [[nodiscard]] const char* name() const noexcept {
+    return !builtin() ? "file" : *task_ == builtin_task::recall ? "recall_task" : "copy_task";
+  }
+  [[nodiscard]] const char* predictable_name() const noexcept {
+    return *task_ == builtin_task::recall ? "answer loss" : "copied-half loss";
+  }
+
+ private:
+  memo::recall_task recall_;
+  memo::copy_task copy_;
+  std::optional<builtin_task> task_;
+  std::optional<memo::token_window_loader> loader_;
+};
+
 int run(const options& o) {
   using clock = std::chrono::steady_clock;
-  const auto copy_vocab = static_cast<std::int32_t>(o.copy_vocab);
   constexpr std::int32_t gpt2_vocab = 50257;  // llm.c token files
-  const bool builtin = o.data.empty();
+  training_data data(o);
 
   // A checkpoint that cannot be written (a directory, a missing directory,
   // no permission) is reported now, not after the whole training run.
@@ -329,26 +436,19 @@ int run(const options& o) {
     checkpoint = memo::read_gpt2_checkpoint(o.checkpoint_in, o.context);
     config = checkpoint->config;
   } else {
-    const std::int64_t vocab = builtin ? copy_vocab : gpt2_vocab;
+    const std::int64_t vocab = data.builtin() ? data.vocab() : gpt2_vocab;
     config = {static_cast<std::int32_t>(o.context), static_cast<std::int32_t>(vocab), padded(vocab),
               static_cast<std::int32_t>(o.layers), static_cast<std::int32_t>(o.heads),
               static_cast<std::int32_t>(o.channels)};
   }
   config.validate("train_gpt");
-
-  // The data: windows of `context` tokens in order (built-in) or shuffled (a file).
-  const memo::copy_task task{o.context, std::min(copy_vocab, config.vocab_size), o.seed};
-  std::optional<memo::position_range> predictable;
-  std::optional<memo::token_window_loader> loader;
-  if (builtin) {
-    predictable = memo::copy_task_predictable_targets(task);
-    loader.emplace(memo::copy_task_tokens(task, o.steps), o.context, memo::window_order::sequential,
-                   o.seed, "built-in copy task");
-  } else {
-    loader.emplace(memo::token_window_loader::from_file(o.data, o.context,
-                                                        memo::window_order::shuffled, o.seed,
-                                                        config.vocab_size));
+  if (data.builtin() && data.vocab() > config.vocab_size) {
+    throw memo::error("the built-in task needs " + std::to_string(data.vocab()) + " token ids, checkpoint '" +
+                      o.checkpoint_in + "' has a vocabulary of " + std::to_string(config.vocab_size));
   }
+  data.open(o, config.vocab_size);
+  const auto predictable = data.predictable();
+  const auto far = data.far();
 
   memo::host_backend backend;
   // alpha: given, from the LP (MEMO eq. 1-3) on this machine, or no offload.
@@ -367,20 +467,26 @@ int run(const options& o) {
   }
   const memo::caching_allocator_report caching = memo::simulate_caching_allocator(model.step_trace().problem);
   if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
+  // GPT-2's 0.02 at its 768 channels, scaled by sqrt(768 / C): every width
+  // starts with GPT-2's variance at the output of each linear layer.
+  const double init_std = o.init_std.value_or(0.02 * std::sqrt(768.0 / static_cast<double>(config.channels)));
   if (checkpoint) {
     model.set_parameters(checkpoint->parameters);
   } else {
-    model.initialize(o.seed);
+    model.initialize(o.seed, init_std);
   }
   const memo::ops::adamw_config adamw{.learning_rate = o.lr, .weight_decay = o.weight_decay};
 
   if (!o.json) {
-    std::printf("model: L=%d C=%d NH=%d V=%d (padded %d), %llu parameters\n", config.num_layers,
+    std::printf("model: L=%d C=%d NH=%d V=%d (padded %d), %llu parameters", config.num_layers,
                 config.channels, config.num_heads, config.vocab_size, config.padded_vocab_size,
                 static_cast<unsigned long long>(model.parameter_count()));
-    std::printf("data: %s, context %lld\n",
-                builtin ? ("built-in copy task, vocab " + std::to_string(copy_vocab)).c_str() : o.data.c_str(),
-                static_cast<long long>(o.context));
+    if (checkpoint) {
+      std::printf(", from %s\n", o.checkpoint_in.c_str());
+    } else {
+      std::printf(", initialised N(0, %.4g)\n", init_std);
+    }
+    std::printf("data: %s; context %lld\n", data.describe(o).c_str(), static_cast<long long>(o.context));
     std::printf("chunks: attention %lld tokens, loss %lld tokens\n",
                 static_cast<long long>(model.attention_chunk()), static_cast<long long>(model.loss_chunk()));
     std::printf("device memory: parameters+gradients+AdamW %s, activations %s\n",
@@ -401,16 +507,20 @@ int run(const options& o) {
 
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(o.context));
   std::vector<std::int32_t> targets(inputs.size());
-  std::vector<double> losses, copy_losses;
+  std::vector<double> losses, predictable_losses, far_losses;
   const auto start = clock::now();
   // A progress line every `log_every` steps: the losses are means over the
-  // steps since the last line (one step's copied-half loss is a handful of
-  // tokens, too noisy to read a trend from).
+  // steps since the last line (one step's answers are noisy).
   const std::int64_t log_every = o.log_every > 0 ? o.log_every : std::max<std::int64_t>(1, o.steps / 25);
-  double interval_seconds = 0, interval_loss = 0, interval_copy = 0;
+  double interval_seconds = 0, interval_loss = 0, interval_predictable = 0, interval_far = 0;
   std::int64_t interval_steps = 0;
+  auto format = [](bool has, double value) {
+    char text[32] = "-";
+    if (has) std::snprintf(text, sizeof text, "%.4f", value);
+    return std::string(text);
+  };
   for (std::int64_t step = 1; step <= o.steps; ++step) {
-    loader->next(inputs, targets);
+    data.next(step - 1, inputs, targets);
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, adamw);
     if (!std::isfinite(loss)) {
@@ -424,19 +534,23 @@ int run(const options& o) {
     }
     interval_seconds += std::chrono::duration<double>(clock::now() - t0).count();
     losses.push_back(loss);
-    if (predictable) copy_losses.push_back(model.mean_loss(*predictable));
+    if (predictable) predictable_losses.push_back(model.mean_loss(*predictable));
+    if (far) far_losses.push_back(model.mean_loss(*far));
     interval_loss += loss;
-    interval_copy += predictable ? copy_losses.back() : 0.0;
+    interval_predictable += predictable ? predictable_losses.back() : 0.0;
+    interval_far += far ? far_losses.back() : 0.0;
     ++interval_steps;
     if (!o.json && (step % log_every == 0 || step == o.steps)) {
       const double n = static_cast<double>(interval_steps);
-      char copy[32] = "-";
-      if (predictable) std::snprintf(copy, sizeof copy, "%.4f", interval_copy / n);
-      std::printf("step %5lld  loss %.4f  copied-half loss %s  %6.0f tokens/s  %5.2f ms/step  device peak %s\n",
-                  static_cast<long long>(step), interval_loss / n, copy,
+      std::printf("step %5lld  loss %.4f  %s %s", static_cast<long long>(step), interval_loss / n,
+                  predictable ? data.predictable_name() : "predictable loss",
+                  format(predictable.has_value(), interval_predictable / n).c_str());
+      if (far) std::printf(" (far %s)", format(true, interval_far / n).c_str());
+      std::printf("  %6.0f tokens/s  %6.1f ms/step  device peak %s\n",
                   n * static_cast<double>(o.context) / interval_seconds, interval_seconds / n * 1e3,
                   memo::format_bytes(backend.device_memory().peak_bytes()).c_str());
-      interval_seconds = interval_loss = interval_copy = 0;
+      std::fflush(stdout);
+      interval_seconds = interval_loss = interval_predictable = interval_far = 0;
       interval_steps = 0;
     }
   }
@@ -449,6 +563,20 @@ int run(const options& o) {
     memo::write_gpt2_checkpoint(o.checkpoint_out, config, parameters);
   }
 
+  // The mean of the last tenth of the steps (at least one): a single step's
+  // answers are too few to read a final figure from.
+  auto tail_mean = [](const std::vector<double>& v) {
+    const std::size_t n = std::max<std::size_t>(1, v.size() / 10);
+    double sum = 0;
+    for (std::size_t i = v.size() - n; i < v.size(); ++i) sum += v[i];
+    return sum / static_cast<double>(n);
+  };
+  auto head_mean = [](const std::vector<double>& v) {
+    const std::size_t n = std::max<std::size_t>(1, v.size() / 10);
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += v[i];
+    return sum / static_cast<double>(n);
+  };
   if (o.json) {
     memo::json_writer j;
     j.begin_object();
@@ -457,11 +585,17 @@ int run(const options& o) {
     j.field("heads", config.num_heads).field("vocab", config.vocab_size);
     j.field("padded_vocab", config.padded_vocab_size);
     j.field("parameters", model.parameter_count()).end_object();
-    j.field("data", builtin ? std::string("copy_task") : o.data);
+    j.field("data", data.builtin() ? std::string(data.name()) : o.data);
     j.field("context", o.context).field("loss_chunk", model.loss_chunk());
     j.field("attention_chunk", model.attention_chunk());
     j.field("steps", o.steps).field("lr", o.lr).field("weight_decay", o.weight_decay);
     j.field("seed", o.seed);
+    j.key("init_std");
+    if (checkpoint) {
+      j.null();
+    } else {
+      j.value(init_std);
+    }
     j.field("parameter_state_bytes", model.parameter_state_bytes());
     j.field("activation_bytes", model.activation_bytes());
     j.field("device_peak_bytes", backend.device_memory().peak_bytes());
@@ -471,11 +605,23 @@ int run(const options& o) {
     j.key("loss").begin_array();
     for (double l : losses) j.value(l);
     j.end_array();
-    j.key("copied_half_loss");
-    if (predictable) {
+    auto series = [&](const char* name, bool has, const std::vector<double>& v) {
+      j.key(name);
+      if (!has) {
+        j.null();
+        return;
+      }
       j.begin_array();
-      for (double l : copy_losses) j.value(l);
+      for (double l : v) j.value(l);
       j.end_array();
+    };
+    const bool recall = data.builtin() && o.task == builtin_task::recall;
+    series("answer_loss", recall, predictable_losses);
+    series("far_answer_loss", recall && far.has_value(), far_losses);
+    series("copied_half_loss", data.builtin() && !recall, predictable_losses);
+    j.key("chance_loss");
+    if (data.builtin()) {
+      j.value(data.chance_loss());
     } else {
       j.null();
     }
@@ -484,12 +630,14 @@ int run(const options& o) {
     std::printf("%s\n", j.str().c_str());
   } else {
     std::printf("done: %lld steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f", static_cast<long long>(o.steps),
-                total, tokens_per_second, losses.front(), losses.back());
+                total, tokens_per_second, head_mean(losses), tail_mean(losses));
     if (predictable) {
-      std::printf("; copied-half loss %.4f -> %.4f (log %d = %.4f)", copy_losses.front(),
-                  copy_losses.back(), task.vocab, std::log(static_cast<double>(task.vocab)));
+      std::printf("; %s %.4f -> %.4f", data.predictable_name(), head_mean(predictable_losses),
+                  tail_mean(predictable_losses));
+      if (far) std::printf(" (far %.4f -> %.4f)", head_mean(far_losses), tail_mean(far_losses));
+      std::printf("; chance %.4f", data.chance_loss());
     }
-    std::printf("\n");
+    std::printf(" (first and last tenth of the steps)\n");
     if (!o.checkpoint_out.empty()) std::printf("checkpoint written to %s\n", o.checkpoint_out.c_str());
   }
   return 0;

@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io_test_support.hpp"
@@ -109,5 +111,175 @@ TEST_CASE("builtin_data: invalid tasks are errors naming the value and bound") {
                  "fit one token file"));
   std::vector<std::uint16_t> wrong(7);
   CHECK(contains(error_of([&] { memo::fill_copy_task_sequence({8, 4, 0}, 0, wrong); }),
+                 "a sequence has 8 tokens, the span given holds 7"));
+}
+
+namespace {
+
+std::vector<std::uint16_t> sequence(const memo::recall_task& task, std::uint64_t index) {
+  std::vector<std::uint16_t> s(static_cast<std::size_t>(task.context));
+  memo::fill_recall_task_sequence(task, index, s);
+  return s;
+}
+
+// The token classes of the recall task, decoded from the ids as the task's
+// documentation defines them (K V facts, then K queries, then V answers).
+struct decoded {
+  enum kind { fact, query, answer } what;
+  std::int64_t key = -1, value = -1;
+};
+decoded decode(const memo::recall_task& task, std::uint16_t id) {
+  const std::int64_t K = task.keys, V = task.values;
+  if (id < K * V) return {decoded::fact, id / V, id % V};
+  if (id < K * V + K) return {decoded::query, id - K * V, -1};
+  REQUIRE(id < K * V + K + V);
+  return {decoded::answer, -1, id - K * V - K};
+}
+
+}  // namespace
+
+TEST_CASE("builtin_data: a recall sequence states one binding in facts, then queries it") {
+  for (std::int64_t T : {4, 5, 8, 9, 64, 4097}) {
+    for (auto [K, V] : {std::pair{1, 2}, {4, 4}, {7, 3}, {16, 16}}) {
+      CAPTURE(T);
+      CAPTURE(K);
+      CAPTURE(V);
+      const memo::recall_task task{T, K, V, 11};
+      CHECK(task.vocab() == K * V + K + V);
+      const std::int64_t h = (T + 1) / 2;
+      for (std::uint64_t index : {0u, 5u}) {
+        const auto s = sequence(task, index);
+        std::vector<std::int64_t> bound(static_cast<std::size_t>(K), -1);
+        for (std::int64_t t = 0; t < h; ++t) {
+          const auto d = decode(task, s[static_cast<std::size_t>(t)]);
+          REQUIRE(d.what == decoded::fact);
+          auto& b = bound[static_cast<std::size_t>(d.key)];
+          if (b < 0) b = d.value;
+          CHECK(b == d.value);  // one value per key in a sequence
+        }
+        for (std::int64_t t = h; t < T; ++t) {
+          const auto d = decode(task, s[static_cast<std::size_t>(t)]);
+          if ((t - h) % 2 == 0) {
+            CHECK(d.what == decoded::query);
+          } else {
+            REQUIRE(d.what == decoded::answer);
+            const auto q = decode(task, s[static_cast<std::size_t>(t - 1)]);
+            // The answer is the value the facts bound to the query's key
+            // (when the first half happened to state that key).
+            const std::int64_t b = bound[static_cast<std::size_t>(q.key)];
+            if (b >= 0) CHECK(d.value == b);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("builtin_data: recall sequences are deterministic, bindings and keys look uniform") {
+  const memo::recall_task task{4096, 4, 4, 3};
+  CHECK(sequence(task, 2) == sequence(task, 2));
+  CHECK(sequence(task, 2) != sequence(task, 3));
+  CHECK(sequence(task, 2) != sequence({4096, 4, 4, 4}, 2));
+  // Over 400 sequences: every key's share of the facts is within 1% of 1/4
+  // (2048 x 400 draws: 5 standard deviations), and every value is bound to key 0 in 15% to 35% of
+  // the sequences (a binomial of 400 draws at 1/4: standard deviation 2.2%).
+  std::vector<int> keys(4, 0), values(4, 0);
+  for (std::uint64_t i = 0; i < 400; ++i) {
+    const auto s = sequence(task, i);
+    for (std::int64_t t = 0; t < task.first_half(); ++t) ++keys[static_cast<std::size_t>(s[static_cast<std::size_t>(t)] / 4)];
+    for (std::int64_t t = 0; t < task.first_half(); ++t) {
+      if (s[static_cast<std::size_t>(t)] / 4 == 0) {
+        ++values[static_cast<std::size_t>(s[static_cast<std::size_t>(t)] % 4)];
+        break;
+      }
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(std::abs(keys[static_cast<std::size_t>(k)] - 204800) < 204800 / 100);
+    CHECK(values[static_cast<std::size_t>(k)] > 60);
+    CHECK(values[static_cast<std::size_t>(k)] < 140);
+  }
+}
+
+TEST_CASE("builtin_data: the recall task's answer ranges are exactly the answers") {
+  for (std::int64_t T = 4; T <= 40; ++T) {
+    CAPTURE(T);
+    const memo::recall_task task{T, 3, 5, 1};
+    const auto s = sequence(task, 0);
+    const auto answers = memo::recall_task_answer_targets(task);
+    const auto far = memo::recall_task_far_answer_targets(task);
+    const std::int64_t h = task.first_half();
+    std::int64_t count = 0, far_count = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      // Target t is token t + 1; an answer when that token is one (the last
+      // target is the next sequence's first token, a fact).
+      const bool answer = t + 1 < T && decode(task, s[static_cast<std::size_t>(t + 1)]).what == decoded::answer;
+      CHECK(answers.contains(t) == answer);
+      // Far: the query at t is at least (T - h) / 2 + 1 tokens after the
+      // last fact (at h - 1).
+      const bool is_far = answer && t - (h - 1) >= (T - h) / 2 + 1;
+      CHECK(far.contains(t) == is_far);
+      count += answer, far_count += is_far;
+    }
+    CHECK(answers.size() == count);
+    CHECK(far.size() == far_count);
+    CHECK(count >= 1);
+    if (T >= 8) CHECK(far_count >= 1);
+    if (count > 0) CHECK(answers.contains(answers.last()));
+  }
+}
+
+TEST_CASE("builtin_data: a strided position range counts and contains what it lists") {
+  for (std::int64_t begin : {-3, 0, 5}) {
+    for (std::int64_t end : {-1, 0, 5, 6, 17}) {
+      for (std::int64_t stride : {-1, 0, 1, 2, 3, 7}) {
+        CAPTURE(begin);
+        CAPTURE(end);
+        CAPTURE(stride);
+        const memo::position_range r{begin, end, stride};
+        std::int64_t n = 0;
+        for (std::int64_t t = -10; t < 30; ++t) {
+          const bool listed = stride >= 1 && t >= begin && t < end && (t - begin) % stride == 0;
+          CHECK(r.contains(t) == listed);
+          n += listed;
+        }
+        CHECK(r.size() == n);
+      }
+    }
+  }
+}
+
+TEST_CASE("builtin_data: a task window generated on its own equals the loader's window") {
+  const memo::recall_task recall{24, 3, 4, 9};
+  const memo::copy_task copy{24, 7, 9};
+  auto check = [](const auto& task, std::vector<std::uint16_t> tokens) {
+    memo::token_window_loader loader(std::move(tokens), 24, memo::window_order::sequential);
+    std::vector<std::int32_t> in(24), out(24), in2(24), out2(24);
+    for (std::uint64_t k = 0; k < 6; ++k) {
+      CAPTURE(k);
+      loader.next(in, out);
+      memo::fill_task_window(task, k, in2, out2);
+      CHECK(in == in2);
+      CHECK(out == out2);
+    }
+  };
+  check(recall, memo::recall_task_tokens(recall, 6));
+  check(copy, memo::copy_task_tokens(copy, 6));
+  std::vector<std::int32_t> wrong(23), right(24);
+  CHECK(contains(error_of([&] { memo::fill_task_window(recall, 0, wrong, right); }),
+                 "a window has 24 inputs and targets, the spans hold 23 and 24"));
+}
+
+TEST_CASE("builtin_data: invalid recall tasks are errors naming the value and bound") {
+  CHECK(contains(error_of([] { memo::recall_task{3, 4, 4, 0}.validate(); }), "context 3 is too short"));
+  CHECK(contains(error_of([] { memo::recall_task{8, 0, 4, 0}.validate(); }), "0 keys and 4 values"));
+  CHECK(contains(error_of([] { memo::recall_task{8, 4, 1, 0}.validate(); }), "4 keys and 1 values"));
+  CHECK(contains(error_of([] { memo::recall_task{8, 256, 256, 0}.validate(); }),
+                 "need 66048 token ids (K V + K + V), more than 65536"));
+  CHECK(contains(error_of([] { memo::recall_task{8, 65536, 65536, 0}.validate(); }), "more than 65536"));
+  CHECK(contains(error_of([] { (void)memo::recall_task_tokens({8, 2, 2, 0}, 0); }), "recall task: 0 sequences"));
+  std::vector<std::uint16_t> wrong(7);
+  CHECK(contains(error_of([&] { memo::fill_recall_task_sequence({8, 2, 2, 0}, 0, wrong); }),
                  "a sequence has 8 tokens, the span given holds 7"));
 }

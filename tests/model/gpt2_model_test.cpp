@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -180,6 +181,7 @@ TEST_CASE("gpt2_model: loss and every gradient match an fp64 GPT-2 and its finit
   }
   CHECK(m.mean_loss({2, 5}) ==
         doctest::Approx((ref_losses[2] + ref_losses[3] + ref_losses[4]) / 3).epsilon(1e-5));
+  CHECK(m.mean_loss({1, 7, 3}) == doctest::Approx((ref_losses[1] + ref_losses[4]) / 2).epsilon(1e-5));
 
   // Every parameter: central differences of the fp64 model (h = 1e-5: error
   // ~1e-10, far below the fp32 gradients' rounding).
@@ -327,6 +329,8 @@ TEST_CASE("gpt2_model: bad shapes and token ids are errors naming the value") {
   std::vector<float> short_params(10);
   CHECK_THROWS_WITH(m.set_parameters(short_params), doctest::Contains("10 values given"));
   CHECK_THROWS_WITH(static_cast<void>(m.mean_loss({5, 5})), doctest::Contains("[5, 5)"));
+  CHECK_THROWS_WITH(static_cast<void>(m.mean_loss({0, 5, 0})), doctest::Contains("with stride 0"));
+  CHECK_THROWS_WITH(m.initialize(1, 0.0), doctest::Contains("weight_std 0.000000 must be a positive number"));
 }
 
 TEST_CASE("gpt2_model: a step's gradients do not depend on the step before it") {
@@ -513,4 +517,43 @@ TEST_CASE("gpt2_model: bad offload options are errors naming the value") {
                     doctest::Contains("offload_alpha -0.25"));
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .offload_granularity = 5}),
                     doctest::Contains("offload_granularity 5"));
+}
+
+TEST_CASE("gpt2_model: initialize draws weights with the standard deviation asked for") {
+  fixture f;
+  const memo::gpt2_config config{64, 50, 64, 2, 2, 32};
+  model m(f.backend, config, {.context = 64});
+  for (double std_dev : {0.02, 0.1}) {
+    CAPTURE(std_dev);
+    m.initialize(3, std_dev);
+    std::vector<float> p(m.parameter_count());
+    m.get_parameters(p);
+    const auto table = memo::gpt2_parameter_layout(config);
+    // The sample standard deviation of n normal draws is within 4 / sqrt(2n)
+    // of the truth (relative) with overwhelming probability.
+    auto sample_std = [&](const char* name) {
+      for (const auto& info : table.tensors) {
+        if (std::string_view(info.name) != name) continue;
+        double sum = 0, squares = 0;
+        for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
+          sum += p[i], squares += double{p[i]} * p[i];
+        }
+        const double n = static_cast<double>(info.count);
+        return std::pair{std::sqrt(squares / n - (sum / n) * (sum / n)), n};
+      }
+      FAIL("no tensor " << name);
+      return std::pair{0.0, 0.0};
+    };
+    for (const char* name : {"wte", "wpe", "qkvw", "fcw"}) {
+      CAPTURE(name);
+      const auto [s, n] = sample_std(name);
+      CHECK(std::abs(s / std_dev - 1) < 4 / std::sqrt(2 * n));
+    }
+    // The projections into the residual stream: std / sqrt(2 L), L = 2.
+    for (const char* name : {"attprojw", "fcprojw"}) {
+      CAPTURE(name);
+      const auto [s, n] = sample_std(name);
+      CHECK(std::abs(s / (std_dev / 2) - 1) < 4 / std::sqrt(2 * n));
+    }
+  }
 }

@@ -174,18 +174,23 @@ class gpt2_model {
   /// AdamW steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
 
-  /// GPT-2's initialisation from `seed`: weights N(0, 0.02), the two
-  /// projections into the residual stream N(0, 0.02 / sqrt(2L)), layernorm
-  /// weights 1, biases 0. Resets the AdamW moments and the step count.
-  void initialize(std::uint64_t seed) {
+  /// GPT-2's initialisation from `seed`: weights N(0, weight_std) (GPT-2
+  /// uses 0.02), the two projections into the residual stream
+  /// N(0, weight_std / sqrt(2L)), layernorm weights 1, biases 0. Resets the
+  /// AdamW moments and the step count.
+  void initialize(std::uint64_t seed, double weight_std = 0.02) {
+    expects(std::isfinite(weight_std) && weight_std > 0.0, [&] {
+      return "gpt2_model::initialize: weight_std " + std::to_string(weight_std) +
+             " must be a positive number";
+    });
     std::span<float> host = staging_.span();
-    const double residual_std = 0.02 / std::sqrt(2.0 * config_.num_layers);
+    const double residual_std = weight_std / std::sqrt(2.0 * config_.num_layers);
     for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
       const gpt2_tensor_info& info = table_.tensors[t];
       const std::string_view n = info.name;
       const bool bias = n.ends_with('b');
       const bool norm_weight = n == "ln1w" || n == "ln2w" || n == "lnfw";
-      const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : 0.02;
+      const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : weight_std;
       for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
         host[i] = bias ? 0.0f : norm_weight ? 1.0f : static_cast<float>(std_dev * normal(seed, i));
       }
@@ -250,13 +255,13 @@ class gpt2_model {
   [[nodiscard]] std::span<const float> token_losses() const noexcept { return host_losses_.span(); }
   /// Mean of the last per-token losses over target positions `range`.
   [[nodiscard]] double mean_loss(position_range range) const {
-    expects(range.begin >= 0 && range.begin < range.end && range.end <= T_, [&] {
+    expects(range.stride >= 1 && range.begin >= 0 && range.size() > 0 && range.end <= T_, [&] {
       return "gpt2_model::mean_loss: range [" + std::to_string(range.begin) + ", " +
-             std::to_string(range.end) + ") is empty or outside the context [0, " +
-             std::to_string(T_) + ")";
+             std::to_string(range.end) + ") with stride " + std::to_string(range.stride) +
+             " is empty or outside the context [0, " + std::to_string(T_) + ")";
     });
     double sum = 0;
-    for (std::int64_t t = range.begin; t < range.end; ++t) sum += host_losses_.data()[t];
+    for (std::int64_t t = range.begin; t < range.end; t += range.stride) sum += host_losses_.data()[t];
     return sum / static_cast<double>(range.size());
   }
 
