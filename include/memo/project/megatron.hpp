@@ -146,7 +146,8 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
 
   const double classifier = gemm_seconds(c.profile, 3 * m.classifier_flops(s) / (tp * cp));
   r.time.compute = L * (l.gemm + l.attention + 2 * l.gemm + attention_backward_factor * l.attention) + classifier;
-  r.time.communication = L * (l.forward + l.backward - 3 * l.gemm - (1 + attention_backward_factor) * l.attention);
+  r.time.communication = L * (2 * l.tp_comm + std::max(0.0, l.ring_forward - l.attention) +
+                               std::max(0.0, l.ring_backward - attention_backward_factor * l.attention));
   double recomputed_flops = 0;  // forward FLOPs done again, whole group
   if (kind == strategy::memo || kind == strategy::swap_planned) {
     const double alpha = kind == strategy::swap_planned ? 1.0 : fixed_alpha.value_or(memo_alpha(m, c, l));

@@ -202,8 +202,8 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 }
 
 /// Every (SP, PP, N) section 6.1 allows (see the header comment); with
-/// `simulate` false every pipeline is timed by the closed form (the memory,
-/// and so whether it fits, is the same either way).
+/// `simulate` false, only the N needing the least memory, timed by the
+/// closed form (whether some setting fits is the same either way).
 inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m, const cluster& c, double s,
                                              bool simulate = true) {
   std::vector<projection> out;
@@ -223,7 +223,12 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
   for (int sp = per_node; sp >= 1; --sp) {
     if (c.gpus % sp != 0 || m.heads % sp != 0 || m.kv_head_count() % sp != 0) continue;
     const int pp = c.gpus / sp;
-    for (const int n : sppo_subsequence_counts(s, pp)) {
+    std::vector<int> counts = sppo_subsequence_counts(s, pp);
+    // Without simulation only whether it fits matters: the most subsequences
+    // need the least memory (shorter subsequences, the same offloaded share),
+    // so that count alone answers it.
+    if (!simulate && !counts.empty()) counts.erase(counts.begin(), counts.end() - 1);
+    for (const int n : counts) {
       if (!sppo_candidate_allowed(rules, sp, pp, n)) continue;
       out.push_back(sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0));
       if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds);
