@@ -388,15 +388,16 @@ inline std::vector<paper_row> fpdt_rows(bool quick = false) {
     const auto fpdt4m = fpdt_over_all(llama, eight, 4 * M);
     rows.push_back(mfu_row("FPDT", "Table 3", "8B, 8 GPUs, FPDT SP8", "a100x4", 4 * M, 55.7, fpdt4m, counted_note,
                            flops_counted::with_recomputation));
-    paper_row hbm = make_row("FPDT", "Table 3", "8B, 8 GPUs, FPDT SP8", "device memory at 4M, GB", "a100x4");
+    paper_row hbm = make_row("FPDT", "Table 3", "8B, 8 GPUs, FPDT SP8", "device memory at 4M, GiB", "a100x4");
     hbm.paper_text = "68.0";
     hbm.paper_value = 68.0;
     if (fpdt4m) {
-      hbm.model_value = fpdt4m->device.total() / 1e9;
+      hbm.model_value = fpdt4m->device.total() / static_cast<double>(gib);
       hbm.model_text = format("%.1f", hbm.model_value) + " (" + settings_text(*fpdt4m) + ")";
     }
     hbm.check = paper_check::within_10_percent;
-    hbm.note = "the same per-GPU length on 4 GPUs (Table 1's 2M) adds 15 GB of ZeRO-3 states: 83 GB";
+    hbm.note = "paper's G read as GiB (PyTorch's unit); the same per-GPU length on 4 GPUs (Table 1's 2M) adds "
+               "15 GiB of ZeRO-3 states: 83 GiB";
     rows.push_back(hbm);
   }
   // 5.2 / Figure 11's text: 6.7B GPT in one node.
@@ -516,8 +517,9 @@ inline std::vector<paper_row> distributed_rows(bool quick = false) {
     if (s == 2 * M) row.paper_text = "fits, > 55";
     if (s == 512 * K || s == 1 * M) row.paper_text = "fits";
     if (r) {
-      row.model_text += format(", MFU %.1f%%", 100 * r->mfu) + format(", %.0f GB device", r->device.total() / 1e9) +
-                        format(", %.0f GB host per node", r->host_per_node / 1e9);
+      row.model_text += format(", MFU %.1f%%", 100 * r->mfu) +
+                        format(", %.1f GiB device", r->device.total() / static_cast<double>(gib)) +
+                        format(", %.0f GiB host per node", r->host_per_node / static_cast<double>(gib));
     }
     rows.push_back(row);
   }
