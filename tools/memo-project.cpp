@@ -5,7 +5,7 @@
 //   memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N
 //                [--gpus-per-node G] --profile a800|a100|a100x4|h100|h200|FILE
 //                --seq LEN|max [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all]
-//                [--json]
+//                [--time-limit S] [--json]
 //
 // LEN is a token count with an optional K (x1024) or M (x1048576) suffix.
 // For each strategy the tool prints the settings chosen (TP/CP/SP/PP/DP,
@@ -16,7 +16,9 @@
 // it does not fit, or the host link when offload outlasts compute.
 // `--seq max` searches the longest fitting sequence (64K grid).
 // `--strategy all` puts them side by side and marks the best: the longest
-// with --seq max, else the highest MFU among those that fit. The papers'
+// with --seq max, else the highest MFU among those that fit. `--time-limit`
+// (600 s by default) bounds the whole run: a search that would outlast it
+// stops with an error saying where it was. The papers'
 // ablations (recompute-planned, swap-planned, sppo-recompute) are accepted
 // by name too.
 // Errors go to stderr (with --json, also as {"error": ..., "exit_status":
@@ -25,6 +27,7 @@
 // strategy asked for.
 // smoke-args: --model 7b --gpus 8 --profile a800 --seq max --strategy all --json
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -49,12 +52,13 @@ struct usage_error : std::runtime_error {
 const char* const usage_text =
     "usage: memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N [--gpus-per-node G]\n"
     "                    --profile a800|a100|a100x4|h100|h200|FILE --seq LEN|max\n"
-    "                    [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all] [--json]\n"
+    "                    [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all] [--time-limit S] [--json]\n"
     "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K.\n";
 
 struct arguments {
   std::string model, profile, seq, strategy = "all";
   std::optional<int> gpus, gpus_per_node;
+  int time_limit_seconds = 600;
   bool json = false, help = false;
 };
 
@@ -97,6 +101,7 @@ arguments parse_arguments(int argc, char** argv) {
     else if (arg == "--profile") a.profile = need(i);
     else if (arg == "--seq") a.seq = need(i);
     else if (arg == "--strategy") a.strategy = need(i);
+    else if (arg == "--time-limit") a.time_limit_seconds = positive_int(arg, need(i));
     else if (arg == "--json") a.json = true;
     else if (arg == "--help" || arg == "-h") a.help = true;
     else throw usage_error("unknown argument '" + arg + "'");
@@ -205,6 +210,8 @@ void write_text(const row& r, bool best) {
 }
 
 int run(const arguments& a) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::seconds(a.time_limit_seconds);
   const auto model = mp::parse_model_shape(a.model);
   mp::cluster c{mp::load_cluster_profile(a.profile), *a.gpus, 0};
   c.gpus_per_node = a.gpus_per_node.value_or(c.profile.gpus_per_node);
@@ -213,7 +220,20 @@ int run(const arguments& a) {
       a.strategy == "all" ? mp::public_strategies() : std::vector<mp::strategy>{*mp::parse_strategy(a.strategy)};
   std::vector<row> rows;
   for (auto k : kinds) {
-    rows.push_back({k, search ? mp::longest(k, model, c) : mp::project(k, model, c, parse_length(a.seq))});
+    // Every projection is checked against the time limit before it starts;
+    // one projection takes seconds at most, so the run ends soon after it.
+    auto within_time = [&](double s, bool simulate) {
+      if (clock::now() > deadline) {
+        throw memo::error("time limit of " + std::to_string(a.time_limit_seconds) + " s reached while projecting " +
+                          std::string(mp::strategy_name(k)) + " at " + tokens_text(s) +
+                          " tokens (raise it with --time-limit)");
+      }
+      return mp::project(k, model, c, s, simulate);
+    };
+    rows.push_back({k, search ? mp::longest_fitting([&](double s) { return within_time(s, true); },
+                                                    [&](double s) { return within_time(s, false); }, 65536,
+                                                    1024.0 * 1048576)
+                              : within_time(parse_length(a.seq), true)});
   }
   int best = -1;
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
