@@ -95,7 +95,9 @@ TEST_CASE("strategy: project picks a fitting setting of highest MFU, else the cl
 TEST_CASE("strategy: bad lengths and clusters are errors naming the value") {
   const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
   CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, 0), doctest::Contains("between 1 and 2^40 tokens, got 0"));
-  CHECK_THROWS_WITH(mp::project(mp::strategy::sppo, small, c, 1e13), doctest::Contains("between 1 and 2^40 tokens"));
+  CHECK_THROWS_WITH(mp::project(mp::strategy::sppo, small, c, 1e13),
+                    doctest::Contains("between 1 and 2^40 tokens, got 10000000000000"));
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, std::nan("")), doctest::Contains("got nan"));
   const mp::cluster huge{mp::load_cluster_profile("a800"), 1 << 21, 8};
   CHECK_THROWS_WITH(mp::project(mp::strategy::ulysses_zero3, small, huge, 65536),
                     doctest::Contains("at most 1048576 GPUs, got 2097152"));

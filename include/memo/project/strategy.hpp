@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,7 +43,9 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
   m.check();
   c.check();
   expects(s >= 1 && s <= 1099511627776.0, [&] {
-    return "sequence length must be between 1 and 2^40 tokens, got " + std::to_string(s);
+    char text[48];
+    std::snprintf(text, sizeof text, "%.0f", s);
+    return "sequence length must be between 1 and 2^40 tokens, got " + std::string(text);
   });
   switch (kind) {
     case strategy::memo:
