@@ -18,6 +18,10 @@
 // ranges). Then the heuristic solver's (SP, PP, N) (pipeline/
 // sppo_solver.hpp, A800 profile) for Table 4's models at 512K beside the
 // paper's choice.
+// Projected (project/papers.hpp, the model memo-project uses): the papers'
+// settings of this layer, FPDT's 8B on 4 GPUs at 256K-2M tokens (chunk 64K)
+// and SPPO's GPT-7B on 32/64/128 GPUs at 1M-4M, beside the papers' figures
+// and the device profile of the hardware they ran on.
 //
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
@@ -28,6 +32,7 @@
 #include <memo/pipeline/distributed_attention.hpp>
 #include <memo/pipeline/sppo_schedule.hpp>
 #include <memo/pipeline/sppo_solver.hpp>
+#include <memo/project/papers.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -202,6 +207,8 @@ int main(int argc, char** argv) {
     row.chosen = memo::solve_sppo(input).best;
   }
 
+  const std::vector<memo::project::paper_row> projected = memo::project::distributed_rows(quick);
+
   if (json) {
     memo::json_writer out;
     out.begin_object().field("bench", "distributed_bench").field("quick", quick).field("rounds", rounds);
@@ -235,6 +242,9 @@ int main(int argc, char** argv) {
       }
       out.end_object();
     }
+    out.end_array();
+    out.key("paper_projections").begin_array();
+    for (const auto& row : projected) memo::project::write_json(out, row);
     out.end_array().end_object();
     std::printf("%s\n", out.str().c_str());
     return 0;
@@ -267,5 +277,7 @@ int main(int argc, char** argv) {
                   r.paper_n);
     }
   }
+  std::printf("Papers' settings projected (memo-project's model; profile per row):\n");
+  for (const auto& row : projected) std::printf("  [%s] %s\n", row.profile.c_str(), memo::project::row_text(row).c_str());
   return 0;
 }

@@ -1,24 +1,33 @@
 // memo-project: will this context fit on my cluster, with which settings,
-// at what MFU (MEMO 5.3-5.4, FPDT 5; the model is in
-// include/memo/project/strategy.hpp, its fidelity in docs/projections.md).
+// at what MFU (MEMO 5.3-5.4, FPDT 5, SPPO 7; the model is in
+// include/memo/project/, its fidelity in docs/projections.md).
 //
-//   memo-project --model 7b|13b|30b|65b|L,C,H,V --gpus N [--gpus-per-node G]
-//                --profile a800|a100|h100|h200|FILE --seq LEN|max
-//                [--strategy memo|fpdt|recompute|ulysses-zero3|all] [--json]
+//   memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N
+//                [--gpus-per-node G] --profile a800|a100|a100x4|h100|h200|FILE
+//                --seq LEN|max [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all]
+//                [--time-limit S] [--json]
 //
 // LEN is a token count with an optional K (x1024) or M (x1048576) suffix.
-// For each strategy the tool prints the settings chosen (TP/CP/SP, alpha,
-// chunk), the per-GPU memory breakdown, host memory per node, step time,
-// tokens/GPU/s, MFU, and the first resource that runs out when it does not
-// fit. `--seq max` searches the longest fitting sequence (64K grid).
+// For each strategy the tool prints the settings chosen (TP/CP/SP/PP/DP,
+// N subsequences, alpha or the range of alpha_i, chunk), the per-GPU memory
+// breakdown (planned arena against a caching allocator's reserve), host
+// memory per node, where the step's time goes, tokens/GPU/s, MFU (and HFU,
+// which counts recomputation), and the first resource that runs out when
+// it does not fit, or the host link when offload outlasts compute.
+// `--seq max` searches the longest fitting sequence (64K grid).
 // `--strategy all` puts them side by side and marks the best: the longest
-// with --seq max, else the highest MFU among those that fit.
+// with --seq max, else the highest MFU among those that fit. `--time-limit`
+// (600 s by default) bounds the whole run: a search that would outlast it
+// stops with an error saying where it was. The papers'
+// ablations (recompute-planned, swap-planned, sppo-recompute) are accepted
+// by name too.
 // Errors go to stderr (with --json, also as {"error": ..., "exit_status":
 // ...} on stdout); exit status 1 for bad input (a profile file, a model
 // shape), 2 for a bad command line, 3 when the sequence fits under no
 // strategy asked for.
 // smoke-args: --model 7b --gpus 8 --profile a800 --seq max --strategy all --json
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -26,11 +35,10 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/core/json.hpp"
-#include "memo/project/cluster_profile.hpp"
-#include "memo/project/model_shape.hpp"
 #include "memo/project/strategy.hpp"
 
 namespace {
@@ -42,14 +50,15 @@ struct usage_error : std::runtime_error {
 };
 
 const char* const usage_text =
-    "usage: memo-project --model 7b|13b|30b|65b|L,C,H,V --gpus N [--gpus-per-node G]\n"
-    "                    --profile a800|a100|h100|h200|FILE --seq LEN|max\n"
-    "                    [--strategy memo|fpdt|recompute|ulysses-zero3|all] [--json]\n"
+    "usage: memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N [--gpus-per-node G]\n"
+    "                    --profile a800|a100|a100x4|h100|h200|FILE --seq LEN|max\n"
+    "                    [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all] [--time-limit S] [--json]\n"
     "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K.\n";
 
 struct arguments {
   std::string model, profile, seq, strategy = "all";
   std::optional<int> gpus, gpus_per_node;
+  int time_limit_seconds = 600;
   bool json = false, help = false;
 };
 
@@ -92,6 +101,7 @@ arguments parse_arguments(int argc, char** argv) {
     else if (arg == "--profile") a.profile = need(i);
     else if (arg == "--seq") a.seq = need(i);
     else if (arg == "--strategy") a.strategy = need(i);
+    else if (arg == "--time-limit") a.time_limit_seconds = positive_int(arg, need(i));
     else if (arg == "--json") a.json = true;
     else if (arg == "--help" || arg == "-h") a.help = true;
     else throw usage_error("unknown argument '" + arg + "'");
@@ -103,7 +113,7 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.seq.empty()) throw usage_error("--seq is required");
   if (a.seq != "max") parse_length(a.seq);
   if (a.strategy != "all" && !mp::parse_strategy(a.strategy)) {
-    throw usage_error("unknown strategy '" + a.strategy + "' (memo, fpdt, recompute, ulysses-zero3 or all)");
+    throw usage_error("unknown strategy '" + a.strategy + "' (" + mp::strategy_names() + " or all)");
   }
   return a;
 }
@@ -127,19 +137,29 @@ struct row {
   std::optional<mp::projection> result;
 };
 
+/// The range of SPPO's per-subsequence offload ratios.
+std::pair<double, double> alpha_range(const mp::projection& p) {
+  if (p.chosen.alpha_i.empty()) return {p.chosen.alpha, p.chosen.alpha};
+  const auto [low, high] = std::minmax_element(p.chosen.alpha_i.begin(), p.chosen.alpha_i.end());
+  return {*low, *high};
+}
+
 void write_json(memo::json_writer& j, const row& r) {
   j.begin_object().field("strategy", std::string(mp::strategy_name(r.kind)));
   if (!r.result) {
-    j.field("fits", false).field("limit", "no setting divides the GPUs").end_object();
+    j.field("fits", false).field("limit", "no setting applies to this GPU count").end_object();
     return;
   }
   const auto& p = *r.result;
   const auto& d = p.device;
   auto b = [](double x) { return static_cast<std::uint64_t>(std::llround(x)); };
+  const auto [alpha_low, alpha_high] = alpha_range(p);
   j.field("fits", p.fits()).field("sequence", b(p.sequence));
   if (!p.fits()) j.field("limit", p.limit);
-  j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp)
-      .field("sp", p.chosen.sp).field("dp", p.chosen.dp).field("alpha", p.chosen.alpha)
+  j.field("link_bound", p.link_bound());
+  j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp).field("sp", p.chosen.sp)
+      .field("pp", p.chosen.pp).field("dp", p.chosen.dp).field("subsequences", p.chosen.subsequences)
+      .field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high)
       .field("chunk_tokens", b(p.chosen.chunk_tokens)).end_object();
   j.key("device_bytes").begin_object().field("params", b(d.params)).field("grads", b(d.grads))
       .field("optimizer", b(d.optimizer)).field("skeletal", b(d.skeletal))
@@ -147,35 +167,51 @@ void write_json(memo::json_writer& j, const row& r) {
       .field("planned_arena", b(d.planned_arena)).field("caching_reserve", b(d.caching_reserve))
       .field("allocator", d.planned ? "planned" : "caching").field("total", b(d.total()))
       .field("capacity", b(p.device_capacity)).end_object();
+  j.key("step").begin_object().field("seconds", p.step_seconds).field("compute", p.time.compute)
+      .field("recompute", p.time.recompute).field("communication", p.time.communication)
+      .field("offload_stall", p.time.offload_stall).field("bubble", p.time.bubble).end_object();
   j.field("host_bytes_per_node", b(p.host_per_node)).field("host_capacity_bytes", b(p.host_capacity))
-      .field("step_seconds", p.step_seconds).field("tokens_per_gpu_per_second", p.tokens_per_gpu_per_second)
-      .field("mfu", p.mfu).end_object();
+      .field("tokens_per_gpu_per_second", p.tokens_per_gpu_per_second).field("mfu", p.mfu).field("hfu", p.hfu)
+      .end_object();
 }
 
 void write_text(const row& r, bool best) {
   std::cout << (best ? "* " : "  ") << mp::strategy_name(r.kind) << ": ";
   if (!r.result) {
-    std::cout << "no setting divides the GPUs\n";
+    std::cout << "no setting applies to this GPU count\n";
     return;
   }
   const auto& p = *r.result;
   const auto& d = p.device;
   std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + p.limit + " runs out") << "\n";
-  std::printf("    settings: TP %d CP %d SP %d DP %d alpha %.3f chunk %s\n", p.chosen.tp, p.chosen.cp,
-              p.chosen.sp, p.chosen.dp, p.chosen.alpha,
-              p.chosen.chunk_tokens > 0 ? tokens_text(p.chosen.chunk_tokens).c_str() : "-");
-  std::printf("    GPU GiB: params %s grads %s optimizer %s skeletal %s transient %s framework %s\n",
+  std::printf("    settings: TP %d CP %d SP %d PP %d DP %d", p.chosen.tp, p.chosen.cp, p.chosen.sp, p.chosen.pp,
+              p.chosen.dp);
+  if (p.chosen.subsequences > 1) std::printf(" N %d", p.chosen.subsequences);
+  const auto [alpha_low, alpha_high] = alpha_range(p);
+  if (!p.chosen.alpha_i.empty()) {
+    std::printf(" alpha_i %.3f..%.3f", alpha_low, alpha_high);
+  } else if (p.kind == mp::strategy::memo || p.kind == mp::strategy::swap_planned) {
+    std::printf(" alpha %.3f", p.chosen.alpha);
+  }
+  if (p.chosen.chunk_tokens > 0) std::printf(" chunk %s", tokens_text(p.chosen.chunk_tokens).c_str());
+  std::printf("\n    GPU GiB: params %s grads %s optimizer %s skeletal %s transient %s framework %s\n",
               gib_text(d.params).c_str(), gib_text(d.grads).c_str(), gib_text(d.optimizer).c_str(),
               gib_text(d.skeletal).c_str(), gib_text(d.transient).c_str(), gib_text(d.framework).c_str());
   std::printf("             planned arena %s, caching reserve %s (%s paid); total %s of %s\n",
               gib_text(d.planned_arena).c_str(), gib_text(d.caching_reserve).c_str(),
               d.planned ? "planned" : "caching", gib_text(d.total()).c_str(), gib_text(p.device_capacity).c_str());
   std::printf("    host GiB per node: %s of %s\n", gib_text(p.host_per_node).c_str(), gib_text(p.host_capacity).c_str());
-  std::printf("    step %.2f s, %.0f tokens/GPU/s, MFU %.2f%%\n", p.step_seconds, p.tokens_per_gpu_per_second,
-              100 * p.mfu);
+  std::printf("    step %.2f s: compute %.2f, recompute %.2f, exposed communication %.2f, offload stall %.2f, "
+              "bubble %.2f\n",
+              p.step_seconds, p.time.compute, p.time.recompute, p.time.communication, p.time.offload_stall,
+              p.time.bubble);
+  std::printf("    %.0f tokens/GPU/s, MFU %.2f%%, HFU %.2f%%%s\n", p.tokens_per_gpu_per_second, 100 * p.mfu,
+              100 * p.hfu, p.link_bound() ? "; the host link is the bottleneck (offload outlasts compute)" : "");
 }
 
 int run(const arguments& a) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::seconds(a.time_limit_seconds);
   const auto model = mp::parse_model_shape(a.model);
   mp::cluster c{mp::load_cluster_profile(a.profile), *a.gpus, 0};
   c.gpus_per_node = a.gpus_per_node.value_or(c.profile.gpus_per_node);
@@ -184,7 +220,20 @@ int run(const arguments& a) {
       a.strategy == "all" ? mp::public_strategies() : std::vector<mp::strategy>{*mp::parse_strategy(a.strategy)};
   std::vector<row> rows;
   for (auto k : kinds) {
-    rows.push_back({k, search ? mp::longest(k, model, c) : mp::project(k, model, c, parse_length(a.seq))});
+    // Every projection is checked against the time limit before it starts;
+    // one projection takes seconds at most, so the run ends soon after it.
+    auto within_time = [&](double s, bool simulate) {
+      if (clock::now() > deadline) {
+        throw memo::error("time limit of " + std::to_string(a.time_limit_seconds) + " s reached while projecting " +
+                          std::string(mp::strategy_name(k)) + " at " + tokens_text(s) +
+                          " tokens (raise it with --time-limit)");
+      }
+      return mp::project(k, model, c, s, simulate);
+    };
+    rows.push_back({k, search ? mp::longest_fitting([&](double s) { return within_time(s, true); },
+                                                    [&](double s) { return within_time(s, false); }, 65536,
+                                                    1024.0 * 1048576)
+                              : within_time(parse_length(a.seq), true)});
   }
   int best = -1;
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {

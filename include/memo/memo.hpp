@@ -100,8 +100,13 @@
 // project/: projections of a training run onto a cluster (memo-project)
 #include "memo/project/cluster_profile.hpp"
 #include "memo/project/model_shape.hpp"
+#include "memo/project/projection.hpp"
 #if MEMO_HAS_LPSOLVE
+#include "memo/project/megatron.hpp"
+#include "memo/project/ulysses.hpp"
+#include "memo/project/sppo.hpp"
 #include "memo/project/strategy.hpp"
+#include "memo/project/papers.hpp"
 #endif
 
 // pipeline/: FPDT sequence parallelism; SPPO subsequence pipelines (partitions,

@@ -69,7 +69,7 @@ struct sequence_partition {
 
 namespace detail {
 
-inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+inline std::uint64_t checked_cost_mul(std::uint64_t a, std::uint64_t b, const char* what) {
   expects(a == 0 || b <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / a, [&] {
     return std::string("sppo partition: ") + what + " overflows 63 bits (" + std::to_string(a) + " * " +
            std::to_string(b) + "); use smaller relative weights";
@@ -96,8 +96,8 @@ inline void check_partition_input(std::uint64_t length, std::size_t n, const cha
 /// Cost of subsequence [a, b) under `weights` (exact).
 inline std::uint64_t causal_cost(std::uint64_t a, std::uint64_t b, const causal_cost_weights& weights) {
   expects(a <= b, [&] { return "causal_cost: begin " + std::to_string(a) + " after end " + std::to_string(b); });
-  const std::uint64_t linear = detail::checked_mul(weights.linear_weight, b - a, "linear cost");
-  const std::uint64_t attention = detail::checked_mul(weights.attention_weight, detail::causal_pairs(a, b),
+  const std::uint64_t linear = detail::checked_cost_mul(weights.linear_weight, b - a, "linear cost");
+  const std::uint64_t attention = detail::checked_cost_mul(weights.attention_weight, detail::causal_pairs(a, b),
                                                       "attention cost");
   expects(linear <= std::numeric_limits<std::uint64_t>::max() / 2 - attention, "causal_cost: cost overflows");
   return linear + attention;

@@ -151,10 +151,11 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     const double seconds = forward ? options.forward_seconds[j] : options.backward_seconds[j];
     std::vector<int> range{i};
     if (options.multiplexed) {
-      const auto phases = sppo_phases(pp, n, i);
+      // The SP ranges of `sppo_phases` without listing every phase's
+      // subsequences (that would make building the schedule O(PP N^2)).
       const sppo_phase phase = sppo_phase_of(pp, n, i, j);
-      if (phase == sppo_phase::left_sp) range = phases.left_sp;
-      if (phase == sppo_phase::right_sp) range = phases.right_sp;
+      if (phase == sppo_phase::left_sp) range = detail::iota_range(i, pp);
+      if (phase == sppo_phase::right_sp) range = detail::iota_range(0, i + 1);
     }
     const std::string name = sppo_op_name(forward, i, j);
     if (range.size() == 1) {

@@ -1,0 +1,220 @@
+// memo/project/projection.hpp
+//
+// What a projection says about one training step of one model on one
+// cluster under one strategy and one setting: the per-GPU memory
+// breakdown, the host memory per node, the step time split into its parts,
+// throughput, MFU, and the first resource that runs out. The strategies
+// (megatron.hpp, ulysses.hpp, sppo.hpp) fill it in; strategy.hpp searches
+// over settings and lengths.
+//
+// The accounting every strategy shares, in one place:
+//
+//  time   GEMM FLOPs at the profile's gemm_efficiency, FlashAttention at its
+//         attention_efficiency; a layer's backward is 2 x its GEMMs and
+//         2.5 x its attention (FlashAttention-2, Dao 2023, section 3.1: the
+//         backward recomputes the score matrix, five matrix products
+//         against the forward's two); collectives through
+//         schedule/'s `collective_seconds` at the intra-node link when the
+//         group fits in a node, else the inter-node link. MFU counts model
+//         FLOPs (model_shape::model_flops: backward = 2 x forward, no
+//         recomputation); HFU adds what the GPU recomputes.
+//  memory bf16 parameters (2 B), gradients, Adam's fp32 master, m and v
+//         (12 B), each sharded as the strategy shards it; 3 GiB per GPU of
+//         CUDA context, NCCL buffers and library workspaces (E); the
+//         classifier's logits as Megatron-LM computes the loss: bf16 logits
+//         and their fp32 copy for the softmax (6 B per token per vocabulary
+//         entry on the GPU), the spike FPDT 5.4 describes ("the operation
+//         usually requires a Float32 data type").
+//  allocator  a static plan places exactly the live bytes (MEMO 4.2); a
+//         caching allocator reserves `caching_fragmentation` (1.7) times
+//         as much. That factor is the one calibrated constant of the model:
+//         MEMO Table 4 (rows 1-2: 384K without a plan, 640K with one) is
+//         the only published figure behind it; docs/projections.md says so.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+#include "memo/project/cluster_profile.hpp"
+#include "memo/project/model_shape.hpp"
+#include "memo/schedule/schedule_graph.hpp"
+
+namespace memo::project {
+
+enum class strategy {
+  memo,               ///< MEMO: token-wise recompute + swap, planned memory (MEMO 4)
+  recompute,          ///< Megatron-LM TP x CP, full recomputation, caching allocator
+  ulysses_zero3,      ///< DeepSpeed-Ulysses + ZeRO-3, full recomputation, caching allocator
+  fpdt,               ///< FPDT: chunked Ulysses, K/V and checkpoints in host memory (FPDT 4)
+  sppo,               ///< SPPO: subsequence pipeline with adaptive offload (SPPO 5-6)
+  recompute_planned,  ///< MEMO Table 4 row 2: full recomputation + planned memory
+  swap_planned,       ///< MEMO Table 4 row 3: full swapping + planned memory
+  sppo_recompute,     ///< Megatron-LM on SPPO's (SP, PP, N) pipeline, full recomputation
+};
+
+inline constexpr std::string_view strategy_name(strategy s) {
+  switch (s) {
+    case strategy::memo: return "memo";
+    case strategy::recompute: return "recompute";
+    case strategy::ulysses_zero3: return "ulysses-zero3";
+    case strategy::fpdt: return "fpdt";
+    case strategy::sppo: return "sppo";
+    case strategy::recompute_planned: return "recompute-planned";
+    case strategy::swap_planned: return "swap-planned";
+    case strategy::sppo_recompute: return "sppo-recompute";
+  }
+  return "?";
+}
+
+/// Every strategy, the papers' ablations included.
+inline std::vector<strategy> all_strategies() {
+  return {strategy::memo,          strategy::recompute,         strategy::ulysses_zero3,
+          strategy::fpdt,          strategy::sppo,              strategy::recompute_planned,
+          strategy::swap_planned,  strategy::sppo_recompute};
+}
+
+/// The strategies `--strategy all` compares.
+inline std::vector<strategy> public_strategies() {
+  return {strategy::memo, strategy::recompute, strategy::ulysses_zero3, strategy::fpdt, strategy::sppo};
+}
+
+inline std::optional<strategy> parse_strategy(std::string_view name) {
+  for (auto s : all_strategies()) {
+    if (strategy_name(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
+/// The names `parse_strategy` accepts, for messages.
+inline std::string strategy_names() {
+  std::string names;
+  for (auto s : all_strategies()) names += (names.empty() ? "" : ", ") + std::string(strategy_name(s));
+  return names;
+}
+
+struct cluster {
+  cluster_profile profile;
+  int gpus = 1;
+  int gpus_per_node = 8;  ///< the profile's unless given on the command line
+
+  [[nodiscard]] int gpus_in_a_node() const { return std::min(gpus, gpus_per_node); }
+  /// The link a group of `ranks` consecutive GPUs communicates over.
+  [[nodiscard]] double link_for(int ranks) const {
+    return ranks > gpus_per_node ? profile.inter_node_bytes_per_second : profile.intra_node_bytes_per_second;
+  }
+  void check() const {
+    profile.check();
+    expects(gpus >= 1 && gpus_per_node >= 1, [&] {
+      return "cluster: gpus and gpus_per_node must be positive, got " + std::to_string(gpus) + " and " +
+             std::to_string(gpus_per_node);
+    });
+    // The setting enumeration walks the divisors of the GPU count.
+    expects(gpus <= (1 << 20), [&] { return "cluster: at most 1048576 GPUs, got " + std::to_string(gpus); });
+  }
+};
+
+/// Per-GPU device memory, bytes.
+struct memory_breakdown {
+  double params = 0, grads = 0, optimizer = 0;
+  double skeletal = 0;         ///< activations kept for backward (checkpoints, buffers, K/V)
+  double transient = 0;        ///< the largest working set: one layer's backward, or the loss
+  double framework = 0;        ///< CUDA context, NCCL, workspaces, gathered ZeRO-3 layers
+  double planned_arena = 0;    ///< skeletal + transient as a static plan places them
+  double caching_reserve = 0;  ///< what a caching allocator reserves for the same requests
+  bool planned = true;         ///< which of the two the strategy pays
+  [[nodiscard]] double activations() const { return planned ? planned_arena : caching_reserve; }
+  [[nodiscard]] double total() const { return params + grads + optimizer + framework + activations(); }
+};
+
+struct settings {
+  int tp = 1, cp = 1, sp = 1, pp = 1, dp = 1;
+  int subsequences = 1;            ///< sppo: N
+  double alpha = 0.0;              ///< memo: fraction of the other skeletal tokens offloaded
+  std::vector<double> alpha_i;     ///< sppo: per subsequence (SPPO 5.2)
+  double chunk_tokens = 0.0;       ///< fpdt: global tokens per chunk
+};
+
+/// Where one step's time goes (seconds, on the critical path).
+struct step_breakdown {
+  double compute = 0;        ///< forward + backward, GEMMs and attention
+  double recompute = 0;      ///< recomputation in the backward
+  double communication = 0;  ///< collectives not hidden behind compute
+  double offload_stall = 0;  ///< host-link transfers not hidden behind compute
+  double bubble = 0;         ///< pipeline idle time
+};
+
+struct projection {
+  strategy kind = strategy::memo;
+  double sequence = 0;           ///< tokens of one sequence
+  settings chosen;
+  memory_breakdown device;
+  double device_capacity = 0;
+  double host_per_node = 0;      ///< bytes of offloaded activations per node
+  double host_capacity = 0;
+  step_breakdown time;
+  double step_seconds = 0;
+  double tokens_per_gpu_per_second = 0;
+  double mfu = 0;                ///< model FLOPs / (step x GPUs x peak)
+  double hfu = 0;                ///< the same with recomputation counted
+  std::string limit;             ///< empty when it fits, else the first resource that runs out
+  [[nodiscard]] bool fits() const { return limit.empty(); }
+  /// The host link is the bottleneck: offload outlasts the compute it hides behind.
+  [[nodiscard]] bool link_bound() const { return time.offload_stall > 0.01 * step_seconds; }
+  /// How far past capacity the worst resource is (<= 1 when it fits).
+  [[nodiscard]] double pressure() const {
+    return std::max(device.total() / device_capacity, host_per_node / host_capacity);
+  }
+};
+
+inline constexpr double caching_fragmentation = 1.45;
+inline constexpr double framework_bytes = 3.0 * static_cast<double>(gib);
+inline constexpr double attention_backward_factor = 2.5;  ///< FlashAttention-2 backward / forward
+inline constexpr double loss_bytes_per_logit = 6.0;       ///< bf16 logits + their fp32 copy
+inline constexpr double bytes_per_element = 2.0;          ///< bf16 activations
+
+namespace detail {
+
+inline double gemm_seconds(const cluster_profile& p, double flops) {
+  return flops / (p.peak_flops * p.gemm_efficiency);
+}
+inline double attention_seconds(const cluster_profile& p, double flops) {
+  return flops / (p.peak_flops * p.attention_efficiency);
+}
+/// All-gather, reduce-scatter or all-to-all of `bytes` (see
+/// schedule_graph.hpp for which bytes) over `ranks` on `link`.
+inline double collective(collective_kind kind, double bytes, int ranks, double link) {
+  return collective_seconds(kind, static_cast<std::uint64_t>(bytes), ranks, link);
+}
+/// The smallest multiple of `unit` that is at least `tokens` (shards are whole tokens).
+inline std::int64_t padded_tokens(double tokens, std::int64_t unit) {
+  const auto s = static_cast<std::int64_t>(tokens);
+  return (s + unit - 1) / unit * unit;
+}
+
+/// Fills throughput, MFU and the limit from the memory and step time.
+inline void finish(projection& r, const model_shape& m, const cluster& c, double hardware_flops) {
+  r.device_capacity = c.profile.device_memory_bytes;
+  r.host_capacity = c.profile.host_memory_bytes;
+  r.step_seconds = r.time.compute + r.time.recompute + r.time.communication + r.time.offload_stall + r.time.bubble;
+  const double gpu_seconds = r.step_seconds * c.gpus;
+  r.tokens_per_gpu_per_second = r.sequence * r.chosen.dp / gpu_seconds;
+  r.mfu = m.model_flops(r.sequence) * r.chosen.dp / (gpu_seconds * c.profile.peak_flops);
+  r.hfu = hardware_flops * r.chosen.dp / (gpu_seconds * c.profile.peak_flops);
+  r.device.planned_arena = r.device.skeletal + r.device.transient;
+  r.device.caching_reserve = caching_fragmentation * r.device.planned_arena;
+  if (r.device.total() > r.device_capacity) {
+    r.limit = "device memory";
+  } else if (r.host_per_node > r.host_capacity) {
+    r.limit = "host memory";
+  }
+}
+
+}  // namespace detail
+
+}  // namespace memo::project

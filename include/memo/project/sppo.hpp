@@ -1,0 +1,242 @@
+// memo/project/sppo.hpp
+//
+// One step under SPPO (sections 4-6): the sequence cut into N subsequences
+// with FLOPs-balanced lengths (pipeline/sppo_partition.hpp), pipelined
+// through PP stages of n/PP layers, each stage a group of SP GPUs inside a
+// node running Megatron sequence parallelism (SPPO 2.2, 6.2), every
+// subsequence's K/V kept on the device and a fraction alpha_i of its other
+// skeletal activations offloaded (pipeline/sppo_offload.hpp: section 5.2,
+// alpha_i A_i = BW x T_balanced, through MEMO's alpha LP), the rest kept on
+// the device, nothing recomputed. The pipeline, with multiplexed sequence
+// partitioning, is simulated by pipeline/sppo_schedule.hpp; the settings
+// obey section 6.1's restrictions as pipeline/sppo_solver.hpp states them
+// (`sppo_candidate_allowed`: SP divides a node, SP x PP = all GPUs, PP
+// divides the layers, N >= PP). Section 6.1 bounds the work per
+// subsequence at 2K-16K tokens "per layer per device"; Table 4's settings
+// (7B: 512K/32 = 16K ... 1024K/160 = 6.4K tokens per subsequence, i.e.
+// 2K ... 0.8K per GPU) keep s/N, not s/(N SP), in that range, so this
+// model does the same; N is tried at s/16K and at 2 and 4 times that.
+//
+// `sppo-recompute` is the baseline SPPO 7.1 compares against "under the
+// same parallelism strategy": Megatron-LM on the same (SP, PP, N)
+// pipeline with full recomputation, no offload, no multiplexing, a
+// caching allocator.
+//
+// Per GPU of the fullest stage (the first or the last: they also hold the
+// embedding or the classifier):
+//  states     (n/PP layers + V h) x (2 + 4 + 12) B / SP (Megatron-LM's
+//             mixed precision; no data parallelism to shard Adam over).
+//  skeletal   sppo: the offload plan's peak (K/V of every subsequence and
+//             what alpha_i left behind, section 5.2's M_i), plus the
+//             gradients of K and V: under causal attention the backward of
+//             subsequence j adds to dK, dV of every earlier subsequence in
+//             every layer of the stage, and those sums are complete only at
+//             that subsequence's own backward, so they are live for the
+//             whole backward phase (section 5 does not count them).
+//             sppo-recompute: K/V and their gradients, every layer input of
+//             every subsequence, one layer's skeletal tensors of the widest
+//             subsequence being recomputed.
+//  transient  one layer's backward working set of the widest subsequence
+//             (megatron.hpp's, with T = its tokens), or its loss (last
+//             stage), plus two prefetch buffers of the largest offloaded
+//             alpha_i A_i (sppo).
+//
+// Time per subsequence and stage: n/PP layers of GEMMs and attention over
+// the subsequence's causal pairs at their efficiencies, four Megatron-SP
+// collectives forward and four backward, and a fixed `sppo_layer_overhead`
+// per layer per pass (kernel launches and synchronisation of ~40 kernels,
+// 0.2 ms, E: what makes more subsequences cost more, SPPO 3.3). Stage
+// hand-offs of a subsequence's [s_j/SP, h] over the inter-node link when
+// stages span nodes; split pieces of multiplexed subsequences pay their
+// Megatron-SP collectives across the stages over the inter-node link. The
+// classifier is added once.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "memo/pipeline/sppo_offload.hpp"
+#include "memo/pipeline/sppo_partition.hpp"
+#include "memo/pipeline/sppo_schedule.hpp"
+#include "memo/pipeline/sppo_solver.hpp"
+#include "memo/project/projection.hpp"
+
+namespace memo::project {
+
+inline constexpr double sppo_layer_overhead = 2e-4;  ///< seconds per layer per subsequence per pass (E)
+inline constexpr double sppo_min_subsequence = 2048;  ///< SPPO 6.1, tokens per subsequence
+inline constexpr double sppo_max_subsequence = 16384;
+inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is not tried (16G tokens)
+
+namespace detail {
+
+/// `kind` (sppo or sppo-recompute) with SP x PP GPUs and N subsequences.
+/// A setting whose work alone (its step without any bubble) already
+/// exceeds `prune_above` seconds cannot be the best; it is timed by section
+/// 3.3's closed form instead of the simulator.
+inline projection sppo(strategy kind, const model_shape& m, const cluster& c, double s, int sp, int pp, int n,
+                       double prune_above = std::numeric_limits<double>::infinity()) {
+  const auto& p = c.profile;
+  const bool offload = kind == strategy::sppo;
+  const double h = m.hidden, L = m.layers, layers = L / pp;
+  const auto length = static_cast<std::uint64_t>(s);
+  const causal_cost_weights weights{
+      static_cast<std::uint64_t>(std::max(1.0, std::round(m.layer_parameters() / (2 * h)))), 1};
+  projection r;
+  r.kind = kind;
+  r.sequence = s;
+  r.chosen.sp = sp;
+  r.chosen.pp = pp;
+  r.chosen.subsequences = n;
+
+  // Memory that does not depend on the schedule first: when the model
+  // states and K/V alone overflow the device, the closed form of section
+  // 3.3 (T = (PP - 1 + N) / N x F(N)) stands in for the simulation, which
+  // at such lengths would walk millions of operations for a setting that
+  // cannot run anyway.
+  const double stage_parameters = layers * m.layer_parameters() + static_cast<double>(m.vocab) * h;
+  const double kv_per_token = std::ceil(2 * m.kv_width() * bytes_per_element / sp);
+  const double kv_all = layers * kv_per_token * s;
+  const bool hopeless = 18 * stage_parameters / sp + 2 * kv_all > p.device_memory_bytes;
+  const auto count = static_cast<std::size_t>(n);
+  const sequence_partition part =
+      hopeless ? equal_length_partition(length, count) : flops_balanced_partition(length, count, weights);
+
+  // Per-subsequence times on one stage (one GPU of its SP group).
+  sppo_schedule_options options;
+  options.stages = pp;
+  options.multiplexed = offload;
+  double compute = 0, communication = 0, recompute = 0, widest = 0;
+  const double sp_link = c.link_for(sp);
+  for (std::size_t j = 0; j < part.count(); ++j) {
+    const double tokens = static_cast<double>(part.tokens(j));
+    widest = std::max(widest, tokens);
+    const double pairs = static_cast<double>(causal_cost(part.begin(j), part.end(j), {0, 1}));
+    const double gemm = layers * gemm_seconds(p, m.layer_gemm_flops(tokens) / sp);
+    const double attention = layers * attention_seconds(p, 4 * h * pairs / sp);
+    const double comm =
+        layers * 4 * collective(collective_kind::all_gather, tokens * h * bytes_per_element, sp, sp_link);
+    const double overhead = layers * sppo_layer_overhead;
+    const double forward = gemm + attention + comm + overhead;
+    const double backward = 2 * gemm + attention_backward_factor * attention + comm + overhead;
+    options.forward_seconds.push_back(forward);
+    options.backward_seconds.push_back(backward + (offload ? 0.0 : forward));
+    compute += 3 * gemm + (1 + attention_backward_factor) * attention;
+    communication += 2 * (comm + overhead);
+    if (!offload) recompute += forward;
+  }
+  const double hand_off = widest / sp * h * bytes_per_element;
+  if (pp > 1) options.p2p_seconds = hand_off / c.link_for(sp * pp);
+  options.sp_communication_seconds =
+      layers * 4 * hand_off / p.inter_node_bytes_per_second;  // split pieces, across stages
+  sppo_pipeline_figures figures;
+  for (std::size_t j = 0; j < part.count(); ++j) {
+    figures.work_seconds += options.forward_seconds[j] + options.backward_seconds[j];
+  }
+  if (hopeless || figures.work_seconds > prune_above) {
+    figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
+  } else {
+    figures = simulate_sppo(options, p.device());
+  }
+  const double classifier = gemm_seconds(p, 3 * m.classifier_flops(s) / sp);
+  const double work = compute + communication + recompute;
+  const double busy = std::min(1.0, figures.step_seconds / figures.work_seconds);
+  r.time.compute = compute * busy + classifier;
+  r.time.communication = communication * busy;
+  r.time.recompute = recompute * busy;
+  r.time.bubble = std::max(0.0, figures.step_seconds - work * busy);
+
+  // Memory of one GPU of the fullest stage.
+  auto& d = r.device;
+  d.params = 2 * stage_parameters / sp;
+  d.grads = 4 * stage_parameters / sp;
+  d.optimizer = 12 * stage_parameters / sp;
+  d.framework = framework_bytes;
+  d.planned = offload;
+  const transformer_layer per_token = m.layer(sp, sp, 1);  // sp tokens: bytes one GPU keeps per token x sp
+  const double skeletal_per_token = std::ceil(static_cast<double>(per_token.skeletal_bytes()) / sp);
+  const double mlp_width = m.gated_mlp ? 2 * m.ffn_width() : m.ffn_width();
+  const double working = widest * (2 * h / sp + 4 * mlp_width / sp + (sp > 1 ? 2 * h : 0.0) + 2 * h);
+  const double loss = widest * (loss_bytes_per_logit * m.vocab / sp + (sp > 1 ? 2 * h : 0.0) + 2 * h);
+  d.transient = std::max(working, loss);
+  if (hopeless) {
+    d.skeletal = 2 * kv_all;
+  } else if (offload) {
+    sppo_offload_problem problem;
+    for (std::size_t j = 0; j < part.count(); ++j) problem.tokens.push_back(part.tokens(j));
+    problem.kv_bytes_per_token = static_cast<std::uint64_t>(kv_per_token);
+    problem.other_bytes_per_token = static_cast<std::uint64_t>(skeletal_per_token - kv_per_token);
+    problem.layers = static_cast<int>(layers);
+    double forward_compute = 0;
+    for (std::size_t j = 0; j < part.count(); ++j) forward_compute += options.forward_seconds[j];
+    problem.compute_seconds = forward_compute / (n * layers);
+    problem.bandwidth_bytes_per_second = p.host_link_bytes_per_second;
+    problem.host_budget_bytes = static_cast<std::uint64_t>(p.host_memory_bytes / c.gpus_in_a_node());
+    const sppo_offload_plan plan = plan_sppo_offload(problem);
+    r.chosen.alpha_i = plan.alpha;
+    double largest_offload = 0;
+    for (double bytes : plan.offloaded_bytes) largest_offload = std::max(largest_offload, bytes);
+    d.skeletal = plan.peak_device_bytes + kv_all;
+    d.transient += 2 * largest_offload;
+    r.host_per_node = plan.host_bytes * c.gpus_in_a_node();
+  } else {
+    d.skeletal = 2 * kv_all + layers * s * h * bytes_per_element / sp + widest * skeletal_per_token;
+  }
+  finish(r, m, c, m.model_flops(s) + (offload ? 0.0 : L * (m.layer_gemm_flops(s) + m.layer_attention_flops(s))));
+  return r;
+}
+
+/// The numbers of subsequences tried for SP x PP: s/16K, then 2 and 4
+/// times as many, within s/N in [2K, 16K] and N >= PP.
+inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
+  const double low = std::max<double>(pp, std::ceil(s / sppo_max_subsequence));
+  const double high = std::floor(s / sppo_min_subsequence);
+  std::vector<int> out;
+  for (double k = 1; k <= 4 && low * k <= high && low * k <= sppo_max_subsequences; k *= 2) {
+    out.push_back(static_cast<int>(low * k));
+  }
+  return out;
+}
+
+/// Every (SP, PP, N) section 6.1 allows (see the header comment); with
+/// `simulate` false, only the N needing the least memory, timed by the
+/// closed form (whether some setting fits is the same either way).
+inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m, const cluster& c, double s,
+                                             bool simulate = true) {
+  std::vector<projection> out;
+  const int per_node = std::min(c.gpus_per_node, c.gpus);
+  if (c.gpus % per_node != 0) return out;  // SPPO's stages need whole nodes
+  sppo_solver_input rules;
+  rules.sequence_length = static_cast<std::uint64_t>(s);
+  rules.hidden = static_cast<std::uint64_t>(m.hidden);
+  rules.layers = m.layers;
+  rules.nodes = c.gpus / per_node;
+  rules.profile = c.profile.device();
+  rules.profile.gpus_per_node = per_node;
+  rules.profile.device_memory_bytes = ~std::uint64_t{0} / 4;  // memory is judged by this model
+  rules.min_tokens = 1;
+  rules.max_tokens = rules.sequence_length;
+  double fastest = std::numeric_limits<double>::infinity();  // of the settings that fit
+  for (int sp = per_node; sp >= 1; --sp) {
+    if (c.gpus % sp != 0 || m.heads % sp != 0 || m.kv_head_count() % sp != 0) continue;
+    const int pp = c.gpus / sp;
+    std::vector<int> counts = sppo_subsequence_counts(s, pp);
+    // Without simulation only whether it fits matters: the most subsequences
+    // need the least memory (shorter subsequences, the same offloaded share),
+    // so that count alone answers it.
+    if (!simulate && !counts.empty()) counts.erase(counts.begin(), counts.end() - 1);
+    for (const int n : counts) {
+      if (!sppo_candidate_allowed(rules, sp, pp, n)) continue;
+      out.push_back(sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0));
+      if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds);
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+}  // namespace memo::project

@@ -1,0 +1,103 @@
+#include "memo/project/sppo.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace mp = memo::project;
+
+namespace {
+// 8 layers, h = 64, 4 heads, f = 256, V = 100: a layer is 12 h^2 = 49152 parameters.
+const mp::model_shape small{"small", 8, 64, 4, 100};
+
+mp::cluster node(int gpus, double link = 1e15, double host = 1e15) {
+  return {{"t", 1e12, 0.5, 0.25, link, 1e11, 1e10, 1e15, host, 4}, gpus, 4};
+}
+}  // namespace
+
+TEST_CASE("sppo: the subsequence counts keep s/N in [2K, 16K] and N >= PP") {
+  for (double s : {65536.0, 1048576.0, 4194304.0}) {
+    for (int pp : {1, 4, 16}) {
+      for (int n : mp::detail::sppo_subsequence_counts(s, pp)) {
+        CHECK(n >= pp);
+        CHECK(s / n <= 16384);
+        CHECK(s / n >= 2048);
+      }
+    }
+  }
+  const auto counts = mp::detail::sppo_subsequence_counts(1048576, 4);
+  CHECK(counts == std::vector<int>{64, 128, 256});
+  CHECK(mp::detail::sppo_subsequence_counts(4096, 4).empty());  // 4 subsequences of 1K: too short
+}
+
+TEST_CASE("sppo: settings obey section 6.1's restrictions") {
+  const auto all = mp::detail::sppo_settings(mp::strategy::sppo, small, node(16), 131072);
+  REQUIRE_FALSE(all.empty());
+  for (const auto& r : all) {
+    CHECK(4 % r.chosen.sp == 0);                       // SP inside a node
+    CHECK(r.chosen.sp * r.chosen.pp == 16);            // every GPU, no data parallelism
+    CHECK(8 % r.chosen.pp == 0);                       // whole layers per stage
+    CHECK(r.chosen.subsequences >= r.chosen.pp);
+    CHECK(static_cast<int>(r.chosen.alpha_i.size()) == r.chosen.subsequences);
+  }
+  // Not whole nodes: no setting.
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072).empty());
+}
+
+TEST_CASE("sppo: one stage's step is its work, by hand from the FLOPs") {
+  // PP = 1 (SP 4 on one node): no bubble and no hand-off; forward and
+  // backward of every subsequence run back to back on the stage.
+  const double s = 65536;
+  const int n = 8;
+  const auto r = mp::detail::sppo(mp::strategy::sppo, small, node(4), s, 4, 1, n);
+  const double h = 64, layers = 8, P_layer = 49152;
+  // Over all subsequences the causal pairs sum to s (s + 1) / 2.
+  const double gemm = layers * 2 * P_layer * s / 4 / (1e12 * 0.5);
+  const double attention = layers * 4 * h * (s * (s + 1) / 2) / 4 / (1e12 * 0.25);
+  const double comm = layers * 4 * 0.75 * s * h * 2 / 1e11;  // four collectives of [s_j, h], 3/4 crossing
+  const double overhead = 2 * n * layers * mp::sppo_layer_overhead;
+  const double classifier = 3 * 2 * s * h * 100 / 4 / (1e12 * 0.5);
+  CHECK(r.time.bubble == doctest::Approx(0).epsilon(1e-9));
+  CHECK(r.step_seconds == doctest::Approx(3 * gemm + 3.5 * attention + 2 * comm + overhead + classifier));
+  // Megatron-LM on the same pipeline recomputes every forward.
+  const auto again = mp::detail::sppo(mp::strategy::sppo_recompute, small, node(4), s, 4, 1, n);
+  CHECK(again.time.recompute == doctest::Approx(gemm + attention + comm + overhead / 2));
+  CHECK(again.step_seconds > r.step_seconds);
+  CHECK(again.hfu > again.mfu);
+}
+
+TEST_CASE("sppo: memory with everything offloaded, by hand") {
+  // A fast link and a large host: every alpha_i is 1 and a subsequence's
+  // other activations leave while the next one computes, so the device holds
+  // the K/V of every subsequence so far plus the subsequence computing
+  // (section 5.2's M_i), and the K/V gradients for the backward.
+  const double s = 65536;
+  const int n = 8, sp = 4;
+  const auto r = mp::detail::sppo(mp::strategy::sppo, small, node(4), s, sp, 1, n);
+  for (double a : r.chosen.alpha_i) CHECK(a == doctest::Approx(1.0));
+  const double layers = 8, h = 64;
+  const double kv_per_token = 2 * h * 2 / sp;                     // K and V, bf16, split over SP
+  const double other_per_token = (32 * h + 8 + 8 + 4 * 4) / sp - kv_per_token;  // core's skeletal table
+  const auto part = memo::flops_balanced_partition(65536, n, {static_cast<std::uint64_t>(49152 / (2 * 64)), 1});
+  double worst = 0, kv = 0;
+  for (std::size_t j = 0; j < part.count(); ++j) {
+    kv += kv_per_token * static_cast<double>(part.tokens(j));
+    worst = std::max(worst, other_per_token * static_cast<double>(part.tokens(j)) + kv);
+  }
+  CHECK(r.device.skeletal == doctest::Approx(layers * worst + layers * kv_per_token * s));
+  // Host: every subsequence's other activations, 4 GPUs.
+  CHECK(r.host_per_node == doctest::Approx(4 * layers * other_per_token * s));
+  // A host of nothing: alpha_i = 0, everything stays on the device.
+  const auto kept = mp::detail::sppo(mp::strategy::sppo, small, node(4, 1e15, 1), s, sp, 1, n);
+  for (double a : kept.chosen.alpha_i) CHECK(a == doctest::Approx(0.0));
+  CHECK(kept.device.skeletal == doctest::Approx(layers * (other_per_token + 2 * kv_per_token) * s));
+}
+
+TEST_CASE("sppo: a setting whose states and K/V overflow the device is reported without simulating") {
+  mp::cluster c = node(4);
+  c.profile.device_memory_bytes = 1e6;
+  const auto r = mp::detail::sppo(mp::strategy::sppo, small, c, 1 << 20, 4, 1, 64);
+  CHECK(r.limit == "device memory");
+  CHECK(r.step_seconds > 0);
+}
