@@ -174,14 +174,8 @@ std::pair<double, double> alpha_range(const mp::projection& p) {
   return {*low, *high};
 }
 
-/// A byte count as a JSON integer; the library bounds every one below 2^64.
-std::uint64_t bytes(double x) {
-  const double rounded = std::nearbyint(x);
-  if (!(rounded >= 0) || rounded >= 0x1p64) {
-    throw memo::error("a byte count of " + std::to_string(x) + " is not below 2^64");
-  }
-  return static_cast<std::uint64_t>(rounded);
-}
+/// A byte count as a JSON integer (the library bounds every one below 2^64).
+std::uint64_t bytes(double x) { return mp::byte_count(x, "a reported figure"); }
 
 void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.begin_object().field("strategy", std::string(mp::strategy_name(r.kind)));

@@ -103,9 +103,9 @@ inline megatron_layer megatron_layer_of(const model_shape& m, const cluster& c, 
 /// then stalls, 5.3.2) or overflow the host (the host runs out).
 inline double memo_alpha(const model_shape& m, const cluster& c, const megatron_layer& l, int used_gpus) {
   alpha_problem lp;
-  lp.input_bytes = static_cast<std::uint64_t>(l.input);
-  lp.attention_output_bytes = static_cast<std::uint64_t>(l.attention_output);
-  lp.other_bytes = static_cast<std::uint64_t>(l.other);
+  lp.input_bytes = byte_count(l.input, "a layer's input");
+  lp.attention_output_bytes = byte_count(l.attention_output, "a layer's attention output");
+  lp.other_bytes = byte_count(l.other, "a layer's other skeletal tensors");
   lp.bandwidth_bytes_per_second = c.profile.host_link_bytes_per_second;
   lp.layer_forward_seconds = l.forward;
   lp.layers = m.layers;

@@ -187,6 +187,21 @@ inline constexpr double attention_backward_factor = 2.5;  ///< FlashAttention-2 
 inline constexpr double loss_bytes_per_logit = 6.0;       ///< bf16 logits + their fp32 copy
 inline constexpr double bytes_per_element = 2.0;          ///< bf16 activations
 
+/// Whether `bytes` rounds to a whole number of bytes below 2^64 (what a
+/// 64-bit count holds); false for negative and non-finite values.
+inline bool representable_bytes(double bytes) { return bytes >= 0 && std::nearbyint(bytes) < 0x1p64; }
+
+/// `bytes` as a 64-bit count, rounded to the nearest byte; a memo::error
+/// naming `what` when it is not `representable_bytes`.
+inline std::uint64_t byte_count(double bytes, std::string_view what) {
+  expects(representable_bytes(bytes), [&] {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", bytes);
+    return std::string(what) + " of " + text + " bytes is not a byte count below 2^64";
+  });
+  return static_cast<std::uint64_t>(std::nearbyint(bytes));
+}
+
 namespace detail {
 
 inline double gemm_seconds(const cluster_profile& p, double flops) {
@@ -198,7 +213,8 @@ inline double attention_seconds(const cluster_profile& p, double flops) {
 /// All-gather, reduce-scatter or all-to-all of `bytes` (see
 /// schedule_graph.hpp for which bytes) over `ranks` on `link`.
 inline double collective(collective_kind kind, double bytes, int ranks, double link) {
-  return collective_seconds(kind, static_cast<std::uint64_t>(bytes), ranks, link);
+  const std::uint64_t count = byte_count(bytes, std::string("the ") + to_string(kind) + " of a layer");
+  return collective_seconds(kind, count, ranks, link);
 }
 /// The smallest multiple of `unit` that is at least `tokens` (shards are whole tokens).
 inline std::int64_t padded_tokens(double tokens, std::int64_t unit) {
@@ -219,9 +235,8 @@ inline void check_counts(const projection& r) {
       {"transient activation bytes", d.transient}, {"framework bytes", d.framework},
       {"caching allocator reserve", d.caching_reserve}, {"device total", d.total()},
       {"host bytes per node", r.host_per_node}};
-  constexpr double limit = 0x1p64;
   for (const auto& [what, value] : bytes) {
-    expects(value >= 0 && value < limit, [&] {
+    expects(representable_bytes(value), [&] {
       char text[160];
       std::snprintf(text, sizeof text, "setting TP %d CP %d SP %d PP %d DP %d: %s %.4g", r.chosen.tp, r.chosen.cp,
                     r.chosen.sp, r.chosen.pp, r.chosen.dp, what, value);
