@@ -13,7 +13,10 @@
 // breakdown (planned arena against a caching allocator's reserve), host
 // memory per node, where the step's time goes, tokens/GPU/s, MFU (and HFU,
 // which counts recomputation), and the first resource that runs out when
-// it does not fit, or the host link when offload outlasts compute.
+// it does not fit, or the host link when offload outlasts compute. A
+// Megatron or Ulysses setting may leave GPUs idle when that reaches
+// further (said as "on 4 GPUs, 1 idle"); SPPO uses every GPU or says why
+// no setting applies.
 // `--seq max` searches the longest fitting sequence (64K grid, up to 1024M
 // tokens; an answer at that bound says longer ones may fit too).
 // `--strategy all` puts them side by side and marks the best: the longest
@@ -36,7 +39,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>

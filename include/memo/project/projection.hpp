@@ -213,8 +213,7 @@ inline double attention_seconds(const cluster_profile& p, double flops) {
 /// All-gather, reduce-scatter or all-to-all of `bytes` (see
 /// schedule_graph.hpp for which bytes) over `ranks` on `link`.
 inline double collective(collective_kind kind, double bytes, int ranks, double link) {
-  const std::uint64_t count = byte_count(bytes, std::string("the ") + to_string(kind) + " of a layer");
-  return collective_seconds(kind, count, ranks, link);
+  return collective_seconds(kind, byte_count(bytes, to_string(kind)), ranks, link);
 }
 /// The smallest multiple of `unit` that is at least `tokens` (shards are whole tokens).
 inline std::int64_t padded_tokens(double tokens, std::int64_t unit) {
