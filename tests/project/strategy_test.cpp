@@ -176,3 +176,29 @@ TEST_CASE("strategy: misuse of the API is an error naming what was wrong") {
   CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, one, gpu, 1099511627776.0),
                     doctest::Contains("is not a byte count below 2^64"));
 }
+
+TEST_CASE("strategy: more device or host memory never fits less, step by step") {
+  const double gib = 1073741824.0;
+  for (auto kind : mp::public_strategies()) {
+    double previous = 0;
+    for (double device : {40.0, 64.0, 80.0, 112.0, 160.0}) {
+      mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+      c.profile.device_memory_bytes = device * gib;
+      const auto r = mp::longest(kind, small, c);
+      const double reached = r ? r->sequence : 0;
+      CHECK_MESSAGE(reached >= previous, mp::strategy_name(kind) << " with " << device << " GiB");
+      previous = reached;
+    }
+  }
+  for (auto kind : {mp::strategy::memo, mp::strategy::fpdt, mp::strategy::sppo, mp::strategy::swap_planned}) {
+    double previous = 0;
+    for (double host : {64.0, 256.0, 1024.0, 1843.0, 4096.0}) {
+      mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+      c.profile.host_memory_bytes = host * gib;
+      const auto r = mp::longest(kind, small, c);
+      const double reached = r ? r->sequence : 0;
+      CHECK_MESSAGE(reached >= previous, mp::strategy_name(kind) << " with " << host << " GiB of host");
+      previous = reached;
+    }
+  }
+}
