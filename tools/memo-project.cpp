@@ -13,12 +13,17 @@
 // breakdown (planned arena against a caching allocator's reserve), host
 // memory per node, where the step's time goes, tokens/GPU/s, MFU (and HFU,
 // which counts recomputation), and the first resource that runs out when
-// it does not fit, or the host link when offload outlasts compute.
-// `--seq max` searches the longest fitting sequence (64K grid).
+// it does not fit, or the host link when offload outlasts compute. A
+// Megatron or Ulysses setting may leave GPUs idle when that reaches
+// further (said as "on 4 GPUs, 1 idle"); SPPO uses every GPU or says why
+// no setting applies.
+// `--seq max` searches the longest fitting sequence (64K grid, up to 1024M
+// tokens; an answer at that bound says longer ones may fit too).
 // `--strategy all` puts them side by side and marks the best: the longest
 // with --seq max, else the highest MFU among those that fit. `--time-limit`
-// (600 s by default) bounds the whole run: a search that would outlast it
-// stops with an error saying where it was. The papers'
+// (600 s by default) bounds the whole run: a run that reaches it stops
+// there, even inside one long simulation, with an error saying which
+// strategy and length it was projecting. The papers'
 // ablations (recompute-planned, swap-planned, sppo-recompute) are accepted
 // by name too.
 // Errors go to stderr (with --json, also as {"error": ..., "exit_status":
@@ -29,12 +34,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
-#include <stdexcept>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -62,10 +71,19 @@ struct arguments {
   bool json = false, help = false;
 };
 
-int positive_int(const std::string& option, const std::string& v) {
-  const auto n = memo::detail::parse_integer<int>(v);
-  if (!n || *n < 1) throw usage_error(option + " '" + v + "' is not a positive integer");
-  return *n;
+using memo::detail::quote;
+
+constexpr double max_tokens = 1099511627776.0;  // 2^40, what a projection accepts
+constexpr double search_grid = 65536, search_limit = 1024.0 * 1048576;
+
+/// A whole number in [1, `high`]; otherwise a usage error naming the option,
+/// the value and the range.
+int positive_int(const std::string& option, const std::string& v, int high) {
+  const auto n = memo::detail::parse_integer<long long>(v);
+  if (!n || *n < 1 || *n > high) {
+    throw usage_error(option + " '" + quote(v) + "' is not a whole number from 1 to " + std::to_string(high));
+  }
+  return static_cast<int>(*n);
 }
 
 double parse_length(const std::string& v) {
@@ -74,8 +92,12 @@ double parse_length(const std::string& v) {
   if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'k')) unit = 1024, digits.pop_back();
   else if (!digits.empty() && (digits.back() == 'M' || digits.back() == 'm')) unit = 1048576, digits.pop_back();
   const auto n = memo::detail::parse_integer<std::int64_t>(digits);
-  if (!n || *n < 1 || *n > (std::int64_t{1} << 40)) {
-    throw usage_error("--seq '" + v + "' is not 'max' or a positive token count (e.g. 131072, 128K, 1M)");
+  const bool all_digits = !digits.empty() && digits.find_first_not_of("+0123456789") == std::string::npos;
+  if ((!n && all_digits) || (n && *n >= 1 && static_cast<double>(*n) * unit > max_tokens)) {
+    throw usage_error("--seq '" + quote(v) + "' is longer than 2^40 (1099511627776) tokens");
+  }
+  if (!n || *n < 1) {
+    throw usage_error("--seq '" + quote(v) + "' is not 'max' or a positive token count (e.g. 131072, 128K, 1M)");
   }
   return static_cast<double>(*n) * unit;
 }
@@ -84,27 +106,31 @@ arguments parse_arguments(int argc, char** argv) {
   arguments a;
   std::vector<std::string> seen;
   auto need = [&](int& i) -> std::string {
-    if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
-    return argv[++i];
+    const std::string option = argv[i];
+    if (i + 1 >= argc) throw usage_error(option + " needs a value");
+    const std::string value = argv[++i];
+    if (value.empty()) throw usage_error(option + " needs a value, got an empty one");
+    if (value.starts_with("--")) throw usage_error(option + " needs a value, got the option '" + quote(value) + "'");
+    return value;
   };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.starts_with("--")) {
       if (std::find(seen.begin(), seen.end(), arg) != seen.end()) {
-        throw usage_error("option '" + arg + "' given more than once");
+        throw usage_error("option '" + quote(arg) + "' given more than once");
       }
       seen.push_back(arg);
     }
     if (arg == "--model") a.model = need(i);
-    else if (arg == "--gpus") a.gpus = positive_int(arg, need(i));
-    else if (arg == "--gpus-per-node") a.gpus_per_node = positive_int(arg, need(i));
+    else if (arg == "--gpus") a.gpus = positive_int(arg, need(i), 1 << 20);
+    else if (arg == "--gpus-per-node") a.gpus_per_node = positive_int(arg, need(i), 1 << 20);
     else if (arg == "--profile") a.profile = need(i);
     else if (arg == "--seq") a.seq = need(i);
     else if (arg == "--strategy") a.strategy = need(i);
-    else if (arg == "--time-limit") a.time_limit_seconds = positive_int(arg, need(i));
+    else if (arg == "--time-limit") a.time_limit_seconds = positive_int(arg, need(i), 1 << 30);
     else if (arg == "--json") a.json = true;
     else if (arg == "--help" || arg == "-h") a.help = true;
-    else throw usage_error("unknown argument '" + arg + "'");
+    else throw usage_error("unknown argument '" + quote(arg) + "'");
   }
   if (a.help) return a;
   if (a.model.empty()) throw usage_error("--model is required");
@@ -113,7 +139,7 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.seq.empty()) throw usage_error("--seq is required");
   if (a.seq != "max") parse_length(a.seq);
   if (a.strategy != "all" && !mp::parse_strategy(a.strategy)) {
-    throw usage_error("unknown strategy '" + a.strategy + "' (" + mp::strategy_names() + " or all)");
+    throw usage_error("unknown strategy '" + quote(a.strategy) + "' (" + mp::strategy_names() + " or all)");
   }
   return a;
 }
@@ -132,9 +158,15 @@ std::string tokens_text(double s) {
   return text;
 }
 
+/// One strategy's answer: the projection (with --seq max, the longest that
+/// fits, else the one at the shortest length searched, which shows what runs
+/// out), or why no setting applies.
 struct row {
   mp::strategy kind;
   std::optional<mp::projection> result;
+  std::string no_setting;     ///< why no setting applies, when none does
+  bool capped = false;        ///< --seq max reached the search's upper bound
+  [[nodiscard]] bool fits() const { return result && result->fits(); }
 };
 
 /// The range of SPPO's per-subsequence offload ratios.
@@ -144,46 +176,56 @@ std::pair<double, double> alpha_range(const mp::projection& p) {
   return {*low, *high};
 }
 
-void write_json(memo::json_writer& j, const row& r) {
+/// A byte count as a JSON integer (the library bounds every one below 2^64).
+std::uint64_t bytes(double x) { return mp::byte_count(x, "a reported figure"); }
+
+void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.begin_object().field("strategy", std::string(mp::strategy_name(r.kind)));
   if (!r.result) {
-    j.field("fits", false).field("limit", "no setting applies to this GPU count").end_object();
+    j.field("fits", false).field("limit", "no setting applies to this GPU count and length")
+        .field("reason", r.no_setting).end_object();
     return;
   }
   const auto& p = *r.result;
   const auto& d = p.device;
-  auto b = [](double x) { return static_cast<std::uint64_t>(std::llround(x)); };
   const auto [alpha_low, alpha_high] = alpha_range(p);
-  j.field("fits", p.fits()).field("sequence", b(p.sequence));
+  j.field("fits", p.fits()).field("sequence", bytes(p.sequence));
+  if (r.capped) j.field("search_limit_reached", true);
   if (!p.fits()) j.field("limit", p.limit);
   j.field("link_bound", p.link_bound());
   j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp).field("sp", p.chosen.sp)
       .field("pp", p.chosen.pp).field("dp", p.chosen.dp).field("subsequences", p.chosen.subsequences)
       .field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high)
-      .field("chunk_tokens", b(p.chosen.chunk_tokens)).end_object();
-  j.key("device_bytes").begin_object().field("params", b(d.params)).field("grads", b(d.grads))
-      .field("optimizer", b(d.optimizer)).field("skeletal", b(d.skeletal))
-      .field("transient", b(d.transient)).field("framework", b(d.framework))
-      .field("planned_arena", b(d.planned_arena)).field("caching_reserve", b(d.caching_reserve))
-      .field("allocator", d.planned ? "planned" : "caching").field("total", b(d.total()))
-      .field("capacity", b(p.device_capacity)).end_object();
+      .field("chunk_tokens", bytes(p.chosen.chunk_tokens)).field("gpus_used", p.chosen.gpus())
+      .field("gpus_idle", gpus - p.chosen.gpus()).end_object();
+  j.key("device_bytes").begin_object().field("params", bytes(d.params)).field("grads", bytes(d.grads))
+      .field("optimizer", bytes(d.optimizer)).field("skeletal", bytes(d.skeletal))
+      .field("transient", bytes(d.transient)).field("framework", bytes(d.framework))
+      .field("planned_arena", bytes(d.planned_arena)).field("caching_reserve", bytes(d.caching_reserve))
+      .field("allocator", d.planned ? "planned" : "caching").field("total", bytes(d.total()))
+      .field("capacity", bytes(p.device_capacity)).end_object();
   j.key("step").begin_object().field("seconds", p.step_seconds).field("compute", p.time.compute)
       .field("recompute", p.time.recompute).field("communication", p.time.communication)
       .field("offload_stall", p.time.offload_stall).field("bubble", p.time.bubble).end_object();
-  j.field("host_bytes_per_node", b(p.host_per_node)).field("host_capacity_bytes", b(p.host_capacity))
+  j.field("host_bytes_per_node", bytes(p.host_per_node)).field("host_capacity_bytes", bytes(p.host_capacity))
       .field("tokens_per_gpu_per_second", p.tokens_per_gpu_per_second).field("mfu", p.mfu).field("hfu", p.hfu)
       .end_object();
 }
 
-void write_text(const row& r, bool best) {
+void write_text(const row& r, bool best, bool search, int gpus) {
   std::cout << (best ? "* " : "  ") << mp::strategy_name(r.kind) << ": ";
   if (!r.result) {
-    std::cout << "no setting applies to this GPU count\n";
+    std::cout << "no setting applies to this GPU count and length: " << r.no_setting << "\n";
     return;
   }
   const auto& p = *r.result;
   const auto& d = p.device;
-  std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + p.limit + " runs out") << "\n";
+  if (search && !p.fits()) {
+    std::cout << "not even " << tokens_text(p.sequence) << " fits: " << p.limit << " runs out\n";
+  } else {
+    std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + p.limit + " runs out")
+              << (r.capped ? " (the search stops there: longer sequences may fit too)" : "") << "\n";
+  }
   std::printf("    settings: TP %d CP %d SP %d PP %d DP %d", p.chosen.tp, p.chosen.cp, p.chosen.sp, p.chosen.pp,
               p.chosen.dp);
   if (p.chosen.subsequences > 1) std::printf(" N %d", p.chosen.subsequences);
@@ -194,6 +236,7 @@ void write_text(const row& r, bool best) {
     std::printf(" alpha %.3f", p.chosen.alpha);
   }
   if (p.chosen.chunk_tokens > 0) std::printf(" chunk %s", tokens_text(p.chosen.chunk_tokens).c_str());
+  if (p.chosen.gpus() < gpus) std::printf(" (on %d GPUs, %d idle)", p.chosen.gpus(), gpus - p.chosen.gpus());
   std::printf("\n    GPU GiB: params %s grads %s optimizer %s skeletal %s transient %s framework %s\n",
               gib_text(d.params).c_str(), gib_text(d.grads).c_str(), gib_text(d.optimizer).c_str(),
               gib_text(d.skeletal).c_str(), gib_text(d.transient).c_str(), gib_text(d.framework).c_str());
@@ -209,39 +252,96 @@ void write_text(const row& r, bool best) {
               100 * p.hfu, p.link_bound() ? "; the host link is the bottleneck (offload outlasts compute)" : "");
 }
 
+void print_error(bool json, const std::string& message, int status);
+
+/// Bounds the whole run by --time-limit: a thread that, once the limit
+/// passes before the projections are done, reports which strategy and
+/// length were being projected and ends the process (a single simulation
+/// can outlast any check made between projections).
+class time_limit {
+ public:
+  time_limit(int seconds, bool json)
+      : seconds_(seconds), json_(json), deadline_(std::chrono::steady_clock::now() + std::chrono::seconds(seconds)),
+        watcher_([this] { watch(); }) {}
+  time_limit(const time_limit&) = delete;
+  time_limit& operator=(const time_limit&) = delete;
+  ~time_limit() { done(); }
+
+  /// What the run is doing now, for the message.
+  void at(mp::strategy kind, double tokens) {
+    const std::lock_guard lock(mutex_);
+    where_ = std::string(mp::strategy_name(kind)) + " at " + tokens_text(tokens) + " tokens";
+  }
+  /// The projections are done: the limit no longer applies.
+  void done() {
+    {
+      const std::lock_guard lock(mutex_);
+      finished_ = true;
+    }
+    changed_.notify_all();
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    if (changed_.wait_until(lock, deadline_, [this] { return finished_; })) return;
+    // The lock stays held: the main thread cannot start printing a report.
+    print_error(json_,
+                "time limit of " + std::to_string(seconds_) + " s reached while projecting " + where_ +
+                    " (raise it with --time-limit)",
+                1);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+
+  int seconds_;
+  bool json_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool finished_ = false;
+  std::string where_ = "the model";
+  std::thread watcher_;
+};
+
 int run(const arguments& a) {
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::seconds(a.time_limit_seconds);
+  time_limit limit(a.time_limit_seconds, a.json);
   const auto model = mp::parse_model_shape(a.model);
   mp::cluster c{mp::load_cluster_profile(a.profile), *a.gpus, 0};
   c.gpus_per_node = a.gpus_per_node.value_or(c.profile.gpus_per_node);
   const bool search = a.seq == "max";
-  std::vector<mp::strategy> kinds =
+  const std::vector<mp::strategy> kinds =
       a.strategy == "all" ? mp::public_strategies() : std::vector<mp::strategy>{*mp::parse_strategy(a.strategy)};
   std::vector<row> rows;
   for (auto k : kinds) {
-    // Every projection is checked against the time limit before it starts;
-    // one projection takes seconds at most, so the run ends soon after it.
-    auto within_time = [&](double s, bool simulate) {
-      if (clock::now() > deadline) {
-        throw memo::error("time limit of " + std::to_string(a.time_limit_seconds) + " s reached while projecting " +
-                          std::string(mp::strategy_name(k)) + " at " + tokens_text(s) +
-                          " tokens (raise it with --time-limit)");
-      }
+    auto project = [&](double s, bool simulate) {
+      limit.at(k, s);
       return mp::project(k, model, c, s, simulate);
     };
-    rows.push_back({k, search ? mp::longest_fitting([&](double s) { return within_time(s, true); },
-                                                    [&](double s) { return within_time(s, false); }, 65536,
-                                                    1024.0 * 1048576)
-                              : within_time(parse_length(a.seq), true)});
+    row r{k, {}, {}, false};
+    const double first = search ? search_grid : parse_length(a.seq);
+    r.result = search ? mp::longest_fitting([&](double s) { return project(s, true); },
+                                            [&](double s) { return project(s, false); }, search_grid, search_limit)
+                      : project(first, true);
+    if (search && r.result) r.capped = r.result->sequence + search_grid > search_limit;
+    // Nothing fits: the shortest length searched says what runs out first.
+    if (search && !r.result) r.result = project(first, true);
+    if (!r.result) r.no_setting = mp::no_setting_reason(k, model, c, first);
+    rows.push_back(std::move(r));
   }
+  limit.done();
   int best = -1;
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
-    const auto& r = rows[i].result;
-    if (!r || !r->fits()) continue;
-    if (best < 0) { best = i; continue; }
+    if (!rows[i].fits()) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const auto& r = *rows[i].result;
     const auto& b = *rows[best].result;
-    if (search ? (r->sequence > b.sequence || (r->sequence == b.sequence && r->mfu > b.mfu)) : r->mfu > b.mfu) best = i;
+    if (search ? (r.sequence > b.sequence || (r.sequence == b.sequence && r.mfu > b.mfu)) : r.mfu > b.mfu) best = i;
   }
   if (a.json) {
     memo::json_writer j;
@@ -249,8 +349,9 @@ int run(const arguments& a) {
         .field("heads", model.heads).field("vocab", model.vocab).field("gpus", c.gpus)
         .field("gpus_per_node", c.gpus_per_node).field("profile", c.profile.name)
         .field("search", search);
+    if (search) j.field("search_grid", bytes(search_grid)).field("search_limit", bytes(search_limit));
     j.key("strategies").begin_array();
-    for (const auto& r : rows) write_json(j, r);
+    for (const auto& r : rows) write_json(j, r, c.gpus);
     j.end_array();
     if (best >= 0) j.field("best", std::string(mp::strategy_name(rows[best].kind)));
     else j.key("best").null();
@@ -259,32 +360,34 @@ int run(const arguments& a) {
   } else {
     std::printf("model %s (%d layers, hidden %d, %d heads, vocab %d) on %d GPU(s), %d per node, profile %s\n",
                 model.name.c_str(), model.layers, model.hidden, model.heads, model.vocab, c.gpus, c.gpus_per_node,
-                c.profile.name.c_str());
-    if (search) std::cout << "longest sequence that fits (64K grid):\n";
+                quote(c.profile.name).c_str());
+    if (search) std::cout << "longest sequence that fits (64K grid, up to 1024M):\n";
     for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
-      if (search && (!rows[i].result || !rows[i].result->fits())) {
-        std::cout << "  " << mp::strategy_name(rows[i].kind) << ": not even 64K fits\n";
-        continue;
-      }
-      write_text(rows[i], i == best && rows.size() > 1);
+      write_text(rows[i], i == best && rows.size() > 1, search, c.gpus);
     }
   }
   return best >= 0 ? 0 : 3;
 }
 
-int fail(int argc, char** argv, const std::string& message, int status) {
-  if (std::find(argv + 1, argv + argc, std::string("--json")) != argv + argc) {
+void print_error(bool json, const std::string& message, int status) {
+  if (json) {
     memo::json_writer j;
     j.begin_object().field("error", message).field("exit_status", status).end_object();
-    std::cout << j.str() << "\n";
+    std::fputs((j.str() + "\n").c_str(), stdout);
+    std::fflush(stdout);  // the JSON first, then the message on stderr
   }
-  return status;
+  std::fputs(("memo-project: " + std::string(status == 2 ? "" : "error: ") + message + "\n").c_str(), stderr);
+  if (status == 2) std::fputs(usage_text, stderr);
+}
+
+bool json_requested(int argc, char** argv) {
+  return std::find(argv + 1, argv + argc, std::string("--json")) != argv + argc;
 }
 
 int finish(int status) {
   std::cout.flush();
-  if (!std::cout) {
-    std::cerr << "memo-project: error: writing the report to standard output failed\n";
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fputs("memo-project: error: writing the report to standard output failed\n", stderr);
     return 1;
   }
   return status;
@@ -301,16 +404,13 @@ int main(int argc, char** argv) {
     }
     return finish(run(args));
   } catch (const usage_error& e) {
-    const int status = fail(argc, argv, e.what(), 2);
-    std::cerr << "memo-project: " << e.what() << "\n" << usage_text;
-    return finish(status);
+    print_error(json_requested(argc, argv), e.what(), 2);
+    return finish(2);
   } catch (const memo::error& e) {
-    const int status = fail(argc, argv, e.message(), 1);
-    std::cerr << "memo-project: error: " << e.message() << "\n";
-    return finish(status);
+    print_error(json_requested(argc, argv), e.message(), 1);
+    return finish(1);
   } catch (const std::exception& e) {
-    const int status = fail(argc, argv, e.what(), 1);
-    std::cerr << "memo-project: error: " << e.what() << "\n";
-    return finish(status);
+    print_error(json_requested(argc, argv), e.what(), 1);
+    return finish(1);
   }
 }

@@ -96,3 +96,71 @@ TEST_CASE("cluster_profile: files are read, unknown names and endless files are 
   CHECK_THROWS_WITH(memo::project::load_cluster_profile("/nonexistent/x.profile"),
                     doctest::Contains("neither a preset (a800, a100, a100x4, h100, h200) nor a readable file"));
 }
+
+TEST_CASE("cluster_profile: a byte-order mark, CRLF line ends and binary junk") {
+  CHECK(parse_cluster_profile("\xEF\xBB\xBF" + good, "bom.profile").name == "test");
+  std::string crlf;
+  for (char c : good) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  CHECK(parse_cluster_profile(crlf, "crlf.profile").gpus_per_node == 4);
+  // Bytes from the file are quoted with control and non-ASCII bytes escaped.
+  CHECK_THROWS_WITH(parse_cluster_profile(std::string("\x01\xff junk\n"), "j"),
+                    doctest::Contains("j:1: expected 'key = value', got '\\x01\\xff junk'"));
+  CHECK_THROWS_WITH(parse_cluster_profile(good + "name2\x1b = 3\n", "j"), doctest::Contains("unknown field 'name2\\x1b'"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "name = test", "name = \x1b[31mred"), "j"),
+                    doctest::Contains("j:2: field 'name' must be printable text, got '\\x1b[31mred'"));
+  CHECK_THROWS_WITH(parse_cluster_profile(good + "= 3\n", "j"), doctest::Contains("j:12: expected 'key = value', got no key"));
+}
+
+TEST_CASE("cluster_profile: every field has a range, checked at its line and by check()") {
+  // Below or above the range: denormals, overflowing doubles, memories no
+  // 64-bit count holds, percentages written as fractions.
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 0.5", "= 1e-320"), "f"),
+                    doctest::Contains("f:4: field 'gemm_efficiency' must be between 0.001 and 1, got 1e-320"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 0.5", "= 1e400"), "f"),
+                    doctest::Contains("f:4: field 'gemm_efficiency' must be between 0.001 and 1, got 1e400"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 0.5", "= 62"), "f"),
+                    doctest::Contains("f:4: field 'gemm_efficiency' is above 1: efficiencies must be at most 1"));
+  CHECK_THROWS_WITH(
+      parse_cluster_profile(replace(good, "= 85899345920", "= 1e300"), "f"),
+      doctest::Contains("f:9: field 'device_memory_bytes' must be between 1 and 1152921504606846976, got 1e300"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 1e15", "= 1e-300"), "f"),
+                    doctest::Contains("f:3: field 'peak_flops' must be between 1 and 1e+21, got 1e-300"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 1e12", "= nan"), "f"),
+                    doctest::Contains("f:10: field 'host_memory_bytes': 'nan' is not a number"));
+  // Each range's ends are accepted, a step beyond them is not.
+  for (const auto& range : memo::project::profile_field_ranges) {
+    const auto value_line = [&](double v) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.17g", v);
+      return std::string(range.field) + " = " + text;
+    };
+    const auto at = [&](double v) {
+      const auto start = good.find(std::string(range.field) + " = ");
+      const auto end = good.find('\n', start);
+      std::string text = good;
+      return text.replace(start, end - start, value_line(v));
+    };
+    CHECK_NOTHROW(parse_cluster_profile(at(range.low), "f"));
+    CHECK_NOTHROW(parse_cluster_profile(at(range.high), "f"));
+    CHECK_THROWS_WITH(parse_cluster_profile(at(range.low * 0.5), "f"), doctest::Contains(std::string(range.field).c_str()));
+    CHECK_THROWS_WITH(parse_cluster_profile(at(range.high * 2), "f"), doctest::Contains(std::string(range.field).c_str()));
+  }
+  // A profile built in code gets the same checks, before any conversion to
+  // 64-bit byte counts.
+  auto p = parse_cluster_profile(good, "f");
+  p.device_memory_bytes = 1e300;
+  CHECK_THROWS_WITH(p.check(), doctest::Contains("profile 'test': field 'device_memory_bytes' must be between"));
+  CHECK_THROWS_WITH(p.device(), doctest::Contains("device_memory_bytes"));
+  p = parse_cluster_profile(good, "f");
+  p.attention_efficiency = 1e-320;
+  CHECK_THROWS_WITH(p.check(), doctest::Contains("field 'attention_efficiency' must be between 0.001 and 1"));
+}
+
+TEST_CASE("cluster_profile: every missing field is named, and a directory is not a profile") {
+  CHECK_THROWS_WITH(parse_cluster_profile("# nothing\n", "empty.profile"),
+                    doctest::Contains("empty.profile: missing field 'attention_efficiency' (also missing: "
+                                      "device_memory_bytes, gemm_efficiency, gpus_per_node, "
+                                      "host_link_bytes_per_second, host_memory_bytes, inter_node_bytes_per_second, "
+                                      "intra_node_bytes_per_second, peak_flops)"));
+  CHECK_THROWS_WITH(memo::project::load_cluster_profile("."), doctest::Contains("profile '.' is a directory"));
+}

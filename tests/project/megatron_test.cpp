@@ -2,7 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace mp = memo::project;
 
@@ -124,4 +127,39 @@ TEST_CASE("megatron: the caching factor lies inside what MEMO Table 4 rows 1-2 a
   CHECK(mp::caching_fragmentation < bound(384 * 1024));
   CHECK(mp::detail::megatron(mp::strategy::recompute, m, c, 384 * 1024, 4, 2, 1).fits());
   CHECK_FALSE(mp::detail::megatron(mp::strategy::recompute, m, c, 512 * 1024, 4, 2, 1).fits());
+}
+
+TEST_CASE("megatron: a TP or PP that does not divide the GPUs runs on as many as it divides") {
+  const auto m = mp::parse_model_shape("7b");
+  const mp::cluster five{mp::load_cluster_profile("a800"), 5, 8};
+  // Without idle GPUs only TP 1 divides 5.
+  for (const auto& r : mp::detail::megatron_settings(mp::strategy::memo, m, five, 1 << 20)) {
+    CHECK(r.chosen.tp == 1);
+    CHECK(r.chosen.gpus() == 5);
+  }
+  // With them: TP 2 x CP 2 and TP 4 on 4 of the 5, each with CP over the
+  // whole rest (DP 1), next to every setting on all 5.
+  std::vector<std::pair<int, int>> idle;  // (TP, CP) of the settings using fewer GPUs
+  for (const auto& r : mp::detail::megatron_settings(mp::strategy::memo, m, five, 1 << 20, true)) {
+    CHECK(r.chosen.gpus() <= 5);
+    if (r.chosen.gpus() < 5) {
+      CHECK(r.chosen.dp == 1);
+      idle.emplace_back(r.chosen.tp, r.chosen.cp);
+    }
+  }
+  std::sort(idle.begin(), idle.end());
+  idle.erase(std::unique(idle.begin(), idle.end()), idle.end());
+  CHECK(idle == std::vector<std::pair<int, int>>{{2, 2}, {4, 1}});
+  // Host memory and the alpha LP's budget count the GPUs the setting uses:
+  // on 2 of 3 GPUs of a node, 2 x (4 - 2) swapped layers x (320 + alpha 1920) B.
+  mp::cluster three = tiny_cluster(1e12);
+  three.gpus = 3;
+  three.gpus_per_node = 4;
+  const auto r = mp::detail::megatron(mp::strategy::memo, tiny, three, 16, 2, 1, 1);
+  CHECK(r.chosen.gpus() == 2);
+  CHECK(r.host_per_node == doctest::Approx(2 * 2 * (320 + r.chosen.alpha * 1920)));
+  // MFU and tokens per GPU count the idle GPU: 3/2 of the time per GPU.
+  const auto all = mp::detail::megatron(mp::strategy::memo, tiny, tiny_cluster(1e12), 16, 2, 1, 1);
+  CHECK(r.tokens_per_gpu_per_second == doctest::Approx(all.tokens_per_gpu_per_second * 2 / 3));
+  CHECK(r.mfu == doctest::Approx(all.mfu * 2 / 3));
 }

@@ -71,3 +71,31 @@ TEST_CASE("model_shape: custom shapes and bad text") {
   CHECK_THROWS_WITH(parse_model_shape("2,96,12,10,384,5"), doctest::Contains("not divisible by kv heads 5"));
   CHECK_THROWS_WITH(parse_model_shape("swiglu"), doctest::Contains("'swiglu' is not a positive integer"));
 }
+
+TEST_CASE("model_shape: errors name the field, and an integer too large for it says the bound") {
+  CHECK_THROWS_WITH(parse_model_shape("32,4096,32,0"), doctest::Contains("vocab '0' is not a positive integer"));
+  CHECK_THROWS_WITH(parse_model_shape("0,4096,32,5"), doctest::Contains("layers '0' is not a positive integer"));
+  CHECK_THROWS_WITH(parse_model_shape("32,99999999999,32,5"),
+                    doctest::Contains("hidden '99999999999' is not a positive integer up to 2147483647"));
+  CHECK_THROWS_WITH(parse_model_shape("2,96,12,10,384,x"), doctest::Contains("kv heads 'x' is not a positive integer"));
+  CHECK_THROWS_WITH(parse_model_shape("2,96,12,10,384,4,x"), doctest::Contains("field 7 'x'"));
+  // Control bytes and long text are quoted, never echoed raw.
+  CHECK_THROWS_WITH(parse_model_shape("\x1b[31m"), doctest::Contains("model '\\x1b[31m'"));
+}
+
+TEST_CASE("model_shape: parameters are counted exactly, and a shape beyond 2^48 of them is an error") {
+  // 7B by hand: 32 x 12 x 4096^2 + 50257 x 4096.
+  CHECK(parse_model_shape("7b").exact_parameters() == 6442450944ULL + 205852672ULL);
+  // Llama 3 8B: 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) + 2 x 128256 x 4096.
+  CHECK(parse_model_shape("8b").exact_parameters() == 32ULL * 218103808ULL + 2ULL * 128256ULL * 4096ULL);
+  // One layer of h = 2^22: 12 x 2^44 = 0.75 x 2^48, plus a vocabulary of 1: below the bound.
+  const auto below = parse_model_shape("1,4194304,1,1");
+  CHECK(below.exact_parameters() == 12ULL * (1ULL << 44) + 4194304ULL);
+  // Two such layers: 1.5 x 2^48.
+  CHECK_THROWS_WITH(parse_model_shape("2,4194304,1,1"), doctest::Contains("above the 281474976710656 (2^48)"));
+  // Every field at its largest: the count saturates instead of wrapping.
+  memo::project::model_shape huge{"huge", 2147483647, 2147483647, 1, 2147483647};
+  CHECK(huge.exact_parameters() == ~0ULL);
+  CHECK_THROWS_WITH(huge.check(), doctest::Contains("model 'huge': 1.19e+29 parameters"));
+  CHECK_THROWS_WITH(parse_model_shape("2147483647,2147483647,1,2147483647"), doctest::Contains("parameters, above"));
+}

@@ -62,3 +62,46 @@ TEST_CASE("projection: a cluster out of range is an error naming the bound") {
   c.profile.inter_node_bytes_per_second = 5;
   CHECK(c.link_for(4) == 5);  // a group larger than a node crosses the network
 }
+
+TEST_CASE("projection: a byte count of 2^64 or more is an error naming the figure, never a wrapped count") {
+  const mp::model_shape m{"tiny", 4, 8, 2, 10};
+  const mp::cluster c{{"t", 1e6, 0.5, 0.5, 1e3, 1e12, 1e12, 1e4, 100, 2}, 2, 2};
+  mp::projection r;
+  r.sequence = 16;
+  r.chosen.tp = 2;
+  r.time.compute = 1;
+  r.device.skeletal = 0x1p70;
+  CHECK_THROWS_WITH(mp::detail::finish(r, m, c, 0),
+                    doctest::Contains("setting TP 2 CP 1 SP 1 PP 1 DP 1: skeletal activation bytes 1.181e+21 is not "
+                                      "a byte count below 2^64"));
+  r.device.skeletal = 1;
+  r.host_per_node = 0x1p64;
+  CHECK_THROWS_WITH(mp::detail::finish(r, m, c, 0), doctest::Contains("host bytes per node"));
+  r.host_per_node = 0;
+  r.time.compute = 0;
+  CHECK_THROWS_WITH(mp::detail::finish(r, m, c, 0), doctest::Contains("step time is not a positive finite number"));
+  // Just below 2^64 is a count.
+  r.time.compute = 1;
+  r.device.skeletal = 0x1p63;
+  CHECK_NOTHROW(mp::detail::finish(r, m, c, 0));
+  CHECK(r.limit == "device memory");
+}
+
+TEST_CASE("projection: the GPUs a setting uses and the share of a node they fill") {
+  mp::settings s;
+  s.tp = 4;
+  s.cp = 3;
+  s.dp = 2;
+  CHECK(s.gpus() == 24);
+  const mp::cluster c{{"t", 1e6, 0.5, 0.5, 1e3, 1e12, 1e12, 1e4, 100, 8}, 12, 8};
+  CHECK(c.gpus_in_a_node() == 8);
+  CHECK(c.gpus_in_a_node(4) == 4);    // a setting on 4 of the 12 GPUs fills half a node
+  CHECK(c.gpus_in_a_node(12) == 8);
+  // The limit is the first of device and host memory that runs out.
+  mp::memory_breakdown d;
+  d.params = 1e4;
+  CHECK(mp::detail::memory_limit(d, 0, c).empty());
+  CHECK(mp::detail::memory_limit(d, 101, c) == "host memory");
+  d.skeletal = 1;
+  CHECK(mp::detail::memory_limit(d, 101, c) == "device memory");
+}

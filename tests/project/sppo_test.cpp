@@ -101,3 +101,42 @@ TEST_CASE("sppo: a setting whose states and K/V overflow the device is reported 
   CHECK(r.limit == "device memory");
   CHECK(r.step_seconds > 0);
 }
+
+TEST_CASE("sppo: a setting that does not fit is timed by the closed form, not simulated") {
+  // Two stages of SP 4 over 64 subsequences of 1M tokens, Megatron-LM on
+  // the pipeline (no multiplexing): simulated while it fits, section 3.3's
+  // closed form T = (PP - 1 + N) / N x the work once it does not (the
+  // memory does not depend on the schedule).
+  const double s = 1 << 20;
+  const int n = 64;
+  const double classifier = 3 * 2 * s * 64 * 100 / 4 / (1e12 * 0.5);
+  auto pipeline = [&](const mp::projection& r) {
+    const double work = r.time.compute - classifier + r.time.communication + r.time.recompute;
+    return (2 - 1 + n) / double(n) * work;
+  };
+  mp::cluster c = node(8, 1e15, 1);
+  c.profile.inter_node_bytes_per_second = 1e6;  // the stages' hand-offs cross a slow network
+  const auto simulated = mp::detail::sppo(mp::strategy::sppo_recompute, small, c, s, 4, 2, n);
+  REQUIRE(simulated.fits());
+  // The simulator times the hand-offs, the closed form does not, so the
+  // check below can tell the two apart.
+  CHECK(std::abs(simulated.step_seconds - classifier - pipeline(simulated)) > 1e-3 * simulated.step_seconds);
+  // States and K/V fit the device (the setting is not hopeless), the rest does not.
+  c.profile.device_memory_bytes = simulated.device.total() - 1;
+  const auto r = mp::detail::sppo(mp::strategy::sppo_recompute, small, c, s, 4, 2, n);
+  REQUIRE(r.limit == "device memory");
+  CHECK(r.device.skeletal == doctest::Approx(simulated.device.skeletal));
+  CHECK(r.step_seconds - classifier == doctest::Approx(pipeline(r)));
+}
+
+TEST_CASE("sppo: when no setting applies, the reason says which rule and where") {
+  std::string why;
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072, true, &why).empty());
+  CHECK(why == "SPPO's stages need whole nodes: 6 GPUs are not a multiple of 4 per node");
+  // 12 GPUs: SP 4 leaves PP 3, which does not divide 8 layers; SP 3 does not divide the 4 heads.
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(12), 131072, true, &why).empty());
+  CHECK(why.find("PP must divide the layers (8) (SP 4 PP 3)") != std::string::npos);
+  // 16 GPUs at 4K tokens: no N of 2K-16K tokens reaches N >= PP.
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(16), 4096, true, &why).empty());
+  CHECK(why.find("no subsequence count N with 2048 to 16384 tokens each") != std::string::npos);
+}

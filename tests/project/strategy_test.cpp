@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
 
 namespace mp = memo::project;
 
@@ -104,4 +107,99 @@ TEST_CASE("strategy: bad lengths and clusters are errors naming the value") {
   // SPPO needs whole nodes; Ulysses' SP must divide the heads.
   const mp::cluster six{mp::load_cluster_profile("a800"), 12, 8};
   CHECK_FALSE(mp::project(mp::strategy::sppo, small, six, 1 << 20));
+}
+
+TEST_CASE("strategy: more GPUs never fit less, GPU by GPU (Megatron and Ulysses may leave GPUs idle)") {
+  // Every count from 1 to 20 GPUs, 8 per node, against every smaller count.
+  for (auto kind : {mp::strategy::memo, mp::strategy::recompute, mp::strategy::ulysses_zero3, mp::strategy::fpdt,
+                    mp::strategy::recompute_planned, mp::strategy::swap_planned}) {
+    std::vector<double> reached;
+    for (int gpus = 1; gpus <= 20; ++gpus) {
+      const mp::cluster c{mp::load_cluster_profile("a800"), gpus, 8};
+      const auto r = mp::longest(kind, small, c);
+      reached.push_back(r ? r->sequence : 0);
+      for (int fewer = 1; fewer < gpus; ++fewer) {
+        CHECK_MESSAGE(reached.back() >= reached[fewer - 1],
+                      mp::strategy_name(kind) << ": " << gpus << " GPUs reach " << reached.back() << ", " << fewer
+                                              << " reach " << reached[fewer - 1]);
+      }
+      if (r) CHECK(r->chosen.gpus() <= gpus);
+    }
+    // Idle GPUs are what 5 GPUs need to reach what 4 reach (only TP 1 and SP 1 divide 5).
+    CHECK(reached[4] > 0);
+  }
+  // 5 GPUs: MEMO's longest runs on 4 of them (TP 4 or TP 2 x CP 2).
+  const auto five = mp::longest(mp::strategy::memo, small, {mp::load_cluster_profile("a800"), 5, 8});
+  REQUIRE(five);
+  CHECK(five->chosen.gpus() == 4);
+}
+
+TEST_CASE("strategy: why no setting applies, for SPPO only") {
+  const mp::cluster twelve{mp::load_cluster_profile("a800"), 12, 8};
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, twelve, 1 << 20) ==
+        "SPPO's stages need whole nodes: 12 GPUs are not a multiple of 8 per node");
+  const mp::cluster forty{mp::load_cluster_profile("a800"), 40, 8};
+  CHECK_FALSE(mp::project(mp::strategy::sppo, small, forty, 1 << 20));
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, forty, 1 << 20).find(
+            "PP must divide the layers (32) (SP 8 PP 5)") != std::string::npos);
+  const mp::cluster eight{mp::load_cluster_profile("a800"), 8, 8};
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, eight, 1 << 20).empty());
+  CHECK(mp::no_setting_reason(mp::strategy::memo, small, twelve, 1 << 20).empty());
+}
+
+TEST_CASE("strategy: misuse of the API is an error naming what was wrong") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  CHECK_THROWS_WITH(mp::project(static_cast<mp::strategy>(42), small, c, 65536),
+                    doctest::Contains("unknown strategy 42"));
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, 1000.5),
+                    doctest::Contains("whole number between 1 and 2^40 tokens, got 1000.500"));
+  auto never = [](double s) {
+    mp::projection r;
+    r.sequence = s;
+    r.limit = "device memory";
+    return std::optional<mp::projection>(r);
+  };
+  CHECK_THROWS_WITH(mp::longest_fitting(never, never, 1, std::numeric_limits<double>::infinity()),
+                    doctest::Contains("need 1 <= grid <= limit"));
+  // A profile or a model built in code is checked before it is used.
+  mp::cluster bad = c;
+  bad.profile.gemm_efficiency = 1e-320;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, bad, 65536),
+                    doctest::Contains("field 'gemm_efficiency' must be between 0.001 and 1"));
+  const mp::model_shape wide{"wide", 2147483647, 2147483647, 1, 2147483647};
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, wide, c, 65536), doctest::Contains("parameters, above"));
+  // A length whose bytes a 64-bit count cannot hold: an error saying where.
+  const auto one = mp::parse_model_shape("1,2097152,1,1");
+  const mp::cluster gpu{mp::load_cluster_profile("a800"), 1, 8};
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, one, gpu, 1099511627776.0),
+                    doctest::Contains("memo at 1099511627776 tokens on model '1,2097152,1,1': byte count"));
+  CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, one, gpu, 1099511627776.0),
+                    doctest::Contains("is not a byte count below 2^64"));
+}
+
+TEST_CASE("strategy: more device or host memory never fits less, step by step") {
+  // SPPO's searches simulate; the test above compares it on two memories.
+  const double gib = 1073741824.0;
+  for (auto kind : {mp::strategy::memo, mp::strategy::recompute, mp::strategy::ulysses_zero3, mp::strategy::fpdt}) {
+    double previous = 0;
+    for (double device : {40.0, 64.0, 80.0, 112.0, 160.0}) {
+      mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+      c.profile.device_memory_bytes = device * gib;
+      const auto r = mp::longest(kind, small, c);
+      const double reached = r ? r->sequence : 0;
+      CHECK_MESSAGE(reached >= previous, mp::strategy_name(kind) << " with " << device << " GiB");
+      previous = reached;
+    }
+  }
+  for (auto kind : {mp::strategy::memo, mp::strategy::fpdt, mp::strategy::swap_planned}) {
+    double previous = 0;
+    for (double host : {64.0, 256.0, 1024.0, 1843.0, 4096.0}) {
+      mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+      c.profile.host_memory_bytes = host * gib;
+      const auto r = mp::longest(kind, small, c);
+      const double reached = r ? r->sequence : 0;
+      CHECK_MESSAGE(reached >= previous, mp::strategy_name(kind) << " with " << host << " GiB of host");
+      previous = reached;
+    }
+  }
 }

@@ -75,3 +75,29 @@ TEST_CASE("ulysses: SP divides the heads and the GPUs, data parallel takes the r
     CHECK(r.chosen.sp * r.chosen.dp == 64);
   }
 }
+
+TEST_CASE("ulysses: an SP that does not divide the GPUs leaves the rest idle; FPDT may run fewer replicas") {
+  const auto m = mp::parse_model_shape("7b");
+  const mp::cluster twelve{mp::load_cluster_profile("a800"), 12, 8};
+  bool sp8 = false, fewer = false;
+  for (const auto& r : mp::detail::ulysses_settings(mp::strategy::fpdt, m, twelve, 1 << 20, true)) {
+    CHECK(32 % r.chosen.sp == 0);
+    CHECK(r.chosen.gpus() <= 12);
+    sp8 = sp8 || (r.chosen.sp == 8 && r.chosen.dp == 1);
+    fewer = fewer || (r.chosen.sp == 1 && r.chosen.dp == 3);
+  }
+  CHECK(sp8);    // SP 8 on 8 of the 12 GPUs
+  CHECK(fewer);  // 3 replicas of SP 1: fewer sequences offloading to the node's host
+  // ZeRO-3 shards over the GPUs used; the host holds what the node's used GPUs offload.
+  mp::cluster four = tiny_cluster();
+  four.gpus = 4;
+  four.gpus_per_node = 4;
+  const auto one = mp::detail::ulysses(mp::strategy::fpdt, tiny, four, 64, 2, 16, false, 1);
+  const auto two = mp::detail::ulysses(mp::strategy::fpdt, tiny, four, 64, 2, 16);
+  CHECK(one.chosen.gpus() == 2);
+  CHECK(two.chosen.gpus() == 4);
+  CHECK(one.device.params == doctest::Approx(2 * P / 2));
+  CHECK(two.device.params == doctest::Approx(2 * P / 4));
+  CHECK(one.host_per_node == doctest::Approx((4 * 32 * 8 + 32 * 32) * 2 * 2));
+  CHECK(two.host_per_node == doctest::Approx(2 * one.host_per_node));
+}

@@ -86,7 +86,7 @@ inline sppo_offload_plan plan_sppo_offload(const sppo_offload_problem& problem) 
     lp.layers = problem.layers;
     lp.resident_last_layers = 0;
     lp.host_budget_bytes = problem.host_budget_bytes / n;
-    const double alpha = lp.other_bytes == 0 ? 1.0 : solve_alpha(lp).alpha;
+    const double alpha = lp.other_bytes == 0 ? 1.0 : alpha_closed_form(lp).alpha;
     const double a = static_cast<double>(lp.other_bytes);
     plan.alpha.push_back(alpha);
     plan.offloaded_bytes.push_back(alpha * a);

@@ -55,25 +55,88 @@
 //        0.45 (FlashAttention-2 on H100, E), GEMM 0.65 (E).
 //  h200  h100 with 141 GB HBM3e (data sheet).
 //
-// Profile files: `key = value` lines, '#' comments; every field below but
-// `name` is required, every number must be positive; an error names the
-// file, the line and the field (or the missing field).
+// Profile files: `key = value` lines, '#' comments, a UTF-8 byte-order mark
+// skipped; every field below but `name` is required. Every number must lie
+// in its field's range (`profile_field_ranges`): positive and finite, an
+// efficiency at most 1, and bounds many orders of magnitude around today's
+// hardware that keep every time and byte count the projection derives
+// finite and every byte count below 2^64 (a denormal efficiency would make
+// a layer take infinitely long; a memory of 1e300 bytes cannot be counted
+// in 64 bits). An error names the file, the line, the field and the range
+// (or every missing field); text from the file is quoted with control bytes
+// escaped.
 #pragma once
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "memo/core/bytes.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/core/error.hpp"
+#include "memo/plan/text_input.hpp"
 
 namespace memo::project {
+
+/// The range a profile field must lie in; `whole` fields take whole numbers.
+struct profile_field_range {
+  std::string_view field;
+  double low = 0, high = 0;
+  bool whole = false;
+};
+
+/// Every numeric field of a profile with its range, in file order.
+inline constexpr profile_field_range profile_field_ranges[] = {
+    {"peak_flops", 1, 1e21},                   // FLOP/s per GPU (an H100 does 1e15)
+    {"gemm_efficiency", 1e-3, 1},              // fractions of peak
+    {"attention_efficiency", 1e-3, 1},
+    {"host_link_bytes_per_second", 1, 1e18},   // B/s (PCIe and NVLink do 1e10-1e12)
+    {"intra_node_bytes_per_second", 1, 1e18},
+    {"inter_node_bytes_per_second", 1, 1e18},
+    {"device_memory_bytes", 1, 0x1p60},        // bytes, up to 1 EiB
+    {"host_memory_bytes", 1, 0x1p60},
+    {"gpus_per_node", 1, 1e6, true},
+};
+
+namespace detail {
+
+/// "between 1e-03 and 1" or "a whole number up to 1e+06", for messages.
+inline std::string range_text(const profile_field_range& range) {
+  auto number = [](double x) {
+    char out[32];
+    std::snprintf(out, sizeof out, x == std::floor(x) && x < 0x1p63 ? "%.0f" : "%g", x);
+    return std::string(out);
+  };
+  return range.whole ? "a whole number up to " + number(range.high)
+                     : "between " + number(range.low) + " and " + number(range.high);
+}
+
+/// What is wrong with `value` (written as `text`) for a profile field, or
+/// an empty string when it lies in the field's range.
+inline std::string profile_value_problem(const profile_field_range& range, double value, std::string_view text) {
+  const std::string field = "field '" + std::string(range.field) + "'";
+  const std::string got = ", got " + memo::detail::quote(text);
+  if (!(value > 0.0) || !std::isfinite(value)) return field + " must be positive and finite" + got;
+  if (range.whole && value != std::floor(value)) return field + " must be " + range_text(range) + got;
+  if (range.high == 1.0 && value > 1.0) {
+    return field + " is above 1: efficiencies must be at most 1 (a fraction of peak)" + got;
+  }
+  if (value < range.low || value > range.high) return field + " must be " + range_text(range) + got;
+  return {};
+}
+
+}  // namespace detail
 
 struct cluster_profile {
   std::string name;
@@ -87,31 +150,36 @@ struct cluster_profile {
   double host_memory_bytes = 0.0;            ///< usable per node for offloaded activations
   int gpus_per_node = 8;
 
+  /// The numeric fields in `profile_field_ranges` order.
+  [[nodiscard]] std::vector<double> values() const {
+    return {peak_flops,
+            gemm_efficiency,
+            attention_efficiency,
+            host_link_bytes_per_second,
+            intra_node_bytes_per_second,
+            inter_node_bytes_per_second,
+            device_memory_bytes,
+            host_memory_bytes,
+            static_cast<double>(gpus_per_node)};
+  }
+
+  /// Throws a memo::error naming the profile, the first field out of its
+  /// range (`profile_field_ranges`), the range and the value.
   void check() const {
-    auto positive = [&](double v, const char* field) {
-      expects(v > 0.0, [&] {
-        return "profile '" + name + "': " + field + " must be positive, got " + std::to_string(v);
-      });
-    };
-    positive(peak_flops, "peak_flops");
-    positive(gemm_efficiency, "gemm_efficiency");
-    positive(attention_efficiency, "attention_efficiency");
-    positive(host_link_bytes_per_second, "host_link_bytes_per_second");
-    positive(intra_node_bytes_per_second, "intra_node_bytes_per_second");
-    positive(inter_node_bytes_per_second, "inter_node_bytes_per_second");
-    positive(device_memory_bytes, "device_memory_bytes");
-    positive(host_memory_bytes, "host_memory_bytes");
-    positive(gpus_per_node, "gpus_per_node");
-    expects(gemm_efficiency <= 1.0 && attention_efficiency <= 1.0, [&] {
-      return "profile '" + name + "': efficiencies must be at most 1, got gemm " +
-             std::to_string(gemm_efficiency) + ", attention " + std::to_string(attention_efficiency);
-    });
+    const std::vector<double> v = values();
+    for (std::size_t k = 0; k < v.size(); ++k) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", v[k]);
+      const std::string problem = detail::profile_value_problem(profile_field_ranges[k], v[k], text);
+      expects(problem.empty(), [&] { return "profile '" + memo::detail::quote(name) + "': " + problem; });
+    }
   }
 
   /// The single-GPU view core/ and schedule/ read (one efficiency: the
   /// GEMMs'; the schedule simulator is given durations, not FLOPs, by the
   /// projection, so it only reads the links).
   [[nodiscard]] device_profile device() const {
+    check();
     device_profile d;
     d.name = name;
     d.peak_flops = peak_flops;
@@ -149,75 +217,72 @@ inline std::string cluster_preset_names() {
 inline cluster_profile parse_cluster_profile(std::string_view text, const std::string& source) {
   cluster_profile p;
   p.name = source;
-  struct field {
-    double* number;
-    int* integer;
-  };
-  std::map<std::string, field, std::less<>> fields{
-      {"peak_flops", {&p.peak_flops, nullptr}},
-      {"gemm_efficiency", {&p.gemm_efficiency, nullptr}},
-      {"attention_efficiency", {&p.attention_efficiency, nullptr}},
-      {"host_link_bytes_per_second", {&p.host_link_bytes_per_second, nullptr}},
-      {"intra_node_bytes_per_second", {&p.intra_node_bytes_per_second, nullptr}},
-      {"inter_node_bytes_per_second", {&p.inter_node_bytes_per_second, nullptr}},
-      {"device_memory_bytes", {&p.device_memory_bytes, nullptr}},
-      {"host_memory_bytes", {&p.host_memory_bytes, nullptr}},
-      {"gpus_per_node", {nullptr, &p.gpus_per_node}},
-  };
-  std::map<std::string, int, std::less<>> seen;
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-    return s;
-  };
-  int line_number = 0;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_number;
+  double* const numbers[] = {&p.peak_flops,
+                             &p.gemm_efficiency,
+                             &p.attention_efficiency,
+                             &p.host_link_bytes_per_second,
+                             &p.intra_node_bytes_per_second,
+                             &p.inter_node_bytes_per_second,
+                             &p.device_memory_bytes,
+                             &p.host_memory_bytes,
+                             nullptr};  // gpus_per_node, an int
+  std::map<std::string, std::size_t, std::less<>> seen;  // field -> its line
+  memo::detail::for_each_line(text, [&](std::size_t line_number, std::string_view line) {
     const std::string where = source + ":" + std::to_string(line_number) + ": ";
-    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    line = trim(line);
-    if (line.empty()) continue;
     const auto eq = line.find('=');
-    if (eq == std::string_view::npos) throw error(where + "expected 'key = value', got '" + std::string(line) + "'");
-    const auto key = trim(line.substr(0, eq));
-    const auto value = trim(line.substr(eq + 1));
-    if (seen.count(key)) {
-      throw error(where + "field '" + std::string(key) + "' given again (first at line " +
-                  std::to_string(seen.find(key)->second) + ")");
+    if (eq == std::string_view::npos) {
+      throw error(where + "expected 'key = value', got '" + memo::detail::quote(line) + "'");
+    }
+    const auto key = memo::detail::trim(line.substr(0, eq));
+    const auto value = memo::detail::trim(line.substr(eq + 1));
+    if (key.empty()) throw error(where + "expected 'key = value', got no key before '='");
+    if (const auto first = seen.find(key); first != seen.end()) {
+      throw error(where + "field '" + memo::detail::quote(key) + "' given again (first at line " +
+                  std::to_string(first->second) + ")");
     }
     seen.emplace(std::string(key), line_number);
     if (key == "name") {
+      const bool printable = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+        return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+      });
+      if (!printable) throw error(where + "field 'name' must be printable text, got '" + memo::detail::quote(value) + "'");
       p.name = std::string(value);
-      continue;
+      return;
     }
-    const auto it = fields.find(key);
-    if (it == fields.end()) throw error(where + "unknown field '" + std::string(key) + "'");
-    std::istringstream in{std::string(value)};
+    std::size_t k = 0;
+    while (k < std::size(profile_field_ranges) && profile_field_ranges[k].field != key) ++k;
+    if (k == std::size(profile_field_ranges)) throw error(where + "unknown field '" + memo::detail::quote(key) + "'");
+    const auto& range = profile_field_ranges[k];
+    std::string_view digits = value;
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
     double number = 0.0;
-    in >> number;
-    if (value.empty() || !in || !in.eof()) {
-      throw error(where + "field '" + std::string(key) + "': '" + std::string(value) + "' is not a number");
+    const auto [end, status] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+    if (status == std::errc::result_out_of_range) {
+      throw error(where + "field '" + std::string(key) + "' must be " + detail::range_text(range) + ", got " +
+                  memo::detail::quote(value));
     }
-    if (!(number > 0.0) || !std::isfinite(number)) {
-      throw error(where + "field '" + std::string(key) + "' must be positive and finite, got " + std::string(value));
+    if (value.empty() || digits.empty() || status != std::errc{} || end != digits.data() + digits.size() ||
+        !std::isfinite(number)) {
+      throw error(where + "field '" + std::string(key) + "': '" + memo::detail::quote(value) + "' is not a number");
     }
-    if (it->second.integer) {
-      if (number > 1e6 || number != static_cast<double>(static_cast<int>(number))) {
-        throw error(where + "field '" + std::string(key) + "' must be a whole number up to 1000000, got " +
-                    std::string(value));
-      }
-      *it->second.integer = static_cast<int>(number);
+    if (const auto problem = detail::profile_value_problem(range, number, value); !problem.empty()) {
+      throw error(where + problem);
+    }
+    if (numbers[k] != nullptr) {
+      *numbers[k] = number;
     } else {
-      *it->second.number = number;
+      p.gpus_per_node = static_cast<int>(number);
     }
+  });
+  std::vector<std::string> missing;  // in alphabetical order
+  for (const auto& range : profile_field_ranges) {
+    if (!seen.count(range.field)) missing.emplace_back(range.field);
   }
-  for (const auto& [key, target] : fields) {
-    if (!seen.count(key)) throw error(source + ": missing field '" + key + "'");
+  std::sort(missing.begin(), missing.end());
+  if (!missing.empty()) {
+    std::string message = source + ": missing field '" + missing.front() + "'";
+    for (std::size_t k = 1; k < missing.size(); ++k) message += (k == 1 ? " (also missing: " : ", ") + missing[k];
+    throw error(message + (missing.size() > 1 ? ")" : ""));
   }
   p.check();
   return p;
@@ -228,9 +293,13 @@ inline cluster_profile load_cluster_profile(const std::string& name_or_path) {
   for (auto& preset : cluster_presets()) {
     if (preset.name == name_or_path) return preset;
   }
+  const std::string shown = memo::detail::quote(name_or_path);
+  std::error_code ignored;
+  expects(!std::filesystem::is_directory(name_or_path, ignored),
+          [&] { return "profile '" + shown + "' is a directory, not a profile file"; });
   std::ifstream in(name_or_path, std::ios::binary);
   if (!in) {
-    throw error("profile '" + name_or_path + "' is neither a preset (" + cluster_preset_names() +
+    throw error("profile '" + shown + "' is neither a preset (" + cluster_preset_names() +
                 ") nor a readable file");
   }
   // A profile is a dozen lines; a longer file (or an endless one such as a
@@ -238,10 +307,10 @@ inline cluster_profile load_cluster_profile(const std::string& name_or_path) {
   constexpr std::size_t max_bytes = 1 << 20;
   std::string text(max_bytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  expects(!in.bad(), [&] { return "profile '" + name_or_path + "': read failed"; });
+  expects(!in.bad(), [&] { return "profile '" + shown + "': read failed"; });
   text.resize(static_cast<std::size_t>(in.gcount()));
   expects(text.size() <= max_bytes, [&] {
-    return "profile '" + name_or_path + "': longer than " + std::to_string(max_bytes) +
+    return "profile '" + shown + "': longer than " + std::to_string(max_bytes) +
            " bytes; a profile file has one 'key = value' line per field";
   });
   return parse_cluster_profile(text, name_or_path);

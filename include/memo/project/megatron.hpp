@@ -101,16 +101,16 @@ inline megatron_layer megatron_layer_of(const model_shape& m, const cluster& c, 
 /// MEMO eq. (1)-(3) for one layer: the LP's alpha, or 0 when even the
 /// whole-offloaded tensors outlast the forward (the LP has no answer; MEMO
 /// then stalls, 5.3.2) or overflow the host (the host runs out).
-inline double memo_alpha(const model_shape& m, const cluster& c, const megatron_layer& l) {
+inline double memo_alpha(const model_shape& m, const cluster& c, const megatron_layer& l, int used_gpus) {
   alpha_problem lp;
-  lp.input_bytes = static_cast<std::uint64_t>(l.input);
-  lp.attention_output_bytes = static_cast<std::uint64_t>(l.attention_output);
-  lp.other_bytes = static_cast<std::uint64_t>(l.other);
+  lp.input_bytes = byte_count(l.input, "a layer's input");
+  lp.attention_output_bytes = byte_count(l.attention_output, "a layer's attention output");
+  lp.other_bytes = byte_count(l.other, "a layer's other skeletal tensors");
   lp.bandwidth_bytes_per_second = c.profile.host_link_bytes_per_second;
   lp.layer_forward_seconds = l.forward;
   lp.layers = m.layers;
   lp.resident_last_layers = 2;
-  lp.host_budget_bytes = static_cast<std::uint64_t>(c.profile.host_memory_bytes / c.gpus_in_a_node());
+  lp.host_budget_bytes = static_cast<std::uint64_t>(c.profile.host_memory_bytes / c.gpus_in_a_node(used_gpus));
   if (lp.transfer_seconds(0.0) > lp.layer_forward_seconds) return 0.0;
   if (lp.host_bytes(0.0) > static_cast<double>(lp.host_budget_bytes)) return 0.0;
   return alpha_closed_form(lp).alpha;
@@ -150,7 +150,8 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
                                std::max(0.0, l.ring_backward - attention_backward_factor * l.attention));
   double recomputed_flops = 0;  // forward FLOPs done again, whole group
   if (kind == strategy::memo || kind == strategy::swap_planned) {
-    const double alpha = kind == strategy::swap_planned ? 1.0 : fixed_alpha.value_or(memo_alpha(m, c, l));
+    const double alpha =
+        kind == strategy::swap_planned ? 1.0 : fixed_alpha.value_or(memo_alpha(m, c, l, r.chosen.gpus()));
     r.chosen.alpha = alpha;
     const double offload = l.input + l.attention_output + alpha * l.other;
     const double link = c.profile.host_link_bytes_per_second;
@@ -159,7 +160,7 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
                                       std::max(0.0, offload / link - l.backward));
     r.time.recompute = L * (1 - alpha) * (l.recompute_gemm_share * l.gemm + 0.75 * l.tp_comm);
     recomputed_flops = L * (1 - alpha) * l.recompute_gemm_share * m.layer_gemm_flops(s);
-    r.host_per_node = swapped * offload * c.gpus_in_a_node();
+    r.host_per_node = swapped * offload * c.gpus_in_a_node(r.chosen.gpus());
     const int other_buffers = (kind == strategy::memo && alpha == 0.0) ? 1 : 2;
     d.skeletal = 2 * (l.input + l.attention_output) + other_buffers * l.other;
   } else {
@@ -173,22 +174,33 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
 
 /// Every TP x CP x DP setting (and, with full recomputation, x PP): TP a
 /// power of two inside a node dividing heads and key/value heads, PP
-/// dividing the layers, CP x DP the rest.
-inline std::vector<projection> megatron_settings(strategy kind, const model_shape& m, const cluster& c, double s) {
+/// dividing the layers, CP x DP the rest. With `leave_idle`, a TP x PP that
+/// does not divide the GPUs also gets a setting: CP over as many of the
+/// rest as it divides, the remaining GPUs idle. Of the settings with that TP
+/// and PP it needs the least memory (every activation is split CP ways and
+/// Adam CP x DP ways, both largest at DP 1), so a cluster with more GPUs
+/// always has a setting that fits whenever a smaller one does.
+inline std::vector<projection> megatron_settings(strategy kind, const model_shape& m, const cluster& c, double s,
+                                                 bool leave_idle = false) {
   const bool full_recompute = kind == strategy::recompute || kind == strategy::recompute_planned;
   std::vector<projection> out;
-  for (int tp = 1; tp <= std::min(c.gpus_per_node, m.kv_head_count()); tp *= 2) {
-    if (c.gpus % tp != 0 || m.kv_head_count() % tp != 0 || m.heads % tp != 0) continue;
+  auto add = [&](int tp, int cp, int dp, int pp) {
+    out.push_back(megatron(kind, m, c, s, tp, cp, dp, std::nullopt, pp));
+    if (kind == strategy::memo && out.back().chosen.alpha > 0) {
+      out.push_back(megatron(kind, m, c, s, tp, cp, dp, 0.0));  // one shared buffer (MEMO 4.1)
+    }
+  };
+  for (int tp = 1; tp <= std::min({c.gpus_per_node, m.kv_head_count(), c.gpus}); tp *= 2) {
+    if (m.kv_head_count() % tp != 0 || m.heads % tp != 0) continue;
     for (int pp = 1; pp <= (full_recompute ? c.gpus / tp : 1); ++pp) {
-      if ((c.gpus / tp) % pp != 0 || m.layers % pp != 0) continue;
+      if (m.layers % pp != 0) continue;
       const int rest = c.gpus / tp / pp;
+      if (rest * tp * pp != c.gpus) {
+        if (leave_idle) add(tp, rest, 1, pp);
+        continue;
+      }
       for (int dp = 1; dp <= rest; ++dp) {
-        if (rest % dp != 0) continue;
-        const int cp = rest / dp;
-        out.push_back(megatron(kind, m, c, s, tp, cp, dp, std::nullopt, pp));
-        if (kind == strategy::memo && out.back().chosen.alpha > 0) {
-          out.push_back(megatron(kind, m, c, s, tp, cp, dp, 0.0));  // one shared buffer (MEMO 4.1)
-        }
+        if (rest % dp == 0) add(tp, rest / dp, dp, pp);
       }
     }
   }

@@ -23,11 +23,17 @@
 // the planner read.
 //
 // Guarantees: a shape from `parse_model_shape` or the presets passes
-// `check()` (every size positive, h divisible by a, a by a_kv); bad text is
-// a memo::error quoting it.
+// `check()` (every size positive, h divisible by a, a by a_kv, at most
+// `max_parameters` parameters, so that every byte count of the model's
+// training states, 18 bytes per parameter at most, is an exact whole number
+// in a double and in 64 bits); bad text is a memo::error quoting it and
+// naming the field.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +43,10 @@
 #include "memo/plan/text_input.hpp"
 
 namespace memo::project {
+
+/// The largest parameter count a shape may have: 2^48 (2.8e14, a hundred
+/// times today's largest models), so 18 bytes per parameter stay below 2^53.
+inline constexpr std::uint64_t max_parameters = std::uint64_t{1} << 48;
 
 struct model_shape {
   std::string name;
@@ -103,6 +113,27 @@ struct model_shape {
       return "model '" + name + "': heads " + std::to_string(heads) + " is not divisible by kv heads " +
              std::to_string(kv_head_count());
     });
+    const std::uint64_t count = exact_parameters();
+    expects(count <= max_parameters, [&] {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", parameters());
+      return "model '" + name + "': " + text + " parameters, above the " + std::to_string(max_parameters) +
+             " (2^48) a projection counts exactly";
+    });
+  }
+
+  /// `parameters()` in whole numbers, saturating at 2^64 - 1 instead of
+  /// wrapping (what `check()` bounds; every size must be positive).
+  [[nodiscard]] std::uint64_t exact_parameters() const {
+    constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
+    const auto mul = [](std::uint64_t a, std::uint64_t b) { return b != 0 && a > saturated / b ? saturated : a * b; };
+    const auto add = [](std::uint64_t a, std::uint64_t b) { return a > saturated - b ? saturated : a + b; };
+    const auto h = static_cast<std::uint64_t>(hidden);
+    const auto f = ffn > 0 ? static_cast<std::uint64_t>(ffn) : mul(4, h);
+    const std::uint64_t kv = h / static_cast<std::uint64_t>(heads) * static_cast<std::uint64_t>(kv_head_count());
+    const std::uint64_t layer = add(add(mul(2, mul(h, h)), mul(2, mul(h, kv))), mul(gated_mlp ? 3 : 2, mul(h, f)));
+    const std::uint64_t embedding = mul(tied_embeddings ? 1 : 2, mul(static_cast<std::uint64_t>(vocab), h));
+    return add(mul(static_cast<std::uint64_t>(layers), layer), embedding);
   }
 };
 
@@ -120,8 +151,9 @@ inline model_shape parse_model_shape(std::string_view text) {
     if (preset.name == text) return preset;
   }
   const auto usage = [&] {
-    return "model '" + detail::quote(text) + "': expected 7b, 13b, 30b, 65b, 8b or L,C,H,V[,F[,KV]][,swiglu]";
+    return "model '" + memo::detail::quote(text) + "': expected 7b, 13b, 30b, 65b, 8b or L,C,H,V[,F[,KV]][,swiglu]";
   };
+  static constexpr const char* field_names[] = {"layers", "hidden", "heads", "vocab", "ffn", "kv heads"};
   std::vector<int> fields;
   bool gated = false;
   std::string_view rest = text;
@@ -132,9 +164,13 @@ inline model_shape parse_model_shape(std::string_view text) {
       gated = true;
       break;
     }
-    const auto value = detail::parse_integer<int>(part);
+    const auto value = memo::detail::parse_integer<int>(part);
     expects(value.has_value() && *value > 0, [&] {
-      return usage() + "; '" + detail::quote(part) + "' is not a positive integer";
+      const std::string field =
+          fields.size() < std::size(field_names) ? field_names[fields.size()] : "field " + std::to_string(fields.size() + 1);
+      const bool too_large = !value && !part.empty() && part.find_first_not_of("+0123456789") == std::string_view::npos;
+      return usage() + "; " + field + " '" + memo::detail::quote(part) + "' is not a positive integer" +
+             (too_large ? " up to " + std::to_string(std::numeric_limits<int>::max()) : "");
     });
     fields.push_back(*value);
     if (comma == std::string_view::npos) break;

@@ -26,17 +26,20 @@
 //         entry on the GPU), the spike FPDT 5.4 describes ("the operation
 //         usually requires a Float32 data type").
 //  allocator  a static plan places exactly the live bytes (MEMO 4.2); a
-//         caching allocator reserves `caching_fragmentation` (1.7) times
+//         caching allocator reserves `caching_fragmentation` (1.45) times
 //         as much. That factor is the one calibrated constant of the model:
 //         MEMO Table 4 (rows 1-2: 384K without a plan, 640K with one) is
 //         the only published figure behind it; docs/projections.md says so.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memo/core/bytes.hpp"
@@ -104,6 +107,9 @@ struct cluster {
   int gpus_per_node = 8;  ///< the profile's unless given on the command line
 
   [[nodiscard]] int gpus_in_a_node() const { return std::min(gpus, gpus_per_node); }
+  /// The GPUs of one node a setting using `used` GPUs occupies (the
+  /// settings fill nodes one after another; the rest stay idle).
+  [[nodiscard]] int gpus_in_a_node(int used) const { return std::min({used, gpus, gpus_per_node}); }
   /// The link a group of `ranks` consecutive GPUs communicates over.
   [[nodiscard]] double link_for(int ranks) const {
     return ranks > gpus_per_node ? profile.inter_node_bytes_per_second : profile.intra_node_bytes_per_second;
@@ -134,6 +140,9 @@ struct memory_breakdown {
 
 struct settings {
   int tp = 1, cp = 1, sp = 1, pp = 1, dp = 1;
+  /// The GPUs the setting uses; the cluster's others stay idle (and count
+  /// against throughput per GPU and MFU).
+  [[nodiscard]] int gpus() const { return tp * cp * sp * pp * dp; }
   int subsequences = 1;            ///< sppo: N
   double alpha = 0.0;              ///< memo: fraction of the other skeletal tokens offloaded
   std::vector<double> alpha_i;     ///< sppo: per subsequence (SPPO 5.2)
@@ -178,6 +187,21 @@ inline constexpr double attention_backward_factor = 2.5;  ///< FlashAttention-2 
 inline constexpr double loss_bytes_per_logit = 6.0;       ///< bf16 logits + their fp32 copy
 inline constexpr double bytes_per_element = 2.0;          ///< bf16 activations
 
+/// Whether `bytes` rounds to a whole number of bytes below 2^64 (what a
+/// 64-bit count holds); false for negative and non-finite values.
+inline bool representable_bytes(double bytes) { return bytes >= 0 && std::nearbyint(bytes) < 0x1p64; }
+
+/// `bytes` as a 64-bit count, rounded to the nearest byte; a memo::error
+/// naming `what` when it is not `representable_bytes`.
+inline std::uint64_t byte_count(double bytes, std::string_view what) {
+  expects(representable_bytes(bytes), [&] {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", bytes);
+    return std::string(what) + " of " + text + " bytes is not a byte count below 2^64";
+  });
+  return static_cast<std::uint64_t>(std::nearbyint(bytes));
+}
+
 namespace detail {
 
 inline double gemm_seconds(const cluster_profile& p, double flops) {
@@ -189,12 +213,48 @@ inline double attention_seconds(const cluster_profile& p, double flops) {
 /// All-gather, reduce-scatter or all-to-all of `bytes` (see
 /// schedule_graph.hpp for which bytes) over `ranks` on `link`.
 inline double collective(collective_kind kind, double bytes, int ranks, double link) {
-  return collective_seconds(kind, static_cast<std::uint64_t>(bytes), ranks, link);
+  return collective_seconds(kind, byte_count(bytes, to_string(kind)), ranks, link);
 }
 /// The smallest multiple of `unit` that is at least `tokens` (shards are whole tokens).
 inline std::int64_t padded_tokens(double tokens, std::int64_t unit) {
   const auto s = static_cast<std::int64_t>(tokens);
   return (s + unit - 1) / unit * unit;
+}
+
+/// Every byte count of `r` is below 2^64, and the step time positive and
+/// finite; otherwise a memo::error naming the setting and the figure
+/// (`project_settings` adds the strategy, the length and the model): a
+/// shape and a length whose per-GPU bytes cannot be counted in 64 bits are
+/// outside what a projection answers, rather than a wrapped count.
+inline void check_counts(const projection& r) {
+  const auto& d = r.device;
+  const std::pair<const char*, double> bytes[] = {
+      {"parameter bytes", d.params},           {"gradient bytes", d.grads},
+      {"optimizer bytes", d.optimizer},        {"skeletal activation bytes", d.skeletal},
+      {"transient activation bytes", d.transient}, {"framework bytes", d.framework},
+      {"caching allocator reserve", d.caching_reserve}, {"device total", d.total()},
+      {"host bytes per node", r.host_per_node}};
+  for (const auto& [what, value] : bytes) {
+    expects(representable_bytes(value), [&] {
+      char text[160];
+      std::snprintf(text, sizeof text, "setting TP %d CP %d SP %d PP %d DP %d: %s %.4g", r.chosen.tp, r.chosen.cp,
+                    r.chosen.sp, r.chosen.pp, r.chosen.dp, what, value);
+      return std::string(text) + " is not a byte count below 2^64: the model or the length is too large to count";
+    });
+  }
+  expects(std::isfinite(r.step_seconds) && r.step_seconds > 0, [&] {
+    return "the step time is not a positive finite number of seconds (" + std::to_string(r.step_seconds) + ")";
+  });
+}
+
+/// The first resource `d` and `host_per_node` overflow on `c` ("device
+/// memory", then "host memory"), or an empty string when both fit.
+inline std::string memory_limit(memory_breakdown d, double host_per_node, const cluster& c) {
+  d.planned_arena = d.skeletal + d.transient;
+  d.caching_reserve = caching_fragmentation * d.planned_arena;
+  if (d.total() > c.profile.device_memory_bytes) return "device memory";
+  if (host_per_node > c.profile.host_memory_bytes) return "host memory";
+  return {};
 }
 
 /// Fills throughput, MFU and the limit from the memory and step time.
@@ -208,11 +268,8 @@ inline void finish(projection& r, const model_shape& m, const cluster& c, double
   r.hfu = hardware_flops * r.chosen.dp / (gpu_seconds * c.profile.peak_flops);
   r.device.planned_arena = r.device.skeletal + r.device.transient;
   r.device.caching_reserve = caching_fragmentation * r.device.planned_arena;
-  if (r.device.total() > r.device_capacity) {
-    r.limit = "device memory";
-  } else if (r.host_per_node > r.host_capacity) {
-    r.limit = "host memory";
-  }
+  check_counts(r);
+  r.limit = memory_limit(r.device, r.host_per_node, c);
 }
 
 }  // namespace detail

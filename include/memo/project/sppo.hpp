@@ -55,7 +55,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/pipeline/sppo_offload.hpp"
@@ -132,22 +135,6 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   if (pp > 1) options.p2p_seconds = hand_off / c.link_for(sp * pp);
   options.sp_communication_seconds =
       layers * 4 * hand_off / p.inter_node_bytes_per_second;  // split pieces, across stages
-  sppo_pipeline_figures figures;
-  for (std::size_t j = 0; j < part.count(); ++j) {
-    figures.work_seconds += options.forward_seconds[j] + options.backward_seconds[j];
-  }
-  if (hopeless || figures.work_seconds > prune_above) {
-    figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
-  } else {
-    figures = simulate_sppo(options, p.device());
-  }
-  const double classifier = gemm_seconds(p, 3 * m.classifier_flops(s) / sp);
-  const double work = compute + communication + recompute;
-  const double busy = std::min(1.0, figures.step_seconds / figures.work_seconds);
-  r.time.compute = compute * busy + classifier;
-  r.time.communication = communication * busy;
-  r.time.recompute = recompute * busy;
-  r.time.bubble = std::max(0.0, figures.step_seconds - work * busy);
 
   // Memory of one GPU of the fullest stage.
   auto& d = r.device;
@@ -185,6 +172,29 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   } else {
     d.skeletal = 2 * kv_all + layers * s * h * bytes_per_element / sp + widest * skeletal_per_token;
   }
+
+  // The step.
+  sppo_pipeline_figures figures;
+  for (std::size_t j = 0; j < part.count(); ++j) {
+    figures.work_seconds += options.forward_seconds[j] + options.backward_seconds[j];
+  }
+  // Only a setting that fits and may be the fastest is simulated: the
+  // memory above does not depend on the schedule, and the closed form times
+  // the others (what `project` ranks them by is how close they come to
+  // fitting, not their time).
+  const bool fits = memory_limit(d, r.host_per_node, c).empty();
+  if (hopeless || !fits || figures.work_seconds > prune_above) {
+    figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
+  } else {
+    figures = simulate_sppo(options, p.device());
+  }
+  const double classifier = gemm_seconds(p, 3 * m.classifier_flops(s) / sp);
+  const double work = compute + communication + recompute;
+  const double busy = std::min(1.0, figures.step_seconds / figures.work_seconds);
+  r.time.compute = compute * busy + classifier;
+  r.time.communication = communication * busy;
+  r.time.recompute = recompute * busy;
+  r.time.bubble = std::max(0.0, figures.step_seconds - work * busy);
   finish(r, m, c, m.model_flops(s) + (offload ? 0.0 : L * (m.layer_gemm_flops(s) + m.layer_attention_flops(s))));
   return r;
 }
@@ -203,12 +213,28 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 
 /// Every (SP, PP, N) section 6.1 allows (see the header comment); with
 /// `simulate` false, only the N needing the least memory, timed by the
-/// closed form (whether some setting fits is the same either way).
+/// closed form (whether some setting fits is the same either way). When
+/// none is allowed and `why` is given, it is set to the reasons, each with
+/// the first (SP, PP) it rejected.
 inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m, const cluster& c, double s,
-                                             bool simulate = true) {
+                                             bool simulate = true, std::string* why = nullptr) {
   std::vector<projection> out;
+  std::vector<std::pair<std::string, std::string>> rejected;  // reason, first example
+  auto reject = [&](int sp, int pp, std::string reason) {
+    for (const auto& r : rejected) {
+      if (r.first == reason) return;
+    }
+    rejected.emplace_back(std::move(reason), "SP " + std::to_string(sp) + " PP " + std::to_string(pp));
+  };
+  auto explain = [&](std::string text) {
+    if (why) *why = std::move(text);
+    return out;
+  };
   const int per_node = std::min(c.gpus_per_node, c.gpus);
-  if (c.gpus % per_node != 0) return out;  // SPPO's stages need whole nodes
+  if (c.gpus % per_node != 0) {
+    return explain("SPPO's stages need whole nodes: " + std::to_string(c.gpus) + " GPUs are not a multiple of " +
+                   std::to_string(per_node) + " per node");
+  }
   sppo_solver_input rules;
   rules.sequence_length = static_cast<std::uint64_t>(s);
   rules.hidden = static_cast<std::uint64_t>(m.hidden);
@@ -221,20 +247,45 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
   rules.max_tokens = rules.sequence_length;
   double fastest = std::numeric_limits<double>::infinity();  // of the settings that fit
   for (int sp = per_node; sp >= 1; --sp) {
-    if (c.gpus % sp != 0 || m.heads % sp != 0 || m.kv_head_count() % sp != 0) continue;
+    if (c.gpus % sp != 0) continue;
     const int pp = c.gpus / sp;
+    if (m.heads % sp != 0 || m.kv_head_count() % sp != 0) {
+      reject(sp, pp, "SP must divide the heads (" + std::to_string(m.heads) + ") and key/value heads (" +
+                         std::to_string(m.kv_head_count()) + ")");
+      continue;
+    }
     std::vector<int> counts = sppo_subsequence_counts(s, pp);
+    if (counts.empty()) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "no subsequence count N with %.0f to %.0f tokens each, N >= PP and N <= %.0f",
+                    sppo_min_subsequence, sppo_max_subsequence, sppo_max_subsequences);
+      reject(sp, pp, text);
+    }
     // Without simulation only whether it fits matters: the most subsequences
     // need the least memory (shorter subsequences, the same offloaded share),
     // so that count alone answers it.
     if (!simulate && !counts.empty()) counts.erase(counts.begin(), counts.end() - 1);
     for (const int n : counts) {
-      if (!sppo_candidate_allowed(rules, sp, pp, n)) continue;
+      std::string reason;
+      if (!sppo_candidate_allowed(rules, sp, pp, n, &reason)) {
+        if (reason == "PP must divide the layers") reason += " (" + std::to_string(m.layers) + ")";
+        reject(sp, pp, reason);
+        continue;
+      }
       out.push_back(sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0));
       if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds);
     }
   }
-  return out;
+  if (!out.empty()) return out;
+  char length[32];
+  std::snprintf(length, sizeof length, "%.0f", s);
+  std::string text = "no SP x PP x N of section 6.1 on " + std::to_string(c.gpus) + " GPUs (" +
+                     std::to_string(per_node) + " per node) at " + length + " tokens: ";
+  for (std::size_t k = 0; k < rejected.size(); ++k) {
+    text += (k ? "; " : "") + rejected[k].first + " (" + rejected[k].second + ")";
+  }
+  return explain(text);
 }
 
 }  // namespace detail

@@ -19,6 +19,7 @@
 // and the benches need nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -34,30 +35,64 @@
 namespace memo::project {
 
 /// Every setting `kind` considers for a sequence of `s` tokens (empty when
-/// none applies, e.g. SPPO on a GPU count that is not whole nodes). With
+/// none applies: SPPO on a GPU count that is not whole nodes or that no
+/// SP x PP of section 6.1 fills; `no_setting_reason` says which). With
 /// `simulate` false, pipelines are timed by section 3.3's closed form
 /// instead of the schedule simulator: the memory (whether it fits) is the
 /// same, the step time an estimate; the search uses it to probe lengths.
+///
+/// Megatron's and Ulysses' settings may leave GPUs idle (a TP, PP or SP
+/// that does not divide the GPU count runs on as many GPUs as it divides;
+/// `settings::gpus()` says how many), so more GPUs never fit less; MFU and
+/// tokens per GPU count every GPU of the cluster. SPPO keeps section 6.1's
+/// rule that SP x PP is every GPU.
+///
+/// Throws a memo::error naming the strategy, the length and the model when
+/// the model, the cluster or the length is invalid (`s` a whole number in
+/// [1, 2^40]) or a byte count of the result does not fit in 64 bits.
 inline std::vector<projection> project_settings(strategy kind, const model_shape& m, const cluster& c, double s,
                                                 bool simulate = true) {
   m.check();
   c.check();
-  expects(s >= 1 && s <= 1099511627776.0, [&] {
+  expects(s >= 1 && s <= 1099511627776.0 && s == std::floor(s), [&] {
+    char text[48];
+    std::snprintf(text, sizeof text, s == std::floor(s) || !std::isfinite(s) ? "%.0f" : "%.3f", s);
+    return "sequence length must be a whole number between 1 and 2^40 tokens, got " + std::string(text);
+  });
+  const auto valid = all_strategies();
+  expects(std::find(valid.begin(), valid.end(), kind) != valid.end(), [&] {
+    return "project: unknown strategy " + std::to_string(static_cast<int>(kind)) + " (" + strategy_names() + ")";
+  });
+  try {
+    switch (kind) {
+      case strategy::memo:
+      case strategy::recompute:
+      case strategy::recompute_planned:
+      case strategy::swap_planned: return detail::megatron_settings(kind, m, c, s, true);
+      case strategy::ulysses_zero3:
+      case strategy::fpdt: return detail::ulysses_settings(kind, m, c, s, true);
+      case strategy::sppo:
+      case strategy::sppo_recompute: return detail::sppo_settings(kind, m, c, s, simulate);
+    }
+  } catch (const error& e) {
     char text[48];
     std::snprintf(text, sizeof text, "%.0f", s);
-    return "sequence length must be between 1 and 2^40 tokens, got " + std::string(text);
-  });
-  switch (kind) {
-    case strategy::memo:
-    case strategy::recompute:
-    case strategy::recompute_planned:
-    case strategy::swap_planned: return detail::megatron_settings(kind, m, c, s);
-    case strategy::ulysses_zero3:
-    case strategy::fpdt: return detail::ulysses_settings(kind, m, c, s);
-    case strategy::sppo:
-    case strategy::sppo_recompute: return detail::sppo_settings(kind, m, c, s, simulate);
+    throw error(std::string(strategy_name(kind)) + " at " + text + " tokens on model '" + memo::detail::quote(m.name) +
+                "': " + e.message());
   }
   return {};
+}
+
+/// Why `project_settings` has no setting for `kind` (an empty string when
+/// it has one): SPPO's stages need whole nodes, SP dividing a node and the
+/// heads, PP = GPUs / SP dividing the layers, and a subsequence count N
+/// with s/N in [2K, 16K] and N >= PP.
+inline std::string no_setting_reason(strategy kind, const model_shape& m, const cluster& c, double s) {
+  if (kind != strategy::sppo && kind != strategy::sppo_recompute) return {};
+  m.check();
+  c.check();
+  std::string why;
+  return detail::sppo_settings(kind, m, c, s, false, &why).empty() ? why : std::string();
 }
 
 /// The better of two projections: one that fits over one that does not;
@@ -79,14 +114,17 @@ inline std::optional<projection> project(strategy kind, const model_shape& m, co
 
 /// The longest sequence, a multiple of `grid` up to `limit`, for which
 /// `projector(tokens)` (returning std::optional<projection>) fits; the
-/// projection at that length, or nullopt when not even one grid step fits.
+/// projection at that length, or nullopt when not even one grid step fits
+/// (or no setting applies: `project` at `grid` tells the two apart). An
+/// answer within one grid step of `limit` means the search stopped there:
+/// longer sequences may fit too.
 /// `probe(tokens)` answers the same question during the bisection and may be
 /// cheaper (it must agree on fitting). Every memory term of every setting
 /// grows with the length, so fitting is monotone in it and a binary search
 /// over the grid is exact.
 template <class Projector, class Probe>
 std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit) {
-  expects(grid >= 1 && limit >= grid, [&] {
+  expects(grid >= 1 && limit >= grid && std::isfinite(limit), [&] {
     return "longest: need 1 <= grid <= limit, got grid " + std::to_string(grid) + ", limit " + std::to_string(limit);
   });
   auto fits = [&](double steps) {

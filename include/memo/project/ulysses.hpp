@@ -55,10 +55,12 @@ namespace detail {
 /// `kind` (ulysses-zero3 or fpdt) at SP x DP with chunks of `chunk` tokens
 /// (fpdt). `offload_checkpoints` moves ulysses-zero3's layer inputs to the
 /// host (DeepSpeed's activation checkpointing with CPU offloading, FPDT
-/// Table 3's "OC."); fpdt always does.
+/// Table 3's "OC."); fpdt always does. `dp` 0 means every GPU (GPUs / SP);
+/// fewer leaves the rest idle, ZeRO-3 sharding over the SP x DP used.
 inline projection ulysses(strategy kind, const model_shape& m, const cluster& c, double s, int sp, double chunk,
-                          bool offload_checkpoints = false) {
-  const int dp = c.gpus / sp;
+                          bool offload_checkpoints = false, int data_parallel = 0) {
+  const int dp = data_parallel > 0 ? data_parallel : c.gpus / sp;
+  const int used = sp * dp;
   const double h = m.hidden, f = m.ffn_width(), kv = m.kv_width(), L = m.layers, P = m.parameters();
   const double tokens = static_cast<double>(padded_tokens(s, sp));
   const double T = tokens / sp;
@@ -69,9 +71,9 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
   r.chosen.sp = sp;
   r.chosen.dp = dp;
   auto& d = r.device;
-  d.params = 2 * P / c.gpus;
-  d.grads = 2 * P / c.gpus;
-  d.optimizer = 12 * P / c.gpus;
+  d.params = 2 * P / used;
+  d.grads = 2 * P / used;
+  d.optimizer = 12 * P / used;
   d.framework = framework_bytes + 2 * bytes_per_element * m.layer_parameters();
   d.planned = false;
 
@@ -96,7 +98,7 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
     const double mlp_chunk = T / (2 * u) * (2 * mlp_width + 2 * h) * bytes_per_element;
     const double loss_chunk = T * h / (2.0 * m.vocab) * loss_bytes_per_logit * m.vocab;
     d.transient = std::max(chunk_buffers + mlp_chunk, loss_chunk);
-    r.host_per_node = (L * T * h + T * (2 * h + 2 * kv)) * bytes_per_element * c.gpus_in_a_node();
+    r.host_per_node = (L * T * h + T * (2 * h + 2 * kv)) * bytes_per_element * c.gpus_in_a_node(used);
     // Pairs of chunks (i, j < i): one chunk's attention against another.
     const double pairs = u * (u - 1) / 2;
     const double pair_attention = attention_seconds(p, 4 * chunk_tokens * chunk_tokens * h / sp);
@@ -108,7 +110,7 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
   } else {
     const double checkpoints = L * static_cast<double>(layer.input_bytes());
     d.skeletal = (offload_checkpoints ? 0.0 : checkpoints) + static_cast<double>(layer.skeletal_bytes());
-    r.host_per_node = offload_checkpoints ? checkpoints * c.gpus_in_a_node() : 0.0;
+    r.host_per_node = offload_checkpoints ? checkpoints * c.gpus_in_a_node(used) : 0.0;
     const double mlp = T * (2 * h + 2 * mlp_width + 2 * h) * bytes_per_element;
     const double attn = T * (8 * h + 2 * h) * bytes_per_element;
     d.transient = std::max({mlp, attn, T * (loss_bytes_per_logit * m.vocab + 2 * h * bytes_per_element)});
@@ -117,11 +119,28 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
   return r;
 }
 
-/// Every SP dividing the GPUs and the heads (the rest data parallel).
-inline std::vector<projection> ulysses_settings(strategy kind, const model_shape& m, const cluster& c, double s) {
+/// Every SP dividing the GPUs and the heads (the rest data parallel). With
+/// `leave_idle`, also an SP dividing the heads but not the GPUs (as many
+/// data-parallel replicas as fit, the remaining GPUs idle) and, for fpdt,
+/// fewer replicas than fit while they share a node: each replica offloads
+/// to its node's host memory, so fewer of them may fit where all do not.
+/// Of the settings with that SP these need the least device memory (ZeRO-3
+/// shards over every GPU used) or the least host memory per node, so a
+/// cluster with more GPUs always has a setting that fits whenever a smaller
+/// one does.
+inline std::vector<projection> ulysses_settings(strategy kind, const model_shape& m, const cluster& c, double s,
+                                                bool leave_idle = false) {
   std::vector<projection> out;
   for (int sp = 1; sp <= std::min(c.gpus, m.heads); ++sp) {
-    if (c.gpus % sp == 0 && m.heads % sp == 0) out.push_back(ulysses(kind, m, c, s, sp, fpdt_default_chunk));
+    if (m.heads % sp != 0) continue;
+    const int replicas = c.gpus / sp;
+    if (sp * replicas == c.gpus || leave_idle) {
+      out.push_back(ulysses(kind, m, c, s, sp, fpdt_default_chunk, false, replicas));
+    }
+    if (!leave_idle || kind != strategy::fpdt) continue;
+    for (int dp = 1; dp < replicas && sp * dp < c.gpus_per_node; ++dp) {
+      out.push_back(ulysses(kind, m, c, s, sp, fpdt_default_chunk, false, dp));
+    }
   }
   return out;
 }
