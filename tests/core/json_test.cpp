@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -34,4 +35,90 @@ TEST_CASE("json: writer writes an optional as its value or null") {
       .field("path", std::optional<std::string>("p.csv"))
       .end_object();
   CHECK(j.str() == R"({"some":32,"none":null,"path":"p.csv"})");
+}
+
+namespace {
+
+// An independent reading of RFC 3629: a sequence is the lead's bit pattern
+// (110x, 1110, 11110) plus that many 10xxxxxx bytes, decoding to a code point
+// that needs exactly that many bytes and is not a surrogate or above U+10FFFF.
+std::size_t reference_utf8_length(const std::string& s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(s[k])); };
+  std::size_t n = 0;
+  unsigned cp = 0;
+  if ((b(i) & 0xE0u) == 0xC0u) {
+    n = 2, cp = b(i) & 0x1Fu;
+  } else if ((b(i) & 0xF0u) == 0xE0u) {
+    n = 3, cp = b(i) & 0x0Fu;
+  } else if ((b(i) & 0xF8u) == 0xF0u) {
+    n = 4, cp = b(i) & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0u) != 0x80u) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3Fu);
+  }
+  const unsigned least[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+// What the writer must print for a string of bytes at or above 0x20 (no
+// quotes or backslashes): well-formed sequences as they are, every other
+// byte as U+FFFD.
+std::string expected_json(const std::string& s) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out += s[i++];
+    } else if (const std::size_t n = reference_utf8_length(s, i); n > 0) {
+      out += s.substr(i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out + "\"";
+}
+
+std::string written(const std::string& s) {
+  memo::json_writer j;
+  j.value(s);
+  return j.str();
+}
+
+}  // namespace
+
+TEST_CASE("json: text that is not UTF-8 is written as U+FFFD, well-formed text unchanged") {
+  CHECK(written("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
+  CHECK(written("/tmp/\xFF.profile") == "\"/tmp/\xEF\xBF\xBD.profile\"");
+  CHECK(written("\xC0\x80") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // overlong NUL
+  CHECK(written("\xED\xA0\x80") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");  // a surrogate
+  CHECK(written("\xE2\x82") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // truncated
+  // Every lead byte with every second byte, and the three- and four-byte
+  // leads whose ranges are special with every second and third byte.
+  for (int lead = 0x80; lead <= 0xFF; ++lead) {
+    for (int second = 0; second <= 0xFF; ++second) {
+      const std::string s{static_cast<char>(lead), static_cast<char>(second == 0 ? 'a' : second), '\x80', '\xBF'};
+      if (s[1] == '"' || s[1] == '\\' || static_cast<unsigned char>(s[1]) < 0x20) continue;
+      CAPTURE(lead);
+      CAPTURE(second);
+      REQUIRE(written(s) == expected_json(s));
+    }
+  }
+  for (int lead : {0xE0, 0xED, 0xEF, 0xF0, 0xF4}) {
+    for (int second = 0x80; second <= 0xBF; ++second) {
+      for (int third = 0x20; third <= 0xFF; ++third) {
+        if (third == '"' || third == '\\') continue;
+        const std::string s{static_cast<char>(lead), static_cast<char>(second), static_cast<char>(third), '\x80'};
+        CAPTURE(lead);
+        CAPTURE(second);
+        CAPTURE(third);
+        REQUIRE(written(s) == expected_json(s));
+      }
+    }
+  }
 }

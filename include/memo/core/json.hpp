@@ -3,8 +3,8 @@
 // The one JSON writer of memo: every tool, benchmark and Chrome trace prints
 // through it, so escaping and number formatting are decided once. It
 // produces compact, valid JSON (strings escaped, control bytes as \u00XX,
-// non-finite numbers written as null) and manages the commas; programs print
-// exactly one object with it.
+// bytes that are not UTF-8 as U+FFFD, non-finite numbers written as null)
+// and manages the commas; programs print exactly one object with it.
 #pragma once
 
 #include <cmath>
@@ -108,20 +108,55 @@ class json_writer {
   }
   void quote(std::string_view text) {
     out_ += '"';
-    for (const char ch : text) {
-      const auto c = static_cast<unsigned char>(ch);
+    for (std::size_t i = 0; i < text.size();) {
+      const auto c = static_cast<unsigned char>(text[i]);
       if (c == '"' || c == '\\') {
         out_ += '\\';
-        out_ += ch;
+        out_ += text[i++];
       } else if (c < 0x20) {
         char esc[8];
         std::snprintf(esc, sizeof esc, "\\u%04x", c);
         out_ += esc;
+        ++i;
+      } else if (c < 0x80) {
+        out_ += text[i++];
+      } else if (const std::size_t n = utf8_sequence_length(text.substr(i)); n > 0) {
+        out_.append(text.substr(i, n));
+        i += n;
       } else {
-        out_ += ch;
+        // Not UTF-8 (a file name or a file's bytes the user gave us): JSON
+        // text must be Unicode, so the byte becomes the replacement character.
+        out_ += "\xEF\xBF\xBD";
+        ++i;
       }
     }
     out_ += '"';
+  }
+  /// The length of the well-formed UTF-8 sequence at the start of `text`
+  /// (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF), or 0.
+  static std::size_t utf8_sequence_length(std::string_view text) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char lead = byte(0);
+    std::size_t n = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      n = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      n = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong
+      if (lead == 0xED) high = 0x9F;  // surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      n = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong
+      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
+    } else {
+      return 0;
+    }
+    if (text.size() < n || byte(1) < low || byte(1) > high) return 0;
+    for (std::size_t k = 2; k < n; ++k) {
+      if (byte(k) < 0x80 || byte(k) > 0xBF) return 0;
+    }
+    return n;
   }
 
   std::string out_;
