@@ -58,6 +58,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_head.hpp"
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/ops/adamw.hpp"
 #include "memo/model/ops/cross_entropy.hpp"
@@ -298,8 +299,7 @@ class gpt2_model {
     b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
     // Forward: each layer copies the residual stream into its input slice
     // and writes its output back over it.
-    detail::launch(b, s, ops::encoder_forward<float>{v.residual, v.tokens, p_.wte, p_.wpe,
-                                                     config_.vocab_size, T_, 0});
+    gpt2_embedding_forward(b, s, v.residual, v.tokens, p_, config_.vocab_size, 0);
     for (std::int64_t l = 0; l < L; ++l) {
       const auto layer = static_cast<std::size_t>(l);
       const auto a = gpt2_layer_activations::from_skeletal(swapper.begin_forward(layer), T_, C, NH);
@@ -308,30 +308,14 @@ class gpt2_model {
       swapper.end_forward(layer);
     }
     m.phase(gpt2_step_phase::head_begin);
-    detail::launch(b, s, ops::layernorm_forward<float>{v.lnf, v.lnf_mean, v.lnf_rstd, v.residual, p_.lnfw, p_.lnfb});
-    // Loss and the head's backward, chunk by chunk: dlnf <- d(lnf), dwte += ...
-    const std::int64_t Vp = config_.padded_vocab_size;
-    for (std::int64_t r0 = 0; r0 < T_; r0 += chunk_) {
-      const std::int64_t n = std::min(chunk_, T_ - r0);
-      const gpt2_matrix logits = v.logits.slice(0, n);  // [n, Vp]
-      const gpt2_matrix x = v.lnf.slice(r0, n);
-      b.gemm(s, gemm_shape{.m = n, .n = Vp, .k = C, .op_b = matrix_op::transpose}, 1.0f,
-             x.data(), p_.wte.data(), 0.0f, logits.data());
-      detail::launch(b, s, ops::cross_entropy_chunk<float>{logits, v.losses.slice(r0, n),
-                                                           v.targets.slice(r0, n), config_.vocab_size,
-                                                           1.0f / static_cast<float>(T_)});
-      b.gemm(s, gemm_shape{.m = n, .n = C, .k = Vp}, 1.0f, logits.data(), p_.wte.data(), 0.0f,
-             v.dlnf.slice(r0, n).data());
-      b.gemm(s, gemm_shape{.m = Vp, .n = C, .k = n, .op_a = matrix_op::transpose}, 1.0f,
-             logits.data(), x.data(), 1.0f, g_.wte.data());
-    }
+    // The loss and the head's backward, chunk by chunk (gpt2_head.hpp).
+    const gpt2_head_views head{v.residual, v.lnf, v.dlnf, v.lnf_mean, v.lnf_rstd, v.logits, v.losses, v.targets};
+    gpt2_head_loss(b, s, p_, g_, head, config_.vocab_size, 1.0f / static_cast<float>(T_));
     b.copy_async(host_losses_.data(), v.losses.data(), host_losses_.size_bytes(),
                  copy_kind::device_to_host, s);
     m.phase(gpt2_step_phase::loss_end);
     // Backward.
-    b.memset_async(v.dresidual.data(), 0, v.dresidual.size_bytes(), s);
-    detail::launch(b, s, ops::layernorm_backward_input<float>{v.dresidual, v.dlnf, v.residual, p_.lnfw, v.lnf_mean, v.lnf_rstd});
-    detail::launch(b, s, ops::layernorm_backward_params<float>{g_.lnfw, g_.lnfb, v.dlnf, v.residual, v.lnf_mean, v.lnf_rstd});
+    gpt2_head_backward(b, s, p_, g_, head, v.dresidual);
     m.phase(gpt2_step_phase::head_end);
     for (std::int64_t l = L - 1; l >= 0; --l) {
       const auto layer = static_cast<std::size_t>(l);
@@ -359,7 +343,7 @@ class gpt2_model {
       swapper.end_backward(layer);
       mark_section_end(m.replay(), section);
     }
-    detail::launch(b, s, ops::encoder_backward_positions<float>{g_.wpe, v.dresidual, T_, 0});
+    gpt2_position_embedding_backward(b, s, g_, v.dresidual, 0);
     detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, v.dresidual, buckets_});
     swapper.synchronize();
     m.phase(gpt2_step_phase::step_end);
