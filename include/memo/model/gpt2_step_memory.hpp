@@ -79,6 +79,45 @@ struct gpt2_step_views {
   std::int32_t* ids = nullptr;                         // [T]
 };
 
+/// The job profiler of MEMO section 4.3.2 for one block: runs the backward
+/// of a block of `rows` tokens once, on zeros, through a recording
+/// resource, and returns the trace of its transient requests (one section,
+/// `layer 0 backward`). The attention is left out: it takes nothing from the
+/// block's resource, so the requests are those of every real backward of
+/// that many rows with that MLP chunk. p0 and g0 are one layer's parameters
+/// and gradients (the gradients are left as garbage).
+template <Backend B>
+memory_trace record_gpt2_block_backward(B& backend, typename B::stream& stream, const gpt2_config& config,
+                                        std::int64_t rows, std::int64_t mlp_chunk,
+                                        const gpt2_layer_views<float>& p0, const gpt2_layer_views<float>& g0) {
+  using device_resource = std::remove_reference_t<decltype(backend.device_memory())>;
+  const std::int64_t C = config.channels, NH = config.num_heads;
+  const skeletal_layout layout = gpt2_skeletal_layout(config, rows);
+  auto carve = [&](region_carver& c, std::vector<skeletal_slice>* slices) {
+    for (const auto& t : layout.tensors()) {
+      const memory_region r = c.take(static_cast<std::size_t>(t.bytes()), t.name);
+      if (slices) slices->push_back({r.data, t.tokens, t.bytes_per_token, false});
+    }
+    return detail::carve_matrix(c, rows, C, "dresidual");
+  };
+  region_carver counting;
+  (void)carve(counting, nullptr);
+  buffer<std::byte, device_resource> temporary(backend.device_memory(), counting.required_bytes());
+  region_carver carver(memory_region{temporary.data(), temporary.size_bytes()}, "gpt2 block recording");
+  std::vector<skeletal_slice> slices;
+  const gpt2_matrix dresidual = carve(carver, &slices);
+  backend.memset_async(temporary.data(), 0, temporary.size_bytes(), stream);
+  const auto a = gpt2_layer_activations::from_skeletal(slices, rows, C, NH);
+  detail::stream_synchronizing_resource<B, device_resource> upstream(backend, stream, backend.device_memory());
+  recording_resource recorder(upstream, "gpt2 block backward");
+  detail::gpt2_no_attention<B> no_attention;
+  recorder.begin_section("layer 0 backward");
+  gpt2_layer_backward(backend, stream, p0, g0, a, dresidual, recorder, no_attention, 0, rows, mlp_chunk);
+  recorder.end_section("layer 0 backward");
+  backend.synchronize(stream);
+  return recorder.trace();
+}
+
 template <Backend B>
 class gpt2_step_memory {
   using device_resource = std::remove_reference_t<decltype(std::declval<B&>().device_memory())>;
@@ -295,40 +334,8 @@ class gpt2_step_memory {
     live_.assign(outside_.size(), nullptr);
   }
 
-  /// The job profiler of MEMO section 4.3.2 for one block: runs a block's
-  /// backward once, on zeros, through a recording resource, and returns
-  /// the trace of its transient requests (one section, `layer 0 backward`).
   memory_trace record_block_backward(const gpt2_layer_views<float>& p0, const gpt2_layer_views<float>& g0) {
-    B& b = *backend_;
-    auto& s = *stream_;
-    const std::int64_t C = config_.channels, NH = config_.num_heads;
-    const skeletal_layout layout = gpt2_skeletal_layout(config_, T_);
-    attention_shape shape = attention_shape_;
-    shape.offload = false;  // the transients do not depend on where K/V live
-    auto carve = [&](region_carver& c, std::vector<skeletal_slice>* slices) {
-      for (const auto& t : layout.tensors()) {
-        const memory_region r = c.take(static_cast<std::size_t>(t.bytes()), t.name);
-        if (slices) slices->push_back({r.data, t.tokens, t.bytes_per_token, false});
-      }
-      return std::pair{detail::carve_matrix(c, T_, C, "dresidual"),
-                       c.take(chunked_causal_attention<B>::required_device_bytes(shape), "attention scratch")};
-    };
-    region_carver counting;
-    (void)carve(counting, nullptr);
-    device_bytes_buffer temporary(b.device_memory(), counting.required_bytes());
-    region_carver carver(memory_region{temporary.data(), temporary.size_bytes()}, "gpt2 block recording");
-    std::vector<skeletal_slice> slices;
-    const auto [dresidual, scratch] = carve(carver, &slices);
-    b.memset_async(temporary.data(), 0, temporary.size_bytes(), s);
-    chunked_causal_attention<B> attention(b, shape, scratch, memory_region{});
-    const auto a = gpt2_layer_activations::from_skeletal(slices, T_, C, NH);
-    detail::stream_synchronizing_resource<B, device_resource> upstream(b, s, b.device_memory());
-    recording_resource recorder(upstream, "gpt2 block backward");
-    recorder.begin_section("layer 0 backward");
-    gpt2_layer_backward(b, s, p0, g0, NH, a, dresidual, recorder, attention);
-    recorder.end_section("layer 0 backward");
-    b.synchronize(s);
-    return recorder.trace();
+    return record_gpt2_block_backward(*backend_, *stream_, config_, T_, 0, p0, g0);
   }
 
   B* backend_;
