@@ -51,6 +51,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -73,6 +74,37 @@
 #include "memo/swap/token_fraction_swapper.hpp"
 
 namespace memo {
+
+/// GPT-2's initialisation of `config`'s parameters (llm.c's order) from
+/// `seed`: weights N(0, 0.02), the two projections into the residual stream
+/// N(0, 0.02 / sqrt(2L)), layernorm weights 1, biases 0. Every value is a
+/// function of (seed, its index) alone (Box-Muller on a hash), so any part
+/// of the model (a pipeline stage) can be initialised on its own and agree.
+inline void gpt2_initial_parameters(const gpt2_config& config, std::uint64_t seed, std::span<float> out) {
+  const gpt2_parameter_table table = gpt2_parameter_layout(config);
+  expects(out.size() == table.total, [&] {
+    return "gpt2_initial_parameters: " + std::to_string(out.size()) + " values given, the model has " +
+           std::to_string(table.total) + " parameters";
+  });
+  auto normal = [seed](std::uint64_t index) {
+    const std::uint64_t a = detail::mix64(seed ^ detail::mix64(2 * index));
+    const std::uint64_t b = detail::mix64(seed ^ detail::mix64(2 * index + 1));
+    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  };
+  const double residual_std = 0.02 / std::sqrt(2.0 * config.num_layers);
+  for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
+    const gpt2_tensor_info& info = table.tensors[t];
+    const std::string_view n = info.name;
+    const bool bias = n.ends_with('b');
+    const bool norm_weight = n == "ln1w" || n == "ln2w" || n == "lnfw";
+    const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : 0.02;
+    for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
+      out[i] = bias ? 0.0f : norm_weight ? 1.0f : static_cast<float>(std_dev * normal(i));
+    }
+  }
+}
 
 template <Backend B>
 class gpt2_model {
@@ -179,19 +211,8 @@ class gpt2_model {
   /// projections into the residual stream N(0, 0.02 / sqrt(2L)), layernorm
   /// weights 1, biases 0. Resets the AdamW moments and the step count.
   void initialize(std::uint64_t seed) {
-    std::span<float> host = staging_.span();
-    const double residual_std = 0.02 / std::sqrt(2.0 * config_.num_layers);
-    for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
-      const gpt2_tensor_info& info = table_.tensors[t];
-      const std::string_view n = info.name;
-      const bool bias = n.ends_with('b');
-      const bool norm_weight = n == "ln1w" || n == "ln2w" || n == "lnfw";
-      const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : 0.02;
-      for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
-        host[i] = bias ? 0.0f : norm_weight ? 1.0f : static_cast<float>(std_dev * normal(seed, i));
-      }
-    }
-    set_parameters(host);
+    gpt2_initial_parameters(config_, seed, staging_.span());
+    set_parameters(staging_.span());
   }
 
   /// Copies `parameters` (llm.c's order, `parameter_count()` values) in and
@@ -276,15 +297,6 @@ class gpt2_model {
              std::to_string(config.max_seq_len) + "]";
     });
     return config;
-  }
-
-  /// One standard normal value per (seed, index), by Box-Muller.
-  static double normal(std::uint64_t seed, std::uint64_t index) {
-    const std::uint64_t a = detail::mix64(seed ^ detail::mix64(2 * index));
-    const std::uint64_t b = detail::mix64(seed ^ detail::mix64(2 * index + 1));
-    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
   void run_step(std::int64_t distinct) {
