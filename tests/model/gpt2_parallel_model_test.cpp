@@ -182,3 +182,94 @@ TEST_CASE("gpt2_parallel_model: sequence parallel, pipelined and both give the s
     CHECK(scaled_error(got.gradients, want.gradients) < 2e-6);
   }
 }
+
+TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, naming the numbers") {
+  struct bad {
+    int ranks;
+    memo::gpt2_parallel_options options;
+    const char* message;
+  };
+  const bad cases[] = {
+      {4, {.context = context, .sequence_parallel = 3}, "sequence parallel 3 x pipeline stages 1 must equal the 4 ranks"},
+      {3, {.context = context, .sequence_parallel = 3}, "4 heads are not divisible by 3 sequence-parallel ranks"},
+      {3, {.context = context, .pipeline_stages = 3}, "4 layers are not divisible by 3 pipeline stages"},
+      {2, {.context = 30, .sequence_parallel = 2, .layout_chunk = 4}, "context 30 is not a multiple of 2 ranks x chunk 4"},
+      {2, {.context = 32, .sequence_parallel = 2, .subsequences = 8, .layout_chunk = 4},
+       "context 32 has 4 chunk groups of 8 tokens, fewer than the 8 subsequences"},
+      {2, {.context = 32, .pipeline_stages = 2, .subsequences = 1}, "1 subsequences for 2 pipeline stages"},
+      {2, {.context = 32, .pipeline_stages = 2, .kv_offload = true}, "host K/V (kv_offload) needs one subsequence"},
+      {2, {.context = 32, .sequence_parallel = 2, .subsequences = 2, .layout_chunk = 4, .attention_chunk = 3},
+       "attention chunk 3 does not divide a chunk group of 8 tokens"},
+      {1, {.context = 65}, "context 65 must lie in [1, maxT 64]"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    const auto errors = on_ranks(c.ranks, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+      parallel m(backend, comm, shape(), c.options);
+    }, std::chrono::milliseconds(5000));
+    for (const auto& e : errors) CHECK(e.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails its peers instead of hanging") {
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  for (const bool pipeline : {false, true}) {
+    CAPTURE(pipeline);
+    const memo::gpt2_parallel_options options{.context = context,
+                                              .sequence_parallel = pipeline ? 1 : 2,
+                                              .pipeline_stages = pipeline ? 2 : 1};
+    // Rank 1 steps once, then gives a token outside the vocabulary (its
+    // check fails before any collective) and leaves; rank 0 steps on.
+    const auto errors = on_ranks(2, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+      parallel m(backend, comm, shape(), options);
+      m.initialize(1);
+      m.train_step(in, tg, {});
+      auto mine = in;
+      if (r == 1) mine[5] = 11;
+      m.train_step(mine, tg, {});
+    }, std::chrono::milliseconds(20000));
+    CHECK(errors[1].find("input token 11 at position 5 is outside the vocabulary [0, 11)") != std::string::npos);
+    CHECK(errors[0].find("rank 1") != std::string::npos);
+    CHECK(errors[0].find("left the group") != std::string::npos);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: a step allocates nothing; its plan holds chunked MLP and loss buffers") {
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  const auto errors = on_ranks(4, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+    const memo::gpt2_parallel_options options{
+        .context = context, .sequence_parallel = 2, .pipeline_stages = 2, .subsequences = 2, .layout_chunk = 4,
+        .loss_chunk = 4};
+    parallel m(backend, comm, shape(), options);
+    m.initialize(7);
+    m.train_step(in, tg, {});
+    const auto device = backend.device_memory().allocation_count();
+    const auto pinned = backend.pinned_memory().allocation_count();
+    const auto bytes = backend.device_memory().current_bytes();
+    for (int s = 0; s < 2; ++s) m.train_step(in, tg, {});
+    CHECK(backend.device_memory().allocation_count() == device);
+    CHECK(backend.pinned_memory().allocation_count() == pinned);
+    CHECK(backend.device_memory().current_bytes() == bytes);
+    CHECK(bytes == m.parameter_state_bytes() + m.activation_bytes());
+    // Two layers per stage, two subsequences: four block sections.
+    CHECK(m.step_trace().sections.size() == 4);
+    // The MLP's gradient buffers are [c / 2, 4C] = [2, 64] floats, never
+    // [rows of a subsequence, 4C]; the logits buffer is [4, Vp] (last stage).
+    const std::uint64_t mlp = 2 * 64 * 4, whole = 8 * 64 * 4;
+    bool has_mlp = false, has_whole = false, has_logits = false;
+    for (const auto& b : m.step_trace().problem.buffers) {
+      has_mlp = has_mlp || b.size_bytes == mlp;
+      has_whole = has_whole || b.size_bytes == whole;
+      has_logits = has_logits || b.size_bytes == 4 * 16 * 4;
+    }
+    CHECK(has_mlp);
+    CHECK_FALSE(has_whole);
+    CHECK(has_logits == (m.stage() == 1));
+    CHECK(m.memory_plan().plan.peak_bytes >= m.memory_plan().flat_lower_bound_bytes);
+    // Communication was counted: the all-to-alls, the hand-offs, the sums.
+    CHECK(m.step_communication().calls > 0);
+    CHECK(m.step_communication().payload_bytes > 0);
+    CHECK(m.step_communication().seconds > 0.0);
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
