@@ -18,6 +18,11 @@
 // LP fed by this machine's measured profile. Before training it prints the
 // plan; --print-plan prints it and stops.
 //
+// Across ranks (mpirun -np P train_gpt --sp S --pp Q, P = S x Q) it trains
+// the same model with FPDT sequence parallelism over S ranks per stage and
+// SPPO pipeline stages (memo/model/gpt2_parallel_training.hpp); the losses
+// equal the single-rank run's for the same seed and data.
+//
 // smoke-args: --steps 3 --context 32
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/host_profile.hpp>
@@ -29,12 +34,16 @@
 #include <memo/model/checkpoint.hpp>
 #include <memo/model/gpt2_model.hpp>
 #include <memo/model/gpt2_memory.hpp>
+#include <memo/model/gpt2_parallel_training.hpp>
 #include <memo/model/token_data.hpp>
 #include <memo/plan/caching_allocator.hpp>
 #include <memo/plan/text_input.hpp>
 #include <memo/schedule/memo_step.hpp>
 #if MEMO_HAS_LPSOLVE
 #include <memo/swap/alpha_solver.hpp>
+#endif
+#if MEMO_HAS_MPI
+#include <memo/backend/mpi_communicator.hpp>
 #endif
 
 #include <unistd.h>
@@ -44,8 +53,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -60,13 +71,19 @@ constexpr const char* usage =
     "                 [--checkpoint-out FILE] [--log-every N] [--alpha auto|X]\n"
     "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
     "                 [--print-plan] [--json] [--help]\n"
+    "                 [--sp S] [--pp Q] [--subsequences N] [--partition balanced|equal]\n"
+    "                 [--sequence-chunk c]   (under mpirun -np S*Q)\n"
     "Trains GPT-2 (fp32, batch 1) on the built-in copy task, or on an llm.c token\n"
     "file with --data. --checkpoint-in takes the model's shape from the checkpoint\n"
     "(do not combine it with --layers/--channels/--heads).\n"
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
     "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
     "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
-    "carry a KiB/MiB/GiB suffix; --timeline writes the simulated step as a Chrome trace.\n";
+    "carry a KiB/MiB/GiB suffix; --timeline writes the simulated step as a Chrome trace.\n"
+    "Under mpirun, --sp S ranks per pipeline stage share every sequence (FPDT), --pp Q\n"
+    "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
+    "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
+    "tokens (default: the largest power of two up to 64 that fits).\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -88,6 +105,10 @@ struct options {
   std::optional<std::uint64_t> device_budget;
   std::string timeline;
   bool print_plan = false;
+  // Across ranks (0: not given).
+  int sp = 0, pp = 0, subsequences = 0;
+  bool equal_subsequences = false;
+  std::int64_t sequence_chunk = 0;
 };
 
 /// An integer in [low, high]; shapes are bounded by the int32 fields of
@@ -180,6 +201,18 @@ options parse(int argc, char** argv) {
       o.timeline = value();
     } else if (arg == "--print-plan") {
       o.print_plan = true;
+    } else if (arg == "--sp") {
+      o.sp = parse_int<int>(arg, value(), 1, 4096);
+    } else if (arg == "--pp") {
+      o.pp = parse_int<int>(arg, value(), 1, 4096);
+    } else if (arg == "--subsequences") {
+      o.subsequences = parse_int<int>(arg, value(), 1, 1 << 20);
+    } else if (arg == "--partition") {
+      const std::string text = value();
+      if (text != "balanced" && text != "equal") throw usage_error("--partition '" + text + "' is not 'balanced' or 'equal'");
+      o.equal_subsequences = text == "equal";
+    } else if (arg == "--sequence-chunk") {
+      o.sequence_chunk = parse_int<std::int64_t>(arg, value(), 1);
     } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
       throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
     } else {
@@ -312,6 +345,73 @@ void write_timeline(const std::string& path, const memo::gpt2_config& config, st
 /// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
 std::int32_t padded(std::int64_t vocab) { return static_cast<std::int32_t>((vocab + 63) / 64 * 64); }
 
+/// The ranks mpirun started this process among (1 without a launcher).
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
+bool across_ranks(const options& o) { return o.sp > 0 || o.pp > 0 || launched_ranks() > 1; }
+
+/// train_gpt under mpirun: every rank reads the same data and trains its
+/// part of the model (memo/model/gpt2_parallel_training.hpp).
+int run_across_ranks(const options& o, const memo::gpt2_config& config, memo::token_window_loader& loader,
+                     const std::optional<memo::gpt2_checkpoint>& checkpoint,
+                     const std::optional<memo::position_range>& predictable, bool builtin, std::int32_t copy_vocab) {
+  if (o.alpha || o.alpha_auto || o.device_budget || !o.timeline.empty() || o.print_plan) {
+    throw usage_error("--alpha, --device-budget, --timeline and --print-plan are single-rank options; "
+                      "drop them with --sp/--pp");
+  }
+#if MEMO_HAS_MPI
+  memo::mpi_environment environment(nullptr, nullptr);
+  memo::mpi_communicator world;
+  const int pp = o.pp > 0 ? o.pp : 1;
+  const int sp = o.sp > 0 ? o.sp : std::max(1, world.size() / pp);
+  memo::gpt2_parallel_options parallel{.context = o.context,
+                                       .sequence_parallel = sp,
+                                       .pipeline_stages = pp,
+                                       .subsequences = o.subsequences,
+                                       .balanced_subsequences = !o.equal_subsequences,
+                                       .layout_chunk = o.sequence_chunk,
+                                       .attention_chunk = o.attention_chunk,
+                                       .kv_offload = o.kv_offload};
+  if (world.size() == 1 && sp * pp > 1) {
+    throw memo::error("--sp " + std::to_string(sp) + " --pp " + std::to_string(pp) + " need " +
+                      std::to_string(sp * pp) + " ranks: start them with mpirun -np " + std::to_string(sp * pp));
+  }
+  // The same check on every rank before any collective: a shape that does
+  // not split is an error each rank prints, and all of them exit.
+  (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+  memo::host_backend backend;
+  memo::gpt2_parallel_training run{
+      .steps = o.steps,
+      .log_every = o.log_every,
+      .adamw = {.learning_rate = o.lr, .weight_decay = o.weight_decay},
+      .seed = o.seed,
+      .parameters = checkpoint ? std::span<const float>(checkpoint->parameters) : std::span<const float>(),
+      .predictable = predictable,
+      .data_name = builtin ? "built-in copy task, vocab " + std::to_string(copy_vocab) : o.data,
+      .checkpoint_out = o.checkpoint_out,
+      .json = o.json};
+  try {
+    memo::train_gpt2_parallel(backend, world, config, parallel, run,
+                              [&](std::span<std::int32_t> in, std::span<std::int32_t> tg) { loader.next(in, tg); });
+  } catch (const std::exception& e) {
+    // Past the checks every rank made alike, a failure may leave the other
+    // ranks inside a collective: end the whole job rather than hang it.
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
+#else
+  (void)config, (void)loader, (void)checkpoint, (void)predictable, (void)builtin, (void)copy_vocab;
+  throw memo::error("--sp/--pp train across MPI ranks, but this train_gpt was built without MPI (memo::mpi)");
+#endif
+}
+
 int run(const options& o) {
   using clock = std::chrono::steady_clock;
   const auto copy_vocab = static_cast<std::int32_t>(o.copy_vocab);
@@ -350,6 +450,7 @@ int run(const options& o) {
                                                         config.vocab_size));
   }
 
+  if (across_ranks(o)) return run_across_ranks(o, config, *loader, checkpoint, predictable, builtin, copy_vocab);
   memo::host_backend backend;
   // alpha: given, from the LP (MEMO eq. 1-3) on this machine, or no offload.
   const auto plan = plan_memory(backend, config, o);

@@ -313,7 +313,7 @@ inline std::vector<sppo_stage_op> sppo_stage_program(const stream_schedule& sche
           for (std::size_t m = 0; m < ops.size(); ++m) {
             const auto& deps = ops[m].dependencies;
             if (std::find(deps.begin(), deps.end(), k) == deps.end()) continue;
-            if (auto to = detail::parse_sppo_op(ops[m].name)) set_peer(op.send_to, std::get<1>(*to), "sends to");
+            if (auto next = detail::parse_sppo_op(ops[m].name)) set_peer(op.send_to, std::get<1>(*next), "sends to");
           }
         }
       }
