@@ -28,6 +28,15 @@
 // caller's K/V are read only for chunk i at forward step i, and never by the
 // backward: after the forward the caller may drop or reuse them.
 //
+// Query runs (SPPO section 4: a pipeline stage attends subsequence by
+// subsequence): `forward_queries` / `backward_queries` take the queries of
+// a run of whole chunks [first, first + n) against the keys before its end.
+// Forward runs go in sequence order (with offload each stores its own K/V
+// chunks, so later runs find the earlier ones on the host); a backward run
+// adds its queries' share of dK/dV into whole-sequence dk and dv, so runs in
+// reverse order leave a run's dK/dV complete after its own backward. One
+// run over the whole sequence is `forward` / `backward`.
+//
 // Memory: the object allocates nothing. required_device_bytes(shape) and
 // required_pinned_bytes(shape) size the regions (region_carver's counting
 // mode); both grow linearly in tokens (device: the [heads, tokens] row

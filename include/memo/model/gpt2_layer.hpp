@@ -16,9 +16,14 @@
 // half's layernorm backward adds into it again (giving dx). Parameter
 // gradients accumulate (+=); the model zeroes them once per step.
 //
-// Attention is `chunked_causal_attention` (attention.hpp, FPDT section 4),
-// called through `detail::gpt2_attention_forward/backward` over strided
-// [T, NH, hs] views of the fused QKV buffer: no [T, T] score matrix exists.
+// Attention is a parameter (`gpt2_block_attention`): on one device
+// `chunked_causal_attention` (attention.hpp, FPDT section 4) over strided
+// [T, NH, hs] views of the fused QKV buffer, so no [T, T] score matrix
+// exists; across ranks the distributed attention of the parallel model
+// (gpt2_parallel_model.hpp). Forward and backward run on a run of rows
+// [r0, r0 + n) of the block's tokens (the whole sequence, or one SPPO
+// subsequence of it), everything but attention being token-wise; the MLP
+// backward runs in chunks of rows (FPDT section 5.4).
 //
 // Memory (MEMO sections 4.1-4.2). What the forward keeps for the backward
 // is `gpt2_layer_activations`: the block's skeletal tensors, token-major,
