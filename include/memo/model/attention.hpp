@@ -80,6 +80,15 @@
 
 namespace memo {
 
+namespace detail {
+
+/// The default of backward_queries' keys_done: nothing to do.
+struct no_keys_done {
+  void operator()(std::int64_t) const noexcept {}
+};
+
+}  // namespace detail
+
 template <Backend B>
 class chunked_causal_attention {
  public:
@@ -230,6 +239,14 @@ class chunked_causal_attention {
   /// Running the runs of a sequence in any order adds up to `backward`;
   /// in reverse order (SPPO) the keys of a run have all their gradient once
   /// its own backward is done.
+  ///
+  /// `keys_done(e)` is called (on the host, in enqueue order) after the
+  /// work of each key chunk is enqueued, with e its end token: from that
+  /// point of `on`, dk and dv of keys [0, e) hold this run's whole share
+  /// and dq of queries before e is final (query i sees no key after it).
+  /// FPDT (Figure 7) sends those gradients back while the next key chunk
+  /// computes.
+  template <class KeysDone = detail::no_keys_done>
   void backward_queries(stream_type& on, std::int64_t first,
                         tensor_view<const float, 3> q,     // [n, heads, head_dim]
                         tensor_view<const float, 3> k,     // [tokens, kv_heads, head_dim]
@@ -239,7 +256,8 @@ class chunked_causal_attention {
                         tensor_view<const float, 2> lse,   // [heads, n]
                         tensor_view<float, 3> dq,          // [n, heads, head_dim]
                         tensor_view<float, 3> dk,          // [tokens, kv_heads, head_dim]
-                        tensor_view<float, 3> dv) {        // [tokens, kv_heads, head_dim]
+                        tensor_view<float, 3> dv,          // [tokens, kv_heads, head_dim]
+                        KeysDone&& keys_done = {}) {
     const char* call = "chunked_causal_attention::backward";
     const std::int64_t n = q.extent(0);
     const auto [i0, i1] = query_chunks(first, n, call);
@@ -314,6 +332,7 @@ class chunked_causal_attention {
              {kv_heads, cols});
       launch(on, detail::attention_add_rows_kernel{dv, parts_.dv.template as<float>(), t, k0},
              {kv_heads, cols});
+      keys_done(k0 + cols);
     }
     join_copies(on);
   }

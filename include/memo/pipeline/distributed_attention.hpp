@@ -63,6 +63,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -133,6 +134,7 @@ requires CommunicatorOf<C, B>
 class distributed_attention {
  public:
   using stream_type = typename B::stream;
+  using event_type = typename B::event;
 
   /// The four regions' sizes for `shape` on `ranks` ranks; checks the shape.
   [[nodiscard]] static distributed_attention_bytes required_bytes(const distributed_attention_shape& shape,
@@ -159,6 +161,12 @@ class distributed_attention {
 
   distributed_attention(const distributed_attention&) = delete;
   distributed_attention& operator=(const distributed_attention&) = delete;
+  ~distributed_attention() {
+    try {
+      if (exchange_) backend_.synchronize(*exchange_);
+    } catch (...) {  // reported on the caller's stream, which waits for this one
+    }
+  }
 
   [[nodiscard]] const fpdt_layout& layout() const noexcept { return layout_; }
   [[nodiscard]] const distributed_attention_shape& shape() const noexcept { return shape_; }
@@ -194,7 +202,8 @@ class distributed_attention {
       backend_.memset_async(g->data(), 0, bytes, on);
     }
     const std::int64_t L = layout_.local_tokens();
-    run_backward(on, {0, L}, nullptr, dout,
+    begin_exchange(on);
+    run_backward(on, checked_run({0, L}, "backward"), dout,
                  tensor_view<const float, 2>::contiguous(parts_.lse.template as<float>(), {Hr_, shape_.tokens}), dq,
                  dk, dv);
   }
@@ -221,18 +230,41 @@ class distributed_attention {
     if (r.first == 0 && shape_.keep_state) {
       zero(on, parts_.dk, Kr_ * shape_.tokens), zero(on, parts_.dv, Kr_ * shape_.tokens);
     }
-    for (std::int64_t j = r.g0; j < r.g1; ++j) {
-      scatter_heads(on, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
-      scatter_heads(on, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, 0, j));
-      scatter_heads(on, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, 0, j));
+    stream_type& comm = *exchange_;
+    begin_exchange(on);
+    auto scatter_group = [&](std::int64_t j) {
+      scatter_heads(comm, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
+      scatter_heads(comm, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, 0, j));
+      scatter_heads(comm, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, 0, j));
+    };
+    // Group by group when the attention's chunks tile a group: the
+    // all-to-alls of group j + 1 in and of group j's output back run on the
+    // exchange stream while group j attends (FPDT section 4.1).
+    const std::int64_t group = layout_.group_begin(1);
+    const bool pipelined = group % shape_.attention_chunk == 0;
+    const std::int64_t step = pipelined ? 1 : r.g1 - r.g0;
+    for (std::int64_t i = r.g0; i < r.g0 + step; ++i) scatter_group(i);
+    backend_.record(scattered_[r.g0 % 2], comm);
+    for (std::int64_t j = r.g0; j < r.g1; j += step) {
+      const std::int64_t last = j + step;  // groups [j, last) attend now
+      if (last < r.g1) {  // the next group's inputs, ahead of this group's output
+        scatter_group(last);
+        backend_.record(scattered_[last % 2], comm);
+      }
+      backend_.wait(on, scattered_[j % 2]);
+      const std::int64_t first = layout_.group_begin(j), tokens = layout_.group_begin(last) - first;
+      attention_->forward_queries(on, first, rows_view<const float>(parts_.q, Hr_, first - r.first, tokens),
+                                  run_view<const float>(parts_.k, Kr_, shape_.tokens),
+                                  run_view<const float>(parts_.v, Kr_, shape_.tokens),
+                                  rows_view<float>(parts_.o, Hr_, first - r.first, tokens),
+                                  lse_columns(lse, first, tokens));
+      backend_.record(computed_[j % 2], on);
+      backend_.wait(comm, computed_[j % 2]);
+      for (std::int64_t i = j; i < last; ++i) {
+        gather_heads(comm, sharded(parts_.o, Hr_, r.first, i), i - r.g0, shape_.heads, Hr_, false, o, false);
+      }
     }
-    attention_->forward_queries(on, r.first, run_view<const float>(parts_.q, Hr_, r.tokens),
-                                run_view<const float>(parts_.k, Kr_, shape_.tokens),
-                                run_view<const float>(parts_.v, Kr_, shape_.tokens),
-                                run_view<float>(parts_.o, Hr_, r.tokens), lse_columns(lse, r));
-    for (std::int64_t j = r.g0; j < r.g1; ++j) {
-      gather_heads(on, sharded(parts_.o, Hr_, r.first, j), j - r.g0, shape_.heads, Hr_, false, o, false);
-    }
+    end_exchange(on);
   }
 
   /// The backward of the run of local rows [begin, end): q, k, v, o as the
@@ -251,15 +283,16 @@ class distributed_attention {
     const bool resend_kv = !shape_.offload && !shape_.keep_state;
     if (resend_kv) expect_run_view(k, shape_.kv_heads, r, "k"), expect_run_view(v, shape_.kv_heads, r, "v");
     expect_lse(lse);
+    begin_exchange(on);
     for (std::int64_t j = r.g0; j < r.g1; ++j) {
-      scatter_heads(on, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
-      scatter_heads(on, o, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.o, Hr_, r.first, j));
+      scatter_heads(*exchange_, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
+      scatter_heads(*exchange_, o, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.o, Hr_, r.first, j));
       if (resend_kv) {
-        scatter_heads(on, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, 0, j));
-        scatter_heads(on, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, 0, j));
+        scatter_heads(*exchange_, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, 0, j));
+        scatter_heads(*exchange_, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, 0, j));
       }
     }
-    run_backward(on, rows, &r, dout, lse, dq, dk, dv);
+    run_backward(on, r, dout, lse, dq, dk, dv);
   }
 
  private:
@@ -367,32 +400,59 @@ class distributed_attention {
     region_carver s(state, "distributed attention state");
     parts_ = carve(shape_, layout_, w, s);
     attention_.emplace(backend_, local_shape(shape_, P_), attention_device, attention_pinned);
+    exchange_.emplace(backend_.make_stream("distributed attention all-to-all"));
   }
 
-  /// The dQ/dK/dV part of a backward: dO of the run sent, the attention's
-  /// backward, the gradients sent back and added into dq, dk, dv (or, for
-  /// the whole-sequence API, into the zeroed outputs).
-  void run_backward(stream_type& on, std::pair<std::int64_t, std::int64_t> rows, const run* given,
-                    tensor_view<const float, 3> dout, tensor_view<const float, 2> lse, tensor_view<float, 3> dq,
-                    tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
-    const run r = given != nullptr ? *given : checked_run(rows, "backward");
+  /// The dQ/dK/dV part of a backward, after begin_exchange (and the
+  /// re-sends the caller queued on the exchange stream): dO of the run
+  /// sent, the attention's backward, and each group's dQ, dK, dV sent back
+  /// and added into dq, dk, dv as soon as the attention's key loop has
+  /// passed it (FPDT Figure 7: while the next key chunk computes).
+  void run_backward(stream_type& on, const run& r, tensor_view<const float, 3> dout, tensor_view<const float, 2> lse,
+                    tensor_view<float, 3> dq, tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
+    stream_type& comm = *exchange_;
     for (std::int64_t j = r.g0; j < r.g1; ++j) {
-      scatter_heads(on, dout, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.dout, Hr_, r.first, j));
+      scatter_heads(comm, dout, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.dout, Hr_, r.first, j));
     }
+    backend_.record(scattered_[0], comm);
+    backend_.wait(on, scattered_[0]);
     zero(on, parts_.dq, Hr_ * r.tokens);
     if (!shape_.keep_state) zero(on, parts_.dk, Kr_ * shape_.tokens), zero(on, parts_.dv, Kr_ * shape_.tokens);
+    std::int64_t next = r.g0;  // the first group not yet sent back
+    int handoffs = 0;
+    auto send_back = [&](std::int64_t keys_end) {
+      std::int64_t upto = next;
+      while (upto < r.g1 && layout_.group_begin(upto + 1) <= keys_end) ++upto;
+      if (upto == next) return;
+      backend_.record(computed_[handoffs % 2], on);
+      backend_.wait(comm, computed_[handoffs % 2]);
+      ++handoffs;
+      for (; next < upto; ++next) {
+        gather_heads(comm, sharded(parts_.dq, Hr_, r.first, next), next - r.g0, shape_.heads, Hr_, false, dq, true);
+        gather_heads(comm, sharded(parts_.dk, Kr_, 0, next), next - r.g0, shape_.kv_heads, Kr_, true, dk, true);
+        gather_heads(comm, sharded(parts_.dv, Kr_, 0, next), next - r.g0, shape_.kv_heads, Kr_, true, dv, true);
+      }
+    };
     attention_->backward_queries(on, r.first, run_view<const float>(parts_.q, Hr_, r.tokens),
                                  run_view<const float>(parts_.k, Kr_, shape_.tokens),
                                  run_view<const float>(parts_.v, Kr_, shape_.tokens),
                                  run_view<const float>(parts_.o, Hr_, r.tokens),
-                                 run_view<const float>(parts_.dout, Hr_, r.tokens), lse_columns(lse, r),
+                                 run_view<const float>(parts_.dout, Hr_, r.tokens), lse_columns(lse, r.first, r.tokens),
                                  run_view<float>(parts_.dq, Hr_, r.tokens), run_view<float>(parts_.dk, Kr_, shape_.tokens),
-                                 run_view<float>(parts_.dv, Kr_, shape_.tokens));
-    for (std::int64_t j = r.g0; j < r.g1; ++j) {
-      gather_heads(on, sharded(parts_.dq, Hr_, r.first, j), j - r.g0, shape_.heads, Hr_, false, dq, true);
-      gather_heads(on, sharded(parts_.dk, Kr_, 0, j), j - r.g0, shape_.kv_heads, Kr_, true, dk, true);
-      gather_heads(on, sharded(parts_.dv, Kr_, 0, j), j - r.g0, shape_.kv_heads, Kr_, true, dv, true);
-    }
+                                 run_view<float>(parts_.dv, Kr_, shape_.tokens), send_back);
+    send_back(layout_.group_begin(r.g1));  // nothing left when the key loop reached the run's end
+    end_exchange(on);
+  }
+
+  /// The exchange stream starts after what `on` has enqueued so far.
+  void begin_exchange(stream_type& on) {
+    backend_.record(start_, on);
+    backend_.wait(*exchange_, start_);
+  }
+  /// `on` continues after everything enqueued on the exchange stream.
+  void end_exchange(stream_type& on) {
+    backend_.record(done_, *exchange_);
+    backend_.wait(on, done_);
   }
 
   [[nodiscard]] run checked_run(std::pair<std::int64_t, std::int64_t> rows, const char* call) const {
@@ -433,9 +493,17 @@ class distributed_attention {
   [[nodiscard]] tensor_view<T, 3> run_view(const memory_region& buffer, std::int64_t heads, std::int64_t tokens) const {
     return tensor_view<T, 3>::contiguous(buffer.template as<float>(), {tokens, heads, shape_.head_dim});
   }
+  /// Rows [row, row + tokens) of a sharded [*, heads, D] buffer.
   template <class T>
-  [[nodiscard]] static tensor_view<T, 2> lse_columns(const tensor_view<T, 2>& lse, const run& r) {
-    return tensor_view<T, 2>(lse.data() + r.first * lse.stride(1), {lse.extent(0), r.tokens},
+  [[nodiscard]] tensor_view<T, 3> rows_view(const memory_region& buffer, std::int64_t heads, std::int64_t row,
+                                            std::int64_t tokens) const {
+    return tensor_view<T, 3>::contiguous(buffer.template as<float>() + row * heads * shape_.head_dim,
+                                         {tokens, heads, shape_.head_dim});
+  }
+  template <class T>
+  [[nodiscard]] static tensor_view<T, 2> lse_columns(const tensor_view<T, 2>& lse, std::int64_t first,
+                                                     std::int64_t tokens) {
+    return tensor_view<T, 2>(lse.data() + first * lse.stride(1), {lse.extent(0), tokens},
                              {lse.stride(0), lse.stride(1)});
   }
 
@@ -529,6 +597,12 @@ class distributed_attention {
   std::int64_t Hr_ = 0, Kr_ = 0, run_capacity_ = 0;
   parts parts_{};
   std::optional<chunked_causal_attention<B>> attention_;
+  // The exchange stream (packing and all-to-alls) and its events with the
+  // caller's stream: start, a group's inputs in, a group's output done, end.
+  std::optional<stream_type> exchange_;
+  event_type start_ = backend_.make_event(), done_ = backend_.make_event();
+  std::array<event_type, 2> scattered_{backend_.make_event(), backend_.make_event()};
+  std::array<event_type, 2> computed_{backend_.make_event(), backend_.make_event()};
   bool saved_ = false;
 };
 
