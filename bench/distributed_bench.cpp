@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
   // The model's step across ranks (the settings interleaved with the
   // single device, one round of each per round).
   const model_shape model = quick ? model_shape{{256, 64, 64, 2, 4, 64}, 256, 2}
-                                  : model_shape{{2048, 256, 256, 4, 4, 128}, 2048, 3};
+                                  : model_shape{{1024, 256, 256, 2, 4, 128}, 1024, 2};
   const std::vector<model_row> model_results = model_rows(model, quick ? 2 : rounds, cores);
 
   // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequences

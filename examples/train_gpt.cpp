@@ -377,13 +377,21 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, memo::to
                                        .layout_chunk = o.sequence_chunk,
                                        .attention_chunk = o.attention_chunk,
                                        .kv_offload = o.kv_offload};
-  if (world.size() == 1 && sp * pp > 1) {
-    throw memo::error("--sp " + std::to_string(sp) + " --pp " + std::to_string(pp) + " need " +
-                      std::to_string(sp * pp) + " ranks: start them with mpirun -np " + std::to_string(sp * pp));
-  }
   // The same check on every rank before any collective: a shape that does
-  // not split is an error each rank prints, and all of them exit.
-  (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+  // not split is an error each rank prints; all exit once all have printed
+  // (mpirun ends the whole job at the first rank that exits with an error).
+  try {
+    if (world.size() == 1 && sp * pp > 1) {
+      throw memo::error("--sp " + std::to_string(sp) + " --pp " + std::to_string(pp) + " need " +
+                        std::to_string(sp * pp) + " ranks: start them with mpirun -np " + std::to_string(sp * pp));
+    }
+    (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+  } catch (const memo::error& e) {
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
+    std::fflush(stderr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    return 1;
+  }
   memo::host_backend backend;
   memo::gpt2_parallel_training run{
       .steps = o.steps,
