@@ -29,7 +29,10 @@
 // (step / the stage's work); the share of rank 0's step spent inside
 // collectives and hand-offs (the timed communicator: on the host backend
 // this includes waiting for peers, so a pipeline's bubbles count); and each
-// rank's device peak against the single device's.
+// rank's device peak against the single device's. "SP 2, no overlap" is
+// SP 2 with the attention's all-to-alls all before and after its compute
+// instead of group by group behind it (the same values), interleaved with
+// the others: the overlap's effect.
 //
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
@@ -133,6 +136,7 @@ double time_ranks(int P, const shape_config& c, bool exchanges_only) {
 struct model_setting {
   const char* name;
   int sp, pp, subsequences;
+  bool overlap = true;
 };
 
 struct model_row {
@@ -192,7 +196,7 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
       memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(
           backend, comm, m.config,
           {.context = m.context, .sequence_parallel = s.sp, .pipeline_stages = s.pp, .subsequences = s.subsequences,
-           .attention_chunk = 64});
+           .attention_chunk = 64, .overlap_exchanges = s.overlap});
       model.initialize(1);
       model.train_step(in, tg, {});
       backend.device_memory().reset_peak();
@@ -223,8 +227,11 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
 
 /// Interleaved rounds of every setting against the single device.
 std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
-  const std::vector<model_setting> settings = {
-      {"SP 2", 2, 1, 1}, {"SP 4", 4, 1, 1}, {"PP 2, N 4", 1, 2, 4}, {"SP 2 x PP 2, N 4", 2, 2, 4}};
+  const std::vector<model_setting> settings = {{"SP 2", 2, 1, 1},
+                                               {"SP 2, no overlap", 2, 1, 1, false},
+                                               {"SP 4", 4, 1, 1},
+                                               {"PP 2, N 4", 1, 2, 4},
+                                               {"SP 2 x PP 2, N 4", 2, 2, 4}};
   std::vector<model_row> rows;
   for (const auto& s : settings) rows.push_back({s, {}, {}, {}});
   const auto in = tokens_of(m.context, m.config.vocab_size, 1), tg = tokens_of(m.context, m.config.vocab_size, 2);
@@ -362,7 +369,8 @@ int main(int argc, char** argv) {
       const auto t = memo::spread_of(r.step_seconds), s = memo::spread_of(r.speedup),
                  c = memo::spread_of(r.comm_share);
       out.begin_object().field("setting", r.setting.name).field("sp", r.setting.sp).field("pp", r.setting.pp);
-      out.field("subsequences", r.setting.subsequences).field("step_seconds_median", t.median);
+      out.field("subsequences", r.setting.subsequences).field("overlap", r.setting.overlap);
+      out.field("step_seconds_median", t.median);
       out.field("speedup_median", s.median).field("speedup_min", s.min).field("speedup_max", s.max);
       out.field("speedup_predicted", r.predicted).field("simulated_bubble", r.bubble);
       out.field("comm_share_median", c.median).field("comm_share_min", c.min).field("comm_share_max", c.max);
@@ -408,7 +416,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(model.context), static_cast<int>(model.steps));
   for (const auto& r : model_results) {
     const auto t = memo::spread_of(r.step_seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
-    std::printf("  %-17s step %.3f s  speedup %.2f [%.2f, %.2f] (predicted %.2f, bubble %.3f)  communication "
+    std::printf("  %-18s step %.3f s  speedup %.2f [%.2f, %.2f] (predicted %.2f, bubble %.3f)  communication "
                 "share %.3f [%.3f, %.3f]  device peak per rank / single %.2f\n",
                 r.setting.name, t.median, s.median, s.min, s.max, r.predicted, r.bubble, c.median, c.min, c.max,
                 static_cast<double>(r.rank_peak_bytes) / static_cast<double>(r.single_peak_bytes));

@@ -273,3 +273,24 @@ TEST_CASE("gpt2_parallel_model: a step allocates nothing; its plan holds chunked
   });
   for (const auto& e : errors) CHECK(e == "");
 }
+
+TEST_CASE("gpt2_parallel_model: all-to-alls behind the attention's compute change no bit") {
+  const auto params = memo_test::random_parameters(shape(), 5);
+  const auto in = memo_test::random_tokens(context, 11, 3), tg = memo_test::random_tokens(context, 11, 4);
+  for (const int pp : {1, 2}) {
+    CAPTURE(pp);
+    memo::gpt2_parallel_options options{.context = context,
+                                        .sequence_parallel = 2,
+                                        .pipeline_stages = pp,
+                                        .subsequences = 2 * pp,
+                                        .layout_chunk = 2,
+                                        .attention_chunk = 4,
+                                        .loss_chunk = 4};
+    const result overlapped = parallel_run(options, params, in, tg, 2);
+    options.overlap_exchanges = false;
+    const result serial = parallel_run(options, params, in, tg, 2);
+    CHECK(overlapped.losses == serial.losses);
+    CHECK(overlapped.gradients == serial.gradients);
+    CHECK(overlapped.token_losses == serial.token_losses);
+  }
+}

@@ -107,6 +107,7 @@ struct gpt2_parallel_options {
   std::int64_t mlp_chunk = 0;       ///< rows of an MLP backward chunk; 0 = c / 2
   std::int64_t loss_chunk = 0;      ///< rows of the logits buffer; 0 = min(T / S, 64)
   bool kv_offload = false;          ///< FPDT's host-resident K/V (N = 1 only)
+  bool overlap_exchanges = true;    ///< all-to-alls behind the attention (distributed_attention_shape::overlap)
   double plan_time_limit_seconds = 0.1;
 };
 
@@ -431,7 +432,8 @@ class gpt2_parallel_model {
             .attention_chunk = shape_.attention_chunk,
             .offload = options_.kv_offload,
             .max_run_tokens = longest,
-            .keep_state = shape_.subsequences > 1};
+            .keep_state = shape_.subsequences > 1,
+            .overlap = options_.overlap_exchanges};
   }
 
   /// The buffers of a step outside the block sections, all live the whole

@@ -97,6 +97,10 @@ struct distributed_attention_shape {
   /// this object and lives between its calls: needed for more than one run
   /// per sequence.
   bool keep_state = false;
+  /// All-to-alls behind the attention's compute (see the header); false:
+  /// all of a call's sends before its attention, all returns after it
+  /// (the same values; a reference for measuring the overlap).
+  bool overlap = true;
 };
 
 /// Bytes of the four regions a distributed_attention is built over.
@@ -241,7 +245,7 @@ class distributed_attention {
     // all-to-alls of group j + 1 in and of group j's output back run on the
     // exchange stream while group j attends (FPDT section 4.1).
     const std::int64_t group = layout_.group_begin(1);
-    const bool pipelined = group % shape_.attention_chunk == 0;
+    const bool pipelined = shape_.overlap && group % shape_.attention_chunk == 0;
     const std::int64_t step = pipelined ? 1 : r.g1 - r.g0;
     for (std::int64_t i = r.g0; i < r.g0 + step; ++i) scatter_group(i);
     backend_.record(scattered_[r.g0 % 2], comm);
@@ -421,6 +425,7 @@ class distributed_attention {
     std::int64_t next = r.g0;  // the first group not yet sent back
     int handoffs = 0;
     auto send_back = [&](std::int64_t keys_end) {
+      if (!shape_.overlap && keys_end < layout_.group_begin(r.g1)) return;  // all at the end
       std::int64_t upto = next;
       while (upto < r.g1 && layout_.group_begin(upto + 1) <= keys_end) ++upto;
       if (upto == next) return;
