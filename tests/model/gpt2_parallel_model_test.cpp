@@ -251,6 +251,11 @@ TEST_CASE("gpt2_parallel_model: a step allocates nothing; its plan holds chunked
     CHECK(backend.pinned_memory().allocation_count() == pinned);
     CHECK(backend.device_memory().current_bytes() == bytes);
     CHECK(bytes == m.parameter_state_bytes() + m.activation_bytes());
+    // A stage holds its two layers (12 C^2 + 13 C each), the token
+    // embedding [Vp, C], and the position embedding [maxT, C] (stage 0) or
+    // the final layernorm [2 C] (stage 1); four copies of 4 bytes.
+    const std::uint64_t C = 16, held = 2 * (12 * C * C + 13 * C) + 16 * C + (m.stage() == 0 ? 64 * C : 2 * C);
+    CHECK(m.parameter_state_bytes() == 16 * held);
     // Two layers per stage, two subsequences: four block sections.
     CHECK(m.step_trace().sections.size() == 4);
     // The MLP's gradient buffers are [c / 2, 4C] = [2, 64] floats, never

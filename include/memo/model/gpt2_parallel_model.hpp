@@ -10,9 +10,10 @@
 // constructor splits the world into the S ranks of its stage (all-to-alls,
 // gradient sums) and the Q ranks of its sequence-parallel rank (the
 // pipeline: activations forward, gradients backward). Stage q holds layers
-// [q L/Q, (q+1) L/Q); stage 0 the embedding, the last stage the head (the
-// token embedding is tied, so stage 0 and the last stage both hold wte and
-// sum its gradient).
+// [q L/Q, (q+1) L/Q) and only the parameters it uses
+// (gpt2_stage_parameter_layout): stage 0 the embeddings, the last stage the
+// final layernorm and the head; the token embedding is tied, so the first
+// and the last stage both hold wte and sum its gradient.
 //
 // Tokens. The sequence is cut into N subsequences (SPPO; N = 1 without
 // stages), each a whole number of FPDT chunk groups of S c tokens,
@@ -247,10 +248,12 @@ class gpt2_parallel_model {
     // ranks across the stages (ordered by stage).
     sp_.emplace(world_->split(stage_, sp_rank_));
     pp_.emplace(world_->split(sp_rank_, stage_));
+    // The first and last stage share the tied token embedding.
+    if (shape_.pp > 1) tied_.emplace(pp_->split(first_stage() || last_stage() ? 0 : 1, stage_));
     stage_config_ = config_;
     stage_config_.num_layers = static_cast<std::int32_t>(shape_.stage_layers);
     full_table_ = gpt2_parameter_layout(config_);
-    stage_table_ = gpt2_parameter_layout(stage_config_);
+    stage_table_ = gpt2_stage_parameter_layout(config_, shape_.stage_layers, first_stage(), last_stage());
     layout_.emplace(shape_.sp, shape_.tokens / (shape_.sp * shape_.layout_chunk), shape_.layout_chunk);
     // The stage's program, read from the schedule the simulator times
     // (durations: each subsequence's relative cost, for projections).
@@ -282,8 +285,8 @@ class gpt2_parallel_model {
     }
     stream_.emplace(backend.make_stream("gpt2_parallel_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    p_ = view_gpt2_parameters(stage_config_, params_.span());
-    g_ = view_gpt2_parameters(stage_config_, grads_.span());
+    p_ = view_gpt2_parameters(stage_table_, params_.span());
+    g_ = view_gpt2_parameters(stage_table_, grads_.span());
     for (auto* b : {&params_, &adam_m_, &adam_v_, &grads_}) backend.memset_async(b->data(), 0, b->size_bytes(), *stream_);
     plan_step();
     backend.synchronize(*stream_);
@@ -753,9 +756,9 @@ class gpt2_parallel_model {
     }
     // Gradients: summed over the stage's ranks; the tied wte over stages.
     sp_->template all_reduce<float>(b, s, grads_.span(), grads_.span());
-    if (shape_.pp > 1) {
+    if (shape_.pp > 1 && (first_stage() || last_stage())) {
       const auto wte = std::span<float>(g_.wte.data(), static_cast<std::size_t>(g_.wte.extent(0) * g_.wte.extent(1)));
-      pp_->template all_reduce<float>(b, s, wte, wte);
+      tied_->template all_reduce<float>(b, s, wte, wte);
     }
     // Losses: the last stage's ranks' tokens gathered (in their local order)
     // and handed to the other stages (which contribute zeros).
@@ -779,8 +782,9 @@ class gpt2_parallel_model {
 
   /// f(stage offset, full offset, count, owned) for each contiguous piece of
   /// this stage's parameters: the per-layer tensors' rows of its layers,
-  /// and wte, wpe, lnfw, lnfb whole; `owned` says whether this stage's copy
-  /// is the one that counts (wte, wpe: stage 0; lnf: the last stage).
+  /// and wte, wpe, lnfw, lnfb whole where it holds them (count 0 where not);
+  /// `owned` says whether this stage's copy is the one that counts (wte:
+  /// stage 0 of the two that hold it).
   template <class F>
   void for_each_stage_tensor(F f) const {
     for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
@@ -835,7 +839,9 @@ class gpt2_parallel_model {
   gpt2_parallel_options options_;
   gpt2_parallel_shape shape_;
   int stage_, sp_rank_;
-  std::optional<comm_type> world_, sp_, pp_;  // a timed copy of the world, its stage group, its pipeline group
+  // A timed copy of the world, the stage's group, the pipeline's group and
+  // the first and last stage's group (the tied embedding).
+  std::optional<comm_type> world_, sp_, pp_, tied_;
   gpt2_parameter_table full_table_{}, stage_table_{};
   std::optional<fpdt_layout> layout_;
   stream_schedule schedule_;
