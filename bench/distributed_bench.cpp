@@ -46,6 +46,8 @@
 #include <memo/pipeline/sppo_schedule.hpp>
 #include <memo/pipeline/sppo_solver.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -141,7 +143,7 @@ struct model_setting {
 
 struct model_row {
   model_setting setting;
-  std::vector<double> step_seconds, speedup, comm_share;
+  std::vector<double> step_seconds, speedup, comm_share, cores_used;
   double predicted = 1.0, bubble = 0.0;
   std::uint64_t rank_peak_bytes = 0, single_peak_bytes = 0;
 };
@@ -150,6 +152,14 @@ struct model_shape {
   memo::gpt2_config config;
   std::int64_t context, steps;
 };
+
+/// CPU seconds (user + system) this process has used.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 std::vector<std::int32_t> tokens_of(std::int64_t n, std::int32_t vocab, unsigned seed) {
   std::vector<std::int32_t> t(static_cast<std::size_t>(n));
@@ -177,7 +187,7 @@ std::pair<double, std::uint64_t> time_single(const model_shape& m, const std::ve
 }
 
 struct parallel_timing {
-  double step_seconds = 0, comm_share = 0, bubble = 0;
+  double step_seconds = 0, comm_share = 0, bubble = 0, cores_used = 0;
   std::uint64_t peak_bytes = 0;
 };
 
@@ -201,6 +211,7 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
       model.train_step(in, tg, {});
       backend.device_memory().reset_peak();
       double comm_seconds = 0;
+      const double cpu0 = process_cpu_seconds();  // every rank's threads: the ranks step together
       const auto t0 = clock_type::now();
       for (std::int64_t k = 0; k < m.steps; ++k) {
         model.train_step(in, tg, {});
@@ -208,6 +219,7 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
       }
       const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
       auto& out = per_rank[static_cast<std::size_t>(r)];
+      out.cores_used = (process_cpu_seconds() - cpu0) / seconds;
       out.step_seconds = seconds / static_cast<double>(m.steps);
       out.comm_share = comm_seconds / seconds;
       out.peak_bytes = backend.device_memory().peak_bytes();
@@ -233,7 +245,7 @@ std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
                                                {"PP 2, N 4", 1, 2, 4},
                                                {"SP 2 x PP 2, N 4", 2, 2, 4}};
   std::vector<model_row> rows;
-  for (const auto& s : settings) rows.push_back({s, {}, {}, {}});
+  for (const auto& s : settings) rows.push_back({s, {}, {}, {}, {}});
   const auto in = tokens_of(m.context, m.config.vocab_size, 1), tg = tokens_of(m.context, m.config.vocab_size, 2);
   for (int round = 0; round < rounds; ++round) {
     for (auto& row : rows) {
@@ -242,6 +254,7 @@ std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
       row.step_seconds.push_back(p.step_seconds);
       row.speedup.push_back(single / p.step_seconds);
       row.comm_share.push_back(p.comm_share);
+      row.cores_used.push_back(p.cores_used);
       row.bubble = p.bubble;
       row.rank_peak_bytes = p.peak_bytes, row.single_peak_bytes = single_peak;
       const double ideal = row.setting.sp * row.setting.pp / (1.0 + p.bubble);
@@ -375,6 +388,7 @@ int main(int argc, char** argv) {
       out.field("speedup_predicted", r.predicted).field("simulated_bubble", r.bubble);
       out.field("comm_share_median", c.median).field("comm_share_min", c.min).field("comm_share_max", c.max);
       out.field("rank_peak_bytes", r.rank_peak_bytes).field("single_peak_bytes", r.single_peak_bytes);
+      out.field("cores_used_median", memo::spread_of(r.cores_used).median);
       out.end_object();
     }
     out.end_array().end_object();
@@ -411,14 +425,15 @@ int main(int argc, char** argv) {
                 r.ranks, t.median, s.median, s.min, s.max, std::min(r.ranks, cores), c.median, c.min, c.max);
   }
   std::printf("GPT-2 training step across thread ranks (L %d, C %d, %d heads, T %lld; one thread per rank and "
-              "for the single device; %d steps per round):\n",
+              "for the single device; %d steps per round; cores: the cores the ranks got while stepping):\n",
               model.config.num_layers, model.config.channels, model.config.num_heads,
               static_cast<long long>(model.context), static_cast<int>(model.steps));
   for (const auto& r : model_results) {
     const auto t = memo::spread_of(r.step_seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
     std::printf("  %-18s step %.3f s  speedup %.2f [%.2f, %.2f] (predicted %.2f, bubble %.3f)  communication "
-                "share %.3f [%.3f, %.3f]  device peak per rank / single %.2f\n",
+                "share %.3f [%.3f, %.3f]  cores %.2f  device peak per rank / single %.2f\n",
                 r.setting.name, t.median, s.median, s.min, s.max, r.predicted, r.bubble, c.median, c.min, c.max,
+                memo::spread_of(r.cores_used).median,
                 static_cast<double>(r.rank_peak_bytes) / static_cast<double>(r.single_peak_bytes));
   }
   std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
