@@ -7,7 +7,7 @@
 //
 // Memory. Parameters, gradients and the two AdamW moments are one device
 // allocation each, laid out by `gpt2_parameter_layout` (llm.c's order, so
-// a checkpoint is one copy). Everything a step uses besides them is one
+// a checkpoint is one copy; gpt2_parameter_state.hpp). Everything a step uses besides them is one
 // `planned_arena` (MEMO sections 4.1-4.3, gpt2_memory.hpp; owned by a
 // `gpt2_step_memory`, gpt2_step_memory.hpp):
 //   - every layer's skeletal tensors live in rounding buffers driven by a
@@ -65,6 +65,7 @@
 #include "memo/model/ops/cross_entropy.hpp"
 #include "memo/model/ops/encoder.hpp"
 #include "memo/model/gpt2_memory.hpp"
+#include "memo/model/gpt2_parameter_state.hpp"
 #include "memo/model/gpt2_step_memory.hpp"
 #include "memo/model/token_data.hpp"
 #include "memo/plan/bilevel_planner.hpp"
@@ -141,13 +142,7 @@ class gpt2_model {
       return "gpt2_model: offload_granularity " + std::to_string(options.offload_granularity) +
              " must lie in [1, context " + std::to_string(T_) + "]";
     });
-    const auto P = static_cast<std::size_t>(table_.total);
     const auto T = static_cast<std::size_t>(T_);
-    params_ = device_floats(backend.device_memory(), P);
-    grads_ = device_floats(backend.device_memory(), P);
-    adam_m_ = device_floats(backend.device_memory(), P);
-    adam_v_ = device_floats(backend.device_memory(), P);
-    staging_ = pinned_floats(backend.pinned_memory(), P);
     host_losses_ = pinned_floats(backend.pinned_memory(), T);
     host_inputs_ = pinned_ints(backend.pinned_memory(), T);
     host_targets_ = pinned_ints(backend.pinned_memory(), T);
@@ -159,11 +154,9 @@ class gpt2_model {
     }
     stream_.emplace(backend.make_stream("gpt2_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    p_ = view_gpt2_parameters(config_, params_.span());
-    g_ = view_gpt2_parameters(config_, grads_.span());
-    for (auto* b : {&params_, &adam_m_, &adam_v_, &grads_}) {
-      backend.memset_async(b->data(), 0, b->size_bytes(), *stream_);
-    }
+    state_.emplace(backend, *stream_, table_);
+    p_ = state_->parameters();
+    g_ = state_->gradients();
     memory_.emplace(backend, *stream_, config_, T_, chunk_, attention_shape_, options, p_.layer(0),
                     g_.layer(0));
     backend.synchronize(*stream_);
@@ -183,7 +176,7 @@ class gpt2_model {
   [[nodiscard]] std::int64_t attention_chunk() const noexcept { return attention_shape_.chunk; }
   [[nodiscard]] std::uint64_t parameter_count() const noexcept { return table_.total; }
   /// Device bytes of the parameters, gradients and moments (4 x 4 bytes each).
-  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return 4 * params_.size_bytes(); }
+  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return state_->bytes(); }
   /// Device bytes of everything else a step uses: the planned arena (the
   /// plan's peak) and the stream's BLAS workspace.
   [[nodiscard]] std::size_t activation_bytes() const noexcept {
@@ -205,33 +198,25 @@ class gpt2_model {
   /// The swapper's running byte counts (offloaded, prefetched, recomputed).
   [[nodiscard]] const token_fraction_swapper<B>& swapper() const noexcept { return memory_->swapper(); }
   /// AdamW steps taken so far.
-  [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 
   /// GPT-2's initialisation from `seed`: weights N(0, 0.02), the two
   /// projections into the residual stream N(0, 0.02 / sqrt(2L)), layernorm
   /// weights 1, biases 0. Resets the AdamW moments and the step count.
   void initialize(std::uint64_t seed) {
-    gpt2_initial_parameters(config_, seed, staging_.span());
-    set_parameters(staging_.span());
+    gpt2_initial_parameters(config_, seed, state_->staging());
+    set_parameters(state_->staging());
   }
 
   /// Copies `parameters` (llm.c's order, `parameter_count()` values) in and
   /// resets the AdamW moments and the step count.
   void set_parameters(std::span<const float> parameters) {
     expect_parameter_span(parameters.size(), "set_parameters");
-    if (parameters.data() != staging_.data()) {
-      std::copy(parameters.begin(), parameters.end(), staging_.data());
-    }
-    backend_->copy_async(params_.data(), staging_.data(), params_.size_bytes(),
-                         copy_kind::host_to_device, *stream_);
-    backend_->memset_async(adam_m_.data(), 0, adam_m_.size_bytes(), *stream_);
-    backend_->memset_async(adam_v_.data(), 0, adam_v_.size_bytes(), *stream_);
-    backend_->synchronize(*stream_);
-    step_ = 0;
+    state_->load(*stream_, parameters);
   }
-  void get_parameters(std::span<float> out) { read_back(params_, out, "get_parameters"); }
+  void get_parameters(std::span<float> out) { read_back(false, out, "get_parameters"); }
   /// The gradients of the last `forward_backward`.
-  void get_gradients(std::span<float> out) { read_back(grads_, out, "get_gradients"); }
+  void get_gradients(std::span<float> out) { read_back(true, out, "get_gradients"); }
 
   /// Zeroes the gradients, runs the forward pass and the chunked loss on
   /// `inputs` -> `targets` (T token ids each, in [0, V)), and the backward
@@ -249,16 +234,7 @@ class gpt2_model {
   }
 
   /// One AdamW step over every parameter with the last gradients.
-  void update(const ops::adamw_config& adamw) {
-    const std::size_t P = params_.size();
-    auto flat = [P](float* d) { return tensor_view<float, 1>::contiguous(d, {static_cast<std::int64_t>(P)}); };
-    const auto op = ops::make_adamw_update<float>(flat(params_.data()), flat(adam_m_.data()),
-                                                  flat(adam_v_.data()), flat(grads_.data()),
-                                                  adamw, step_ + 1);
-    detail::launch(*backend_, *stream_, op);
-    backend_->synchronize(*stream_);
-    ++step_;
-  }
+  void update(const ops::adamw_config& adamw) { state_->update(*stream_, adamw); }
 
   /// forward_backward, then update; returns the loss before the update.
   float train_step(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
@@ -283,7 +259,6 @@ class gpt2_model {
   }
 
  private:
-  using device_floats = buffer<float, device_resource>;
   using device_bytes_buffer = buffer<std::byte, device_resource>;
   using pinned_floats = buffer<float, pinned_resource>;
   using pinned_ints = buffer<std::int32_t, pinned_resource>;
@@ -308,7 +283,7 @@ class gpt2_model {
     auto& swapper = m.swapper();
     m.phase(gpt2_step_phase::step_begin);
     upload_tokens(distinct);
-    b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
+    state_->zero_gradients(s);
     // Forward: each layer copies the residual stream into its input slice
     // and writes its output back over it.
     gpt2_embedding_forward(b, s, v.residual, v.tokens, p_, config_.vocab_size, 0);
@@ -369,12 +344,10 @@ class gpt2_model {
     });
   }
 
-  void read_back(const device_floats& from, std::span<float> out, const char* call) {
+  void read_back(bool gradients, std::span<float> out, const char* call) {
     expect_parameter_span(out.size(), call);
-    backend_->copy_async(staging_.data(), from.data(), from.size_bytes(), copy_kind::device_to_host,
-                         *stream_);
-    backend_->synchronize(*stream_);
-    std::copy(staging_.data(), staging_.data() + staging_.size(), out.data());
+    const std::span<const float> values = state_->read(*stream_, gradients);
+    std::copy(values.begin(), values.end(), out.data());
   }
 
   /// Checks the token ids and groups the inputs by token for the
@@ -420,17 +393,15 @@ class gpt2_model {
   std::int64_t chunk_;
   attention_shape attention_shape_;
   gpt2_parameter_table table_;
-  std::int64_t step_ = 0;
-  device_floats params_, grads_, adam_m_, adam_v_;  // [P] each
   device_bytes_buffer workspace_;                   // the stream's BLAS workspace
-  pinned_floats staging_;                           // [P]: parameters in and out
   pinned_floats host_losses_;                       // [T]
   pinned_ints host_inputs_, host_targets_, host_ids_;
   pinned_longs host_order_, host_starts_;
   gpt2_parameter_views<float> p_{}, g_{};
   ops::token_buckets buckets_{};
   std::optional<typename B::stream> stream_;
-  std::optional<gpt2_step_memory<B>> memory_;  // after the stream: destroyed first
+  std::optional<gpt2_parameter_state<B>> state_;  // parameters, gradients, AdamW moments
+  std::optional<gpt2_step_memory<B>> memory_;     // after the stream: destroyed first
 };
 
 }  // namespace memo

@@ -83,6 +83,7 @@
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/gpt2_memory.hpp"
 #include "memo/model/gpt2_model.hpp"
+#include "memo/model/gpt2_parameter_state.hpp"
 #include "memo/model/gpt2_step_memory.hpp"
 #include "memo/model/ops/adamw.hpp"
 #include "memo/model/ops/encoder.hpp"
@@ -268,10 +269,6 @@ class gpt2_parallel_model {
     schedule_ = build_sppo_schedule(schedule);
     program_ = sppo_stage_program(schedule_, stage_);
 
-    const auto P = static_cast<std::size_t>(stage_table_.total);
-    auto device = [&](std::size_t n) { return device_floats(backend.device_memory(), n); };
-    params_ = device(P), grads_ = device(P), adam_m_ = device(P), adam_v_ = device(P);
-    staging_ = pinned_floats(backend.pinned_memory(), P);
     const auto T = static_cast<std::size_t>(shape_.tokens), Tl = static_cast<std::size_t>(shape_.local_tokens);
     host_losses_ = pinned_floats(backend.pinned_memory(), T);
     host_inputs_ = pinned_ints(backend.pinned_memory(), Tl);
@@ -285,9 +282,9 @@ class gpt2_parallel_model {
     }
     stream_.emplace(backend.make_stream("gpt2_parallel_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    p_ = view_gpt2_parameters(stage_table_, params_.span());
-    g_ = view_gpt2_parameters(stage_table_, grads_.span());
-    for (auto* b : {&params_, &adam_m_, &adam_v_, &grads_}) backend.memset_async(b->data(), 0, b->size_bytes(), *stream_);
+    state_.emplace(backend, *stream_, stage_table_);
+    p_ = state_->parameters();
+    g_ = state_->gradients();
     plan_step();
     backend.synchronize(*stream_);
   }
@@ -311,7 +308,7 @@ class gpt2_parallel_model {
   /// Parameters of the whole model (what checkpoints hold).
   [[nodiscard]] std::uint64_t parameter_count() const noexcept { return full_table_.total; }
   /// Device bytes of this rank's parameters, gradients and moments.
-  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return 4 * params_.size_bytes(); }
+  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return state_->bytes(); }
   /// Device bytes of everything else a step uses on this rank: the planned
   /// arena and the stream's BLAS workspace.
   [[nodiscard]] std::size_t activation_bytes() const noexcept { return arena_->peak_bytes() + workspace_.size_bytes(); }
@@ -327,7 +324,7 @@ class gpt2_parallel_model {
   /// Time, calls and bytes of this rank's collectives and transfers in the
   /// last forward_backward + update (host backend: including waits for peers).
   [[nodiscard]] const communication_totals& step_communication() const noexcept { return step_comm_; }
-  [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 
   /// GPT-2's initialisation from `seed` (gpt2_initial_parameters): the
   /// values a single-device model gets, each stage taking its part.
@@ -342,20 +339,17 @@ class gpt2_parallel_model {
   /// pass the same values.
   void set_parameters(std::span<const float> parameters) {
     expect_full(parameters.size(), "set_parameters");
+    const std::span<float> staging = state_->staging();
     for_each_stage_tensor([&](std::uint64_t stage_offset, std::uint64_t full_offset, std::uint64_t count, bool) {
-      std::copy_n(parameters.data() + full_offset, count, staging_.data() + stage_offset);
+      std::copy_n(parameters.data() + full_offset, count, staging.data() + stage_offset);
     });
-    backend_->copy_async(params_.data(), staging_.data(), params_.size_bytes(), copy_kind::host_to_device, *stream_);
-    backend_->memset_async(adam_m_.data(), 0, adam_m_.size_bytes(), *stream_);
-    backend_->memset_async(adam_v_.data(), 0, adam_v_.size_bytes(), *stream_);
-    backend_->synchronize(*stream_);
-    step_ = 0;
+    state_->load(*stream_, staging);
   }
   /// The whole model's parameters on every rank (collective; allocates a
   /// temporary device buffer of the whole model, outside any step).
-  void get_parameters(std::span<float> out) { gather(params_, out, "get_parameters"); }
+  void get_parameters(std::span<float> out) { gather(state_->device_parameters(), out, "get_parameters"); }
   /// The gradients of the last forward_backward, summed over the ranks.
-  void get_gradients(std::span<float> out) { gather(grads_, out, "get_gradients"); }
+  void get_gradients(std::span<float> out) { gather(state_->device_gradients(), out, "get_gradients"); }
 
   /// One step's forward and backward on `inputs` -> `targets` (the whole
   /// sequence, T token ids each, the same on every rank): each rank takes
@@ -378,15 +372,7 @@ class gpt2_parallel_model {
 
   /// One AdamW step over this stage's parameters (identical on every rank
   /// of the stage: their gradients were summed).
-  void update(const ops::adamw_config& adamw) {
-    const auto P = static_cast<std::int64_t>(params_.size());
-    auto flat = [P](float* d) { return tensor_view<float, 1>::contiguous(d, {P}); };
-    const auto op = ops::make_adamw_update<float>(flat(params_.data()), flat(adam_m_.data()), flat(adam_v_.data()),
-                                                  flat(grads_.data()), adamw, step_ + 1);
-    detail::launch(*backend_, *stream_, op);
-    backend_->synchronize(*stream_);
-    ++step_;
-  }
+  void update(const ops::adamw_config& adamw) { state_->update(*stream_, adamw); }
 
   float train_step(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
                    const ops::adamw_config& adamw) {
@@ -439,46 +425,31 @@ class gpt2_parallel_model {
             .overlap = options_.overlap_exchanges};
   }
 
-  /// The buffers of a step outside the block sections, all live the whole
-  /// step (with subsequences the head of one runs between the others'
-  /// blocks).
+  /// The buffers of a step outside the block sections: the single-device
+  /// step's table (gpt2_step_buffers) for this rank's tokens, the head's
+  /// only on the last stage, plus the gathered losses and the attention's
+  /// workspace and state; all live the whole step (with subsequences the
+  /// head of one runs between the others' blocks).
   [[nodiscard]] std::vector<gpt2_step_buffer> outside_buffers(const distributed_attention_bytes& attention) const {
-    using enum gpt2_step_phase;
-    const auto Tl = static_cast<std::uint64_t>(shape_.local_tokens), T = static_cast<std::uint64_t>(shape_.tokens);
-    const auto C = static_cast<std::uint64_t>(config_.channels);
-    const std::uint64_t f = sizeof(float), i32 = sizeof(std::int32_t), i64 = sizeof(std::int64_t);
     const auto layers = static_cast<std::uint64_t>(shape_.stage_layers);
-    const std::uint64_t own_state = shape_.subsequences > 1 ? layers : 1;
-    const std::uint64_t own_scratch = options_.kv_offload ? layers : 1;
     region_carver skeletal;
     const skeletal_layout layout = gpt2_skeletal_layout(config_, shape_.local_tokens);
     for (std::uint64_t l = 0; l < layers; ++l) {
       for (const auto& t : layout.tensors()) (void)skeletal.take(static_cast<std::size_t>(t.bytes()), t.name);
     }
-    std::vector<gpt2_step_buffer> out = {
-        {"tokens", Tl * i32, step_begin, step_end},
-        {"targets", Tl * i32, step_begin, step_end},
-        {"bucket order", Tl * i64, step_begin, step_end},
-        {"bucket starts", (Tl + 1) * i64, step_begin, step_end},
-        {"bucket ids", Tl * i32, step_begin, step_end},
-        {"losses", Tl * f, step_begin, step_end},
-        {"gathered losses", T * f, step_begin, step_end},
-        {"attention workspace", attention.workspace, step_begin, step_end},
-        {"attention state", repeated_bytes(attention.state, own_state), step_begin, step_end},
-        {"attention scratch", repeated_bytes(attention.attention_device, own_scratch), step_begin, step_end},
-        {"skeletal", skeletal.required_bytes(), step_begin, step_end},
-        {"residual", Tl * C * f, step_begin, step_end},
-        {"dresidual", Tl * C * f, step_begin, step_end},
-    };
-    if (last_stage()) {
-      const auto Vp = static_cast<std::uint64_t>(config_.padded_vocab_size);
-      out.push_back({"lnf", Tl * C * f, step_begin, step_end});
-      out.push_back({"lnf_mean", Tl * f, step_begin, step_end});
-      out.push_back({"lnf_rstd", Tl * f, step_begin, step_end});
-      out.push_back({"dlnf", Tl * C * f, step_begin, step_end});
-      out.push_back({"logits chunk", checked_mul(static_cast<std::uint64_t>(shape_.loss_chunk), Vp * f), step_begin,
-                     step_end});
+    std::vector<gpt2_step_buffer> out = gpt2_step_buffers(
+        config_, shape_.local_tokens, shape_.loss_chunk,
+        repeated_bytes(attention.attention_device, options_.kv_offload ? layers : 1), skeletal.required_bytes());
+    if (!last_stage()) {
+      std::erase_if(out, [](const gpt2_step_buffer& b) {
+        return b.name == "lnf" || b.name == "lnf_mean" || b.name == "lnf_rstd" || b.name == "dlnf" ||
+               b.name == "logits chunk";
+      });
     }
+    out.push_back({"gathered losses", checked_mul(static_cast<std::uint64_t>(shape_.tokens), sizeof(float))});
+    out.push_back({"attention workspace", attention.workspace});
+    out.push_back({"attention state", repeated_bytes(attention.state, shape_.subsequences > 1 ? layers : 1)});
+    for (auto& b : out) b.born = gpt2_step_phase::step_begin, b.dies = gpt2_step_phase::step_end;
     return out;
   }
 
@@ -496,7 +467,7 @@ class gpt2_parallel_model {
     B& b = *backend_;
     const distributed_attention_shape ashape = attention_shape_of();
     const distributed_attention_bytes abytes = attention_type::required_bytes(ashape, shape_.sp);
-    outside_ = outside_buffers(abytes);
+    std::vector<gpt2_step_buffer> outside = outside_buffers(abytes);
     std::map<std::int64_t, memory_trace> blocks;  // rows -> recorded block backward
     for (int j = 0; j < shape_.subsequences; ++j) {
       const auto [r0, r1] = shape_.rows(j);
@@ -514,7 +485,7 @@ class gpt2_parallel_model {
                             static_cast<std::int64_t>(sections.size())});
       }
     }
-    trace_ = gpt2_step_trace(outside_, sections);
+    trace_ = gpt2_step_trace(outside, sections);
     dsa_solve_options solve;
     solve.time_limit_seconds = options_.plan_time_limit_seconds;
     plan_ = bilevel_planner<>{}.plan(trace_, solve);
@@ -524,7 +495,7 @@ class gpt2_parallel_model {
     };
     arena_.emplace(b, trace_, plan_.plan, std::move(arena));
     replay_.emplace(*arena_);
-    live_.assign(outside_.size(), nullptr);
+    outside_.emplace(std::move(outside), *arena_, *replay_);
     bind_views();
     // The attention of every layer over its regions of the arena.
     const auto layers = static_cast<std::size_t>(shape_.stage_layers);
@@ -552,13 +523,7 @@ class gpt2_parallel_model {
     return "subsequence " + std::to_string(subsequence) + " layer " + std::to_string(layer) + " backward";
   }
 
-  [[nodiscard]] std::size_t index_of(std::string_view name) const {
-    for (std::size_t i = 0; i < outside_.size(); ++i) {
-      if (outside_[i].name == name) return i;
-    }
-    throw error("gpt2_parallel_model: no step buffer named '" + std::string(name) + "'");
-  }
-  [[nodiscard]] memory_region region(std::string_view name) const { return arena_->region(index_of(name)); }
+  [[nodiscard]] memory_region region(std::string_view name) const { return outside_->region(name); }
 
   /// Views of the outside buffers at their planned addresses (the same
   /// every step).
@@ -629,12 +594,7 @@ class gpt2_parallel_model {
   }
 
   void begin_step(std::int64_t distinct) {
-    for (std::size_t i = 0; i < outside_.size(); ++i) {
-      live_[i] = replay_->allocate(outside_[i].bytes, default_alignment_bytes);
-      expects(live_[i] == arena_->region(i).data, [&] {
-        return "gpt2_parallel_model: the replay placed '" + outside_[i].name + "' away from its planned address";
-      });
-    }
+    outside_->phase(gpt2_step_phase::step_begin);
     B& b = *backend_;
     auto& s = *stream_;
     auto up = [&](std::string_view name, const void* from, std::size_t bytes) {
@@ -651,14 +611,12 @@ class gpt2_parallel_model {
                                                                {distinct + 1}),
                 tensor_view<const std::int32_t, 1>::contiguous(region("bucket ids").template as<std::int32_t>(),
                                                                {distinct})};
-    b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
+    state_->zero_gradients(s);
     b.memset_async(losses_.data(), 0, static_cast<std::size_t>(Tl) * sizeof(float), s);
   }
 
   void end_step() {
-    for (std::size_t i = 0; i < outside_.size(); ++i) {
-      replay_->deallocate(std::exchange(live_[i], nullptr), outside_[i].bytes, default_alignment_bytes);
-    }
+    outside_->phase(gpt2_step_phase::step_end);
     replay_->end_step();
   }
 
@@ -669,13 +627,7 @@ class gpt2_parallel_model {
       backend_->synchronize(*stream_);
     } catch (...) {  // the error is already on its way to the caller
     }
-    for (std::size_t i = 0; i < live_.size(); ++i) {
-      if (live_[i] == nullptr) continue;
-      try {
-        replay_->deallocate(std::exchange(live_[i], nullptr), outside_[i].bytes, default_alignment_bytes);
-      } catch (...) {
-      }
-    }
+    outside_->release();
     try {
       replay_->reset();
     } catch (...) {
@@ -755,7 +707,7 @@ class gpt2_parallel_model {
       detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
     }
     // Gradients: summed over the stage's ranks; the tied wte over stages.
-    sp_->template all_reduce<float>(b, s, grads_.span(), grads_.span());
+    sp_->template all_reduce<float>(b, s, state_->gradient_span(), state_->gradient_span());
     if (shape_.pp > 1 && (first_stage() || last_stage())) {
       const auto wte = std::span<float>(g_.wte.data(), static_cast<std::size_t>(g_.wte.extent(0) * g_.wte.extent(1)));
       tied_->template all_reduce<float>(b, s, wte, wte);
@@ -813,7 +765,7 @@ class gpt2_parallel_model {
   /// The whole model's values of `from` on every rank: each stage's
   /// sequence-parallel rank 0 places its part, the others zeros, and a sum
   /// over the world (exact: one value and zeros) gives everyone the model.
-  void gather(const device_floats& from, std::span<float> out, const char* call) {
+  void gather(const float* from, std::span<float> out, const char* call) {
     expect_full(out.size(), call);
     B& b = *backend_;
     auto& s = *stream_;
@@ -822,7 +774,7 @@ class gpt2_parallel_model {
     if (sp_rank_ == 0) {
       for_each_stage_tensor([&](std::uint64_t stage_offset, std::uint64_t full_offset, std::uint64_t count, bool owned) {
         if (owned && count > 0) {
-          b.copy_async(full.data() + full_offset, from.data() + stage_offset, count * sizeof(float),
+          b.copy_async(full.data() + full_offset, from + stage_offset, count * sizeof(float),
                        copy_kind::device_to_device, s);
         }
       });
@@ -846,10 +798,7 @@ class gpt2_parallel_model {
   std::optional<fpdt_layout> layout_;
   stream_schedule schedule_;
   std::vector<sppo_stage_op> program_;
-  std::int64_t step_ = 0;
-  device_floats params_, grads_, adam_m_, adam_v_;  // [this stage's parameters] each
   device_bytes workspace_;                          // the stream's BLAS workspace
-  pinned_floats staging_;                           // [this stage's parameters]
   pinned_floats host_losses_;                       // [T]: gathered, in the ranks' local orders
   pinned_ints host_inputs_, host_targets_, host_ids_;  // [T / S]
   pinned_longs host_order_, host_starts_;
@@ -858,13 +807,13 @@ class gpt2_parallel_model {
   gpt2_parameter_views<float> p_{}, g_{};
   communication_totals step_comm_{};
   std::optional<typename B::stream> stream_;
+  std::optional<gpt2_parameter_state<B>> state_;  // this stage's parameters, gradients, AdamW moments
   // The plan and what is built over it (after the stream: destroyed first).
-  std::vector<gpt2_step_buffer> outside_;
   memory_trace trace_;
   bilevel_result plan_;
   std::optional<planned_arena> arena_;
   std::optional<planned_replay_resource> replay_;
-  std::vector<void*> live_;
+  std::optional<gpt2_outside_buffers> outside_;
   tensor_view<const std::int32_t, 1> tokens_{}, targets_{};
   gpt2_vector losses_{}, gathered_{};
   gpt2_matrix residual_{}, dresidual_{};
