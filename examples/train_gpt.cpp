@@ -72,7 +72,7 @@ constexpr const char* usage =
     "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
     "                 [--print-plan] [--json] [--help]\n"
     "                 [--sp S] [--pp Q] [--subsequences N] [--partition balanced|equal]\n"
-    "                 [--sequence-chunk c]   (under mpirun -np S*Q)\n"
+    "                 [--sequence-chunk c] [--comm-timeout SECONDS]   (under mpirun -np S*Q)\n"
     "Trains GPT-2 (fp32, batch 1) on the built-in copy task, or on an llm.c token\n"
     "file with --data. --checkpoint-in takes the model's shape from the checkpoint\n"
     "(do not combine it with --layers/--channels/--heads).\n"
@@ -83,7 +83,8 @@ constexpr const char* usage =
     "Under mpirun, --sp S ranks per pipeline stage share every sequence (FPDT), --pp Q\n"
     "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
     "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
-    "tokens (default: the largest power of two up to 64 that fits).\n";
+    "tokens (default: the largest power of two up to 64 that fits); a rank that waits\n"
+    "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job.\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -109,6 +110,7 @@ struct options {
   int sp = 0, pp = 0, subsequences = 0;
   bool equal_subsequences = false;
   std::int64_t sequence_chunk = 0;
+  std::int64_t comm_timeout_seconds = 600;
 };
 
 /// An integer in [low, high]; shapes are bounded by the int32 fields of
@@ -213,6 +215,8 @@ options parse(int argc, char** argv) {
       o.equal_subsequences = text == "equal";
     } else if (arg == "--sequence-chunk") {
       o.sequence_chunk = parse_int<std::int64_t>(arg, value(), 1);
+    } else if (arg == "--comm-timeout") {
+      o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 1 << 24);
     } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
       throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
     } else {
@@ -366,7 +370,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, memo::to
   }
 #if MEMO_HAS_MPI
   memo::mpi_environment environment(nullptr, nullptr);
-  memo::mpi_communicator world;
+  memo::mpi_communicator world(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(o.comm_timeout_seconds)});
   const int pp = o.pp > 0 ? o.pp : 1;
   const int sp = o.sp > 0 ? o.sp : std::max(1, world.size() / pp);
   memo::gpt2_parallel_options parallel{.context = o.context,
