@@ -29,7 +29,11 @@
 // (step / the stage's work); the share of rank 0's step spent inside
 // collectives and hand-offs (the timed communicator: on the host backend
 // this includes waiting for peers, so a pipeline's bubbles count); and each
-// rank's device peak against the single device's. "SP 2, no overlap" is
+// rank's device peak against the single device's. On a shared machine the
+// ranks may get fewer cores than it has: the cores each side obtained
+// (process CPU time / wall time) are measured, and the prediction is also
+// given for them: min(cores obtained, S x Q / (1 + bubble)) / the single
+// device's cores obtained. "SP 2, no overlap" is
 // SP 2 with the attention's all-to-alls all before and after its compute
 // instead of group by group behind it (the same values), interleaved with
 // the others: the overlap's effect.
@@ -143,7 +147,7 @@ struct model_setting {
 
 struct model_row {
   model_setting setting;
-  std::vector<double> step_seconds, speedup, comm_share, cores_used;
+  std::vector<double> step_seconds, speedup, comm_share, cores_used, predicted_obtained;
   double predicted = 1.0, bubble = 0.0;
   std::uint64_t rank_peak_bytes = 0, single_peak_bytes = 0;
 };
@@ -171,19 +175,26 @@ std::vector<std::int32_t> tokens_of(std::int64_t n, std::int32_t vocab, unsigned
   return t;
 }
 
+struct single_timing {
+  double step_seconds = 0, cores_used = 0;
+  std::uint64_t peak_bytes = 0;
+};
+
 /// Mean seconds of a step of the single-device model (after one warm-up
-/// step) and its device peak.
-std::pair<double, std::uint64_t> time_single(const model_shape& m, const std::vector<std::int32_t>& in,
-                                             const std::vector<std::int32_t>& tg) {
+/// step), the cores it got and its device peak.
+single_timing time_single(const model_shape& m, const std::vector<std::int32_t>& in,
+                          const std::vector<std::int32_t>& tg) {
   memo::host_backend backend(one_thread());
   memo::gpt2_model<memo::host_backend> model(backend, m.config, {.context = m.context, .attention_chunk = 64});
   model.initialize(1);
   model.train_step(in, tg, {});
   backend.device_memory().reset_peak();
+  const double cpu0 = process_cpu_seconds();
   const auto t0 = clock_type::now();
   for (std::int64_t s = 0; s < m.steps; ++s) model.train_step(in, tg, {});
   const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-  return {seconds / static_cast<double>(m.steps), backend.device_memory().peak_bytes()};
+  return {seconds / static_cast<double>(m.steps), (process_cpu_seconds() - cpu0) / seconds,
+          backend.device_memory().peak_bytes()};
 }
 
 struct parallel_timing {
@@ -245,20 +256,22 @@ std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
                                                {"PP 2, N 4", 1, 2, 4},
                                                {"SP 2 x PP 2, N 4", 2, 2, 4}};
   std::vector<model_row> rows;
-  for (const auto& s : settings) rows.push_back({s, {}, {}, {}, {}});
+  for (const auto& s : settings) rows.push_back({s, {}, {}, {}, {}, {}});
   const auto in = tokens_of(m.context, m.config.vocab_size, 1), tg = tokens_of(m.context, m.config.vocab_size, 2);
   for (int round = 0; round < rounds; ++round) {
     for (auto& row : rows) {
-      const auto [single, single_peak] = time_single(m, in, tg);
+      const single_timing single = time_single(m, in, tg);
       const parallel_timing p = time_parallel(m, row.setting, in, tg);
       row.step_seconds.push_back(p.step_seconds);
-      row.speedup.push_back(single / p.step_seconds);
+      row.speedup.push_back(single.step_seconds / p.step_seconds);
       row.comm_share.push_back(p.comm_share);
       row.cores_used.push_back(p.cores_used);
       row.bubble = p.bubble;
-      row.rank_peak_bytes = p.peak_bytes, row.single_peak_bytes = single_peak;
+      row.rank_peak_bytes = p.peak_bytes, row.single_peak_bytes = single.peak_bytes;
       const double ideal = row.setting.sp * row.setting.pp / (1.0 + p.bubble);
       row.predicted = std::min(static_cast<double>(cores), ideal);
+      // The same on the cores each side actually got (the machine is shared).
+      row.predicted_obtained.push_back(std::min(p.cores_used, ideal) / std::min(single.cores_used, 1.0));
     }
   }
   return rows;
@@ -389,6 +402,7 @@ int main(int argc, char** argv) {
       out.field("comm_share_median", c.median).field("comm_share_min", c.min).field("comm_share_max", c.max);
       out.field("rank_peak_bytes", r.rank_peak_bytes).field("single_peak_bytes", r.single_peak_bytes);
       out.field("cores_used_median", memo::spread_of(r.cores_used).median);
+      out.field("speedup_predicted_on_obtained_cores", memo::spread_of(r.predicted_obtained).median);
       out.end_object();
     }
     out.end_array().end_object();
@@ -430,10 +444,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(model.context), static_cast<int>(model.steps));
   for (const auto& r : model_results) {
     const auto t = memo::spread_of(r.step_seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
-    std::printf("  %-18s step %.3f s  speedup %.2f [%.2f, %.2f] (predicted %.2f, bubble %.3f)  communication "
-                "share %.3f [%.3f, %.3f]  cores %.2f  device peak per rank / single %.2f\n",
-                r.setting.name, t.median, s.median, s.min, s.max, r.predicted, r.bubble, c.median, c.min, c.max,
-                memo::spread_of(r.cores_used).median,
+    std::printf("  %-18s step %.3f s  speedup %.2f [%.2f, %.2f] (predicted %.2f; %.2f on the %.2f cores obtained; "
+                "bubble %.3f)  communication share %.3f [%.3f, %.3f]  device peak per rank / single %.2f\n",
+                r.setting.name, t.median, s.median, s.min, s.max, r.predicted,
+                memo::spread_of(r.predicted_obtained).median, memo::spread_of(r.cores_used).median, r.bubble,
+                c.median, c.min, c.max,
                 static_cast<double>(r.rank_peak_bytes) / static_cast<double>(r.single_peak_bytes));
   }
   std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
