@@ -211,7 +211,9 @@ options parse(int argc, char** argv) {
       o.subsequences = parse_int<int>(arg, value(), 1, 1 << 20);
     } else if (arg == "--partition") {
       const std::string text = value();
-      if (text != "balanced" && text != "equal") throw usage_error("--partition '" + text + "' is not 'balanced' or 'equal'");
+      if (text != "balanced" && text != "equal") {
+        throw usage_error("--partition '" + text + "' is not 'balanced' or 'equal'");
+      }
       o.equal_subsequences = text == "equal";
     } else if (arg == "--sequence-chunk") {
       o.sequence_chunk = parse_int<std::int64_t>(arg, value(), 1);

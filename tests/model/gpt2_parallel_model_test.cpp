@@ -33,7 +33,9 @@ memo::host_backend::options one_thread() {
 
 /// Runs `body(rank, communicator, backend)` on P threads; returns each
 /// rank's error message ("" when it returned normally).
-std::vector<std::string> on_ranks(int P, const std::function<void(int, memo::thread_communicator&, memo::host_backend&)>& body,
+using rank_body = std::function<void(int, memo::thread_communicator&, memo::host_backend&)>;
+
+std::vector<std::string> on_ranks(int P, const rank_body& body,
                                   std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) {
   memo::thread_communicator::options options;
   options.timeout = timeout;
@@ -170,7 +172,8 @@ TEST_CASE("gpt2_parallel_model: sequence parallel, pipelined and both give the s
     // The first loss and every token's against the fp64 model.
     CHECK(got.losses[0] == doctest::Approx(ref).epsilon(1e-5));
     for (std::int64_t t = 0; t < context; ++t) {
-      CHECK(got.token_losses[static_cast<std::size_t>(t)] == doctest::Approx(ref_losses[static_cast<std::size_t>(t)]).epsilon(1e-5));
+      const auto k = static_cast<std::size_t>(t);
+      CHECK(got.token_losses[k] == doctest::Approx(ref_losses[k]).epsilon(1e-5));
     }
     // Per-step losses (AdamW replicated on every rank) and the gradients
     // against one device. (Trained parameters are not compared: AdamW turns

@@ -115,7 +115,7 @@ TEST_CASE("distributed_attention: shapes that do not split over the ranks fail o
     CHECK(e.find("20 tokens is not a multiple of ranks x chunk = 2 x 4") != std::string::npos);
 }
 
-TEST_CASE("distributed_attention: runs forward in order and backward in reverse, K/V kept, equal the single-device attention") {
+TEST_CASE("distributed_attention: runs forward in order and backward in reverse equal the single-device attention") {
   struct config {
     int P;
     std::int64_t T, H, K, D, c, chunk;

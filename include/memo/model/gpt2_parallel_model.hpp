@@ -500,7 +500,8 @@ class gpt2_parallel_model {
     // The attention of every layer over its regions of the arena.
     const auto layers = static_cast<std::size_t>(shape_.stage_layers);
     if (options_.kv_offload) {
-      attention_pinned_ = pinned_bytes(b.pinned_memory(), std::max<std::uint64_t>(1, repeated_bytes(abytes.attention_pinned, layers)));
+      const std::uint64_t bytes = repeated_bytes(abytes.attention_pinned, layers);
+      attention_pinned_ = pinned_bytes(b.pinned_memory(), std::max<std::uint64_t>(1, bytes));
     }
     region_carver states(region("attention state"), "gpt2 parallel attention state");
     region_carver scratches(region("attention scratch"), "gpt2 parallel attention scratch");
@@ -714,16 +715,16 @@ class gpt2_parallel_model {
     }
     // Losses: the last stage's ranks' tokens gathered (in their local order)
     // and handed to the other stages (which contribute zeros).
-    sp_->template all_gather<float>(b, s, std::span<const float>(losses_.data(), static_cast<std::size_t>(shape_.local_tokens)),
-                                    std::span<float>(gathered_.data(), static_cast<std::size_t>(shape_.tokens)));
+    const auto Tl = static_cast<std::size_t>(shape_.local_tokens), T = static_cast<std::size_t>(shape_.tokens);
+    sp_->template all_gather<float>(b, s, std::span<const float>(losses_.data(), Tl),
+                                    std::span<float>(gathered_.data(), T));
     if (shape_.pp > 1) {
-      const auto all = std::span<float>(gathered_.data(), static_cast<std::size_t>(shape_.tokens));
+      const auto all = std::span<float>(gathered_.data(), T);
       pp_->template all_reduce<float>(b, s, all, all);
     }
     b.copy_async(host_losses_.data(), gathered_.data(), host_losses_.size_bytes(), copy_kind::device_to_host, s);
     end_step();
     b.synchronize(s);
-    const auto Tl = static_cast<std::size_t>(shape_.local_tokens);
     for (int r = 0; r < shape_.sp; ++r) {
       layout_->unshuffle<float>(std::span<const float>(host_losses_.data() + static_cast<std::size_t>(r) * Tl, Tl), r,
                                 global_losses_);
@@ -748,7 +749,7 @@ class gpt2_parallel_model {
       } else if (tensor == gpt2_tensor::lnfw || tensor == gpt2_tensor::lnfb) {
         f(mine.offset, full.offset, mine.count, last_stage());
       } else {
-        const std::uint64_t first_layer = static_cast<std::uint64_t>(stage_) * static_cast<std::uint64_t>(shape_.stage_layers);
+        const auto first_layer = static_cast<std::uint64_t>(stage_ * shape_.stage_layers);
         const std::uint64_t per_layer = full.count / static_cast<std::uint64_t>(config_.num_layers);
         f(mine.offset, full.offset + first_layer * per_layer, mine.count, true);
       }

@@ -327,7 +327,9 @@ class distributed_attention {
 
   static owned owned_memory(B& backend, const distributed_attention_shape& shape, int ranks) {
     const distributed_attention_bytes bytes = required_bytes(shape, ranks);
-    auto device = [&](std::size_t n) { return buffer<std::byte, device_resource>(backend.device_memory(), std::max<std::size_t>(n, 1)); };
+    auto device = [&](std::size_t n) {
+      return buffer<std::byte, device_resource>(backend.device_memory(), std::max<std::size_t>(n, 1));
+    };
     return {device(bytes.workspace), device(bytes.state), device(bytes.attention_device),
             buffer<std::byte, pinned_resource>(backend.pinned_memory(), std::max<std::size_t>(bytes.attention_pinned, 1))};
   }
@@ -549,7 +551,8 @@ class distributed_attention {
 
   // Chunk `c_in_view` of `local` (a view of a run's rows) -> rank r's
   // heads -> its chunk group of the sharded tensor, at `sharded_out`.
-  void scatter_heads(stream_type& on, tensor_view<const float, 3> local, std::int64_t c_in_view, std::int64_t heads, std::int64_t per_rank, bool kv, float* sharded_out) {
+  void scatter_heads(stream_type& on, tensor_view<const float, 3> local, std::int64_t c_in_view, std::int64_t heads,
+                     std::int64_t per_rank, bool kv, float* sharded_out) {
     const std::int64_t c = layout_.chunk_tokens(), D = shape_.head_dim, width = per_rank * D;
     const std::int64_t block = c * width;
     float* send = parts_.send.template as<float>();
