@@ -23,16 +23,39 @@
 // and SPPO's GPT-7B on 32/64/128 GPUs at 1M-4M, beside the papers' figures
 // and the device profile of the hardware they ran on.
 //
+// Measured (thread communicator): the reference GPT-2's training step
+// (model/gpt2_parallel_model.hpp) on 2 and 4 ranks, sequence parallel,
+// pipelined and both, against the single-device model (gpt2_model.hpp) on
+// the same sequence, every rank and the single device on one compute
+// thread, interleaved rounds. Printed per setting: speedup = single-device
+// step / parallel step beside the prediction min(cores, S x Q / (1 +
+// bubble)), the bubble from the SPPO simulator on the model's own schedule
+// (step / the stage's work); the share of rank 0's step spent inside
+// collectives and hand-offs (the timed communicator: on the host backend
+// this includes waiting for peers, so a pipeline's bubbles count); and each
+// rank's device peak against the single device's. On a shared machine the
+// ranks may get fewer cores than it has: the cores each side obtained
+// (process CPU time / wall time) are measured, and the prediction is also
+// given for them: min(cores obtained, S x Q / (1 + bubble)) / the single
+// device's cores obtained. "SP 2, no overlap" is
+// SP 2 with the attention's all-to-alls all before and after its compute
+// instead of group by group behind it (the same values), interleaved with
+// the others: the overlap's effect.
+//
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/thread_communicator.hpp>
 #include <memo/core/device_profile.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
+#include <memo/model/gpt2_model.hpp>
+#include <memo/model/gpt2_parallel_model.hpp>
 #include <memo/pipeline/distributed_attention.hpp>
 #include <memo/pipeline/sppo_schedule.hpp>
 #include <memo/pipeline/sppo_solver.hpp>
 #include <memo/project/papers.hpp>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +64,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -118,6 +142,146 @@ double time_ranks(int P, const shape_config& c, bool exchanges_only) {
   return *std::max_element(seconds.begin(), seconds.end());
 }
 
+// ---- The model's step across ranks ----
+
+struct model_setting {
+  const char* name;
+  int sp, pp, subsequences;
+  bool overlap = true;
+};
+
+struct model_row {
+  model_setting setting;
+  std::vector<double> step_seconds, speedup, comm_share, cores_used, predicted_obtained;
+  double predicted = 1.0, bubble = 0.0;
+  std::uint64_t rank_peak_bytes = 0, single_peak_bytes = 0;
+};
+
+struct model_shape {
+  memo::gpt2_config config;
+  std::int64_t context, steps;
+};
+
+/// CPU seconds (user + system) this process has used.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+std::vector<std::int32_t> tokens_of(std::int64_t n, std::int32_t vocab, unsigned seed) {
+  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+  std::uint32_t x = seed * 2654435761u + 7;
+  for (auto& e : t) {
+    x = x * 1664525u + 1013904223u;
+    e = static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab));
+  }
+  return t;
+}
+
+struct single_timing {
+  double step_seconds = 0, cores_used = 0;
+  std::uint64_t peak_bytes = 0;
+};
+
+/// Mean seconds of a step of the single-device model (after one warm-up
+/// step), the cores it got and its device peak.
+single_timing time_single(const model_shape& m, const std::vector<std::int32_t>& in,
+                          const std::vector<std::int32_t>& tg) {
+  memo::host_backend backend(one_thread());
+  memo::gpt2_model<memo::host_backend> model(backend, m.config, {.context = m.context, .attention_chunk = 64});
+  model.initialize(1);
+  model.train_step(in, tg, {});
+  backend.device_memory().reset_peak();
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = clock_type::now();
+  for (std::int64_t s = 0; s < m.steps; ++s) model.train_step(in, tg, {});
+  const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return {seconds / static_cast<double>(m.steps), (process_cpu_seconds() - cpu0) / seconds,
+          backend.device_memory().peak_bytes()};
+}
+
+struct parallel_timing {
+  double step_seconds = 0, comm_share = 0, bubble = 0, cores_used = 0;
+  std::uint64_t peak_bytes = 0;
+};
+
+/// The same on S x Q thread ranks: rank 0's mean step and its share inside
+/// communication, the largest device peak of a rank, and the simulated
+/// bubble of the model's schedule.
+parallel_timing time_parallel(const model_shape& m, const model_setting& s, const std::vector<std::int32_t>& in,
+                              const std::vector<std::int32_t>& tg) {
+  const int P = s.sp * s.pp;
+  auto comms = memo::thread_communicator::create_group(P);
+  std::vector<parallel_timing> per_rank(static_cast<std::size_t>(P));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+      memo::host_backend backend(one_thread());
+      memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(
+          backend, comm, m.config,
+          {.context = m.context, .sequence_parallel = s.sp, .pipeline_stages = s.pp, .subsequences = s.subsequences,
+           .attention_chunk = 64, .overlap_exchanges = s.overlap});
+      model.initialize(1);
+      model.train_step(in, tg, {});
+      backend.device_memory().reset_peak();
+      double comm_seconds = 0;
+      const double cpu0 = process_cpu_seconds();  // every rank's threads: the ranks step together
+      const auto t0 = clock_type::now();
+      for (std::int64_t k = 0; k < m.steps; ++k) {
+        model.train_step(in, tg, {});
+        comm_seconds += model.step_communication().seconds;
+      }
+      const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+      auto& out = per_rank[static_cast<std::size_t>(r)];
+      out.cores_used = (process_cpu_seconds() - cpu0) / seconds;
+      out.step_seconds = seconds / static_cast<double>(m.steps);
+      out.comm_share = comm_seconds / seconds;
+      out.peak_bytes = backend.device_memory().peak_bytes();
+      // The schedule's bubble: simulated step / one stage's work.
+      const memo::timeline t = model.schedule().simulate(memo::device_profile::a800_80gb());
+      double work = 0;
+      const std::size_t stream = t.stream_index(memo::sppo_stream_name(0));
+      for (const auto& op : t.ops()) work += op.stream == stream ? op.duration_seconds() : 0.0;
+      out.bubble = t.makespan_seconds() / work - 1.0;
+    });
+  }
+  for (auto& t : threads) t.join();
+  parallel_timing out = per_rank[0];
+  for (const auto& r : per_rank) out.peak_bytes = std::max(out.peak_bytes, r.peak_bytes);
+  return out;
+}
+
+/// Interleaved rounds of every setting against the single device.
+std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
+  const std::vector<model_setting> settings = {{"SP 2", 2, 1, 1},
+                                               {"SP 2, no overlap", 2, 1, 1, false},
+                                               {"SP 4", 4, 1, 1},
+                                               {"PP 2, N 4", 1, 2, 4},
+                                               {"SP 2 x PP 2, N 4", 2, 2, 4}};
+  std::vector<model_row> rows;
+  for (const auto& s : settings) rows.push_back({s, {}, {}, {}, {}, {}});
+  const auto in = tokens_of(m.context, m.config.vocab_size, 1), tg = tokens_of(m.context, m.config.vocab_size, 2);
+  for (int round = 0; round < rounds; ++round) {
+    for (auto& row : rows) {
+      const single_timing single = time_single(m, in, tg);
+      const parallel_timing p = time_parallel(m, row.setting, in, tg);
+      row.step_seconds.push_back(p.step_seconds);
+      row.speedup.push_back(single.step_seconds / p.step_seconds);
+      row.comm_share.push_back(p.comm_share);
+      row.cores_used.push_back(p.cores_used);
+      row.bubble = p.bubble;
+      row.rank_peak_bytes = p.peak_bytes, row.single_peak_bytes = single.peak_bytes;
+      const double ideal = row.setting.sp * row.setting.pp / (1.0 + p.bubble);
+      row.predicted = std::min(static_cast<double>(cores), ideal);
+      // The same on the cores each side actually got (the machine is shared).
+      row.predicted_obtained.push_back(std::min(p.cores_used, ideal) / std::min(single.cores_used, 1.0));
+    }
+  }
+  return rows;
+}
+
 struct rank_result {
   int ranks = 1;
   std::vector<double> seconds, speedup, comm_share;
@@ -163,6 +327,12 @@ int main(int argc, char** argv) {
       results[i].comm_share.push_back(exchanges / t);
     }
   }
+
+  // The model's step across ranks (the settings interleaved with the
+  // single device, one round of each per round).
+  const model_shape model = quick ? model_shape{{256, 64, 64, 2, 4, 64}, 256, 2}
+                                  : model_shape{{1024, 256, 256, 2, 4, 128}, 1024, 2};
+  const std::vector<model_row> model_results = model_rows(model, quick ? 2 : rounds, cores);
 
   // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequences
   // (FLOPs-balanced partition), forward 1, backward 2 time units.
@@ -224,6 +394,25 @@ int main(int argc, char** argv) {
       out.end_object();
     }
     out.end_array();
+    out.key("model_step").begin_object();
+    out.field("layers", model.config.num_layers).field("channels", model.config.channels);
+    out.field("heads", model.config.num_heads).field("context", model.context).field("steps", model.steps);
+    out.key("settings").begin_array();
+    for (const auto& r : model_results) {
+      const auto t = memo::spread_of(r.step_seconds), s = memo::spread_of(r.speedup),
+                 c = memo::spread_of(r.comm_share);
+      out.begin_object().field("setting", r.setting.name).field("sp", r.setting.sp).field("pp", r.setting.pp);
+      out.field("subsequences", r.setting.subsequences).field("overlap", r.setting.overlap);
+      out.field("step_seconds_median", t.median);
+      out.field("speedup_median", s.median).field("speedup_min", s.min).field("speedup_max", s.max);
+      out.field("speedup_predicted", r.predicted).field("simulated_bubble", r.bubble);
+      out.field("comm_share_median", c.median).field("comm_share_min", c.min).field("comm_share_max", c.max);
+      out.field("rank_peak_bytes", r.rank_peak_bytes).field("single_peak_bytes", r.single_peak_bytes);
+      out.field("cores_used_median", memo::spread_of(r.cores_used).median);
+      out.field("speedup_predicted_on_obtained_cores", memo::spread_of(r.predicted_obtained).median);
+      out.end_object();
+    }
+    out.end_array().end_object();
     out.key("sppo").begin_array();
     for (const auto& r : rows) {
       out.begin_object().field("model", r.s.model).field("gpus", r.s.gpus).field("sp", r.s.sp).field("pp", r.s.pp);
@@ -258,6 +447,19 @@ int main(int argc, char** argv) {
     const auto t = memo::spread_of(r.seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
     std::printf("  P %d: %.3f s  speedup %.2f [%.2f, %.2f] (predicted %d)  all-to-all share %.3f [%.3f, %.3f]\n",
                 r.ranks, t.median, s.median, s.min, s.max, std::min(r.ranks, cores), c.median, c.min, c.max);
+  }
+  std::printf("GPT-2 training step across thread ranks (L %d, C %d, %d heads, T %lld; one thread per rank and "
+              "for the single device; %d steps per round; cores: the cores the ranks got while stepping):\n",
+              model.config.num_layers, model.config.channels, model.config.num_heads,
+              static_cast<long long>(model.context), static_cast<int>(model.steps));
+  for (const auto& r : model_results) {
+    const auto t = memo::spread_of(r.step_seconds), s = memo::spread_of(r.speedup), c = memo::spread_of(r.comm_share);
+    std::printf("  %-18s step %.3f s  speedup %.2f [%.2f, %.2f] (predicted %.2f; %.2f on the %.2f cores obtained; "
+                "bubble %.3f)  communication share %.3f [%.3f, %.3f]  device peak per rank / single %.2f\n",
+                r.setting.name, t.median, s.median, s.min, s.max, r.predicted,
+                memo::spread_of(r.predicted_obtained).median, memo::spread_of(r.cores_used).median, r.bubble,
+                c.median, c.min, c.max,
+                static_cast<double>(r.rank_peak_bytes) / static_cast<double>(r.single_peak_bytes));
   }
   std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
   for (const auto& r : rows) {

@@ -8,13 +8,18 @@
 //   2. SPPO: a FLOPs-balanced split of a 1M-token sequence into 8
 //      subsequences, the phases of every stage for PP = 4, N = 8 (Table 3),
 //      the pipeline simulated with and without multiplexing, and the
-//      solver's (SP, PP, N) for GPT-7B on 32 GPUs at 512K tokens.
+//      solver's (SP, PP, N) for GPT-7B on 32 GPUs at 512K tokens;
+//   3. the reference GPT-2 trained on 4 ranks, 2 sequence-parallel x 2
+//      pipeline stages over 4 subsequences, and on one device: the same
+//      losses step by step.
 //
 // Usage: pipeline_example [--json]
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/self_communicator.hpp>
 #include <memo/backend/thread_communicator.hpp>
 #include <memo/core/json.hpp>
+#include <memo/model/gpt2_model.hpp>
+#include <memo/model/gpt2_parallel_model.hpp>
 #include <memo/pipeline/distributed_attention.hpp>
 #include <memo/pipeline/sppo_partition.hpp>
 #include <memo/pipeline/sppo_schedule.hpp>
@@ -70,6 +75,21 @@ void attention_rank(Comm& comm, const memo::distributed_attention_shape& shape, 
   backend.synchronize(stream);
   layout.unshuffle<float>(o, comm.rank(), out.o, H * D);
   layout.unshuffle<float>(dq, comm.rank(), out.dq, H * D);
+}
+
+// Three AdamW steps of GPT-2 on one sequence: on the ranks
+// of `comm` with `options`, each rank training its part of the model.
+template <class Comm>
+std::vector<float> train_ranks(Comm& comm, const memo::gpt2_config& config, const memo::gpt2_parallel_options& options,
+                               const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) {
+  memo::host_backend::options threads;
+  threads.compute_threads = 1;
+  memo::host_backend backend(threads);
+  memo::gpt2_parallel_model<Comm, memo::host_backend> model(backend, comm, config, options);
+  model.initialize(7);  // the values a single-device model gets from seed 7
+  std::vector<float> losses;
+  for (int step = 0; step < 3; ++step) losses.push_back(model.train_step(in, tg, {.learning_rate = 1e-2}));
+  return losses;
 }
 
 }  // namespace
@@ -129,9 +149,38 @@ int main(int argc, char** argv) {
     problem.profile = profile;
     const auto solution = memo::solve_sppo(problem);
 
+    // 3. GPT-2 on 2 x 2 ranks against one device.
+    const memo::gpt2_config config{256, 16, 64, 4, 4, 64};  // maxT, V, Vp, L, NH, C
+    std::vector<std::int32_t> tokens(257);
+    for (std::size_t t = 0; t < tokens.size(); ++t) tokens[t] = static_cast<std::int32_t>((t * t + 3 * t) % 16);
+    const std::vector<std::int32_t> in(tokens.begin(), tokens.begin() + 256), tg(tokens.begin() + 1, tokens.end());
+    const memo::gpt2_parallel_options options{
+        .context = 256, .sequence_parallel = 2, .pipeline_stages = 2, .subsequences = 4, .attention_chunk = 64};
+    std::vector<std::vector<float>> rank_losses(4);
+    {
+      auto comms = memo::thread_communicator::create_group(4);
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < 4; ++r) {
+        ranks.emplace_back([&, r, c = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+          rank_losses[static_cast<std::size_t>(r)] = train_ranks(c, config, options, in, tg);
+        });
+      }
+      for (auto& rank : ranks) rank.join();
+    }
+    memo::host_backend backend;
+    memo::gpt2_model<memo::host_backend> single(backend, config, {.context = 256, .attention_chunk = 64});
+    single.initialize(7);
+    std::vector<float> single_losses;
+    for (int step = 0; step < 3; ++step) single_losses.push_back(single.train_step(in, tg, {.learning_rate = 1e-2}));
+    double loss_difference = 0;
+    for (std::size_t step = 0; step < single_losses.size(); ++step) {
+      loss_difference = std::max(loss_difference, std::abs(double(rank_losses[0][step]) - single_losses[step]));
+    }
+
     if (json) {
       memo::json_writer j;
       j.begin_object().field("example", "pipeline_example");
+      j.field("model_loss_max_difference", loss_difference);
       j.field("attention_max_difference", difference);
       j.key("balanced_lengths").begin_array();
       for (const std::uint64_t n : balanced.lengths()) j.value(n);
@@ -141,7 +190,7 @@ int main(int argc, char** argv) {
       j.field("sp", solution.best.sp).field("pp", solution.best.pp).field("n", solution.best.n);
       j.end_object();
       std::printf("%s\n", j.str().c_str());
-      return 0;
+      return difference < 1e-4 && loss_difference < 1e-4 ? 0 : 1;
     }
     std::printf(
         "distributed attention, 4 ranks vs 1: T %lld, %lld heads (%lld K/V), |O| %.3f, largest "
@@ -169,7 +218,12 @@ int main(int argc, char** argv) {
                 multiplexed_step);
     std::printf("solver, GPT-7B on 32 GPUs at 512K: SP %d, PP %d, N %d\n", solution.best.sp, solution.best.pp,
                 solution.best.n);
-    return difference < 1e-4 ? 0 : 1;
+    std::printf("GPT-2 (L 4, C 64, T 256), 2 sequence-parallel x 2 stages, 4 subsequences vs one device:\n");
+    for (std::size_t step = 0; step < single_losses.size(); ++step) {
+      std::printf("  step %zu: loss %.6f on 4 ranks, %.6f on one device\n", step + 1, rank_losses[0][step],
+                  single_losses[step]);
+    }
+    return difference < 1e-4 && loss_difference < 1e-4 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipeline_example: %s\n", e.what());
     return 1;

@@ -21,6 +21,11 @@
 // LP fed by this machine's measured profile. Before training it prints the
 // plan; --print-plan prints it and stops.
 //
+// Across ranks (mpirun -np P train_gpt --sp S --pp Q, P = S x Q) it trains
+// the same model with FPDT sequence parallelism over S ranks per stage and
+// SPPO pipeline stages (memo/model/gpt2_parallel_training.hpp); the losses
+// equal the single-rank run's for the same seed and data.
+//
 // smoke-args: --steps 3 --context 32
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/host_profile.hpp>
@@ -32,12 +37,16 @@
 #include <memo/model/checkpoint.hpp>
 #include <memo/model/gpt2_model.hpp>
 #include <memo/model/gpt2_memory.hpp>
+#include <memo/model/gpt2_parallel_training.hpp>
 #include <memo/model/token_data.hpp>
 #include <memo/plan/caching_allocator.hpp>
 #include <memo/plan/text_input.hpp>
 #include <memo/schedule/memo_step.hpp>
 #if MEMO_HAS_LPSOLVE
 #include <memo/swap/alpha_solver.hpp>
+#endif
+#if MEMO_HAS_MPI
+#include <memo/backend/mpi_communicator.hpp>
 #endif
 
 #include <unistd.h>
@@ -47,8 +56,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -64,6 +75,8 @@ constexpr const char* usage =
     "                 [--checkpoint-out FILE] [--log-every N] [--alpha auto|X]\n"
     "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
     "                 [--print-plan] [--json] [--help]\n"
+    "                 [--sp S] [--pp Q] [--subsequences N] [--partition balanced|equal]\n"
+    "                 [--sequence-chunk c] [--comm-timeout SECONDS]   (under mpirun -np S*Q)\n"
     "Trains GPT-2 (fp32, batch 1) on a built-in task (recall: K keys bound to V\n"
     "values, default 4 and 4; copy: the second half repeats the first, ids below\n"
     "--copy-vocab, default 16), or on an llm.c token file with --data.\n"
@@ -73,7 +86,12 @@ constexpr const char* usage =
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
     "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
     "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
-    "carry a KiB/MiB/GiB suffix; --timeline writes the simulated step as a Chrome trace.\n";
+    "carry a KiB/MiB/GiB suffix; --timeline writes the simulated step as a Chrome trace.\n"
+    "Under mpirun, --sp S ranks per pipeline stage share every sequence (FPDT), --pp Q\n"
+    "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
+    "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
+    "tokens (default: the largest power of two up to 64 that fits); a rank that waits\n"
+    "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job.\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -100,6 +118,11 @@ struct options {
   std::optional<std::uint64_t> device_budget;
   std::string timeline;
   bool print_plan = false;
+  // Across ranks (0: not given).
+  int sp = 0, pp = 0, subsequences = 0;
+  bool equal_subsequences = false;
+  std::int64_t sequence_chunk = 0;
+  std::int64_t comm_timeout_seconds = 600;
 };
 
 /// An integer in [low, high]; shapes are bounded by the int32 fields of
@@ -204,6 +227,22 @@ options parse(int argc, char** argv) {
       o.timeline = value();
     } else if (arg == "--print-plan") {
       o.print_plan = true;
+    } else if (arg == "--sp") {
+      o.sp = parse_int<int>(arg, value(), 1, 4096);
+    } else if (arg == "--pp") {
+      o.pp = parse_int<int>(arg, value(), 1, 4096);
+    } else if (arg == "--subsequences") {
+      o.subsequences = parse_int<int>(arg, value(), 1, 1 << 20);
+    } else if (arg == "--partition") {
+      const std::string text = value();
+      if (text != "balanced" && text != "equal") {
+        throw usage_error("--partition '" + text + "' is not 'balanced' or 'equal'");
+      }
+      o.equal_subsequences = text == "equal";
+    } else if (arg == "--sequence-chunk") {
+      o.sequence_chunk = parse_int<std::int64_t>(arg, value(), 1);
+    } else if (arg == "--comm-timeout") {
+      o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 1 << 24);
     } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
       throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
     } else {
@@ -420,6 +459,85 @@ class training_data {
   std::optional<memo::token_window_loader> loader_;
 };
 
+/// The ranks mpirun started this process among (1 without a launcher).
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
+bool across_ranks(const options& o) { return o.sp > 0 || o.pp > 0 || launched_ranks() > 1; }
+
+/// train_gpt under mpirun: every rank reads the same data and trains its
+/// part of the model (memo/model/gpt2_parallel_training.hpp).
+int run_across_ranks(const options& o, const memo::gpt2_config& config, training_data& data,
+                     const std::optional<memo::gpt2_checkpoint>& checkpoint, double init_std) {
+  if (o.alpha || o.alpha_auto || o.device_budget || !o.timeline.empty() || o.print_plan) {
+    throw usage_error("--alpha, --device-budget, --timeline and --print-plan are single-rank options; "
+                      "drop them with --sp/--pp");
+  }
+#if MEMO_HAS_MPI
+  memo::mpi_environment environment(nullptr, nullptr);
+  memo::mpi_communicator world(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(o.comm_timeout_seconds)});
+  const int pp = o.pp > 0 ? o.pp : 1;
+  const int sp = o.sp > 0 ? o.sp : std::max(1, world.size() / pp);
+  memo::gpt2_parallel_options parallel{.context = o.context,
+                                       .sequence_parallel = sp,
+                                       .pipeline_stages = pp,
+                                       .subsequences = o.subsequences,
+                                       .balanced_subsequences = !o.equal_subsequences,
+                                       .layout_chunk = o.sequence_chunk,
+                                       .attention_chunk = o.attention_chunk,
+                                       .kv_offload = o.kv_offload};
+  // The same check on every rank before any collective: a shape that does
+  // not split is an error each rank prints; all exit once all have printed
+  // (mpirun ends the whole job at the first rank that exits with an error).
+  try {
+    if (world.size() == 1 && sp * pp > 1) {
+      throw memo::error("--sp " + std::to_string(sp) + " --pp " + std::to_string(pp) + " need " +
+                        std::to_string(sp * pp) + " ranks: start them with mpirun -np " + std::to_string(sp * pp));
+    }
+    (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+  } catch (const memo::error& e) {
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
+    std::fflush(stderr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    return 1;
+  }
+  memo::host_backend backend;
+  memo::gpt2_parallel_training run{
+      .steps = o.steps,
+      .log_every = o.log_every,
+      .adamw = {.learning_rate = o.lr, .weight_decay = o.weight_decay},
+      .seed = o.seed,
+      .init_std = init_std,
+      .parameters = checkpoint ? std::span<const float>(checkpoint->parameters) : std::span<const float>(),
+      .predictable = data.predictable(),
+      .predictable_label = data.builtin() ? data.predictable_name() : "predictable loss",
+      .predictable_key = data.builtin() && o.task == builtin_task::recall ? "answer_loss" : "copied_half_loss",
+      .far = data.far(),
+      .data_name = data.describe(o),
+      .checkpoint_out = o.checkpoint_out,
+      .json = o.json};
+  try {
+    std::int64_t step = 0;
+    memo::train_gpt2_parallel(backend, world, config, parallel, run,
+                              [&](std::span<std::int32_t> in, std::span<std::int32_t> tg) { data.next(step++, in, tg); });
+  } catch (const std::exception& e) {
+    // Past the checks every rank made alike, a failure may leave the other
+    // ranks inside a collective: end the whole job rather than hang it.
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
+#else
+  (void)config, (void)data, (void)checkpoint, (void)init_std;
+  throw memo::error("--sp/--pp train across MPI ranks, but this train_gpt was built without MPI (memo::mpi)");
+#endif
+}
+
 int run(const options& o) {
   using clock = std::chrono::steady_clock;
   constexpr std::int32_t gpt2_vocab = 50257;  // llm.c token files
@@ -449,6 +567,10 @@ int run(const options& o) {
   data.open(o, config.vocab_size);
   const auto predictable = data.predictable();
   const auto far = data.far();
+  // GPT-2's 0.02 at its 768 channels, scaled by sqrt(768 / C): every width
+  // starts with GPT-2's variance at the output of each linear layer.
+  const double init_std = o.init_std.value_or(0.02 * std::sqrt(768.0 / static_cast<double>(config.channels)));
+  if (across_ranks(o)) return run_across_ranks(o, config, data, checkpoint, init_std);
 
   memo::host_backend backend;
   // alpha: given, from the LP (MEMO eq. 1-3) on this machine, or no offload.
@@ -467,9 +589,6 @@ int run(const options& o) {
   }
   const memo::caching_allocator_report caching = memo::simulate_caching_allocator(model.step_trace().problem);
   if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
-  // GPT-2's 0.02 at its 768 channels, scaled by sqrt(768 / C): every width
-  // starts with GPT-2's variance at the output of each linear layer.
-  const double init_std = o.init_std.value_or(0.02 * std::sqrt(768.0 / static_cast<double>(config.channels)));
   if (checkpoint) {
     model.set_parameters(checkpoint->parameters);
   } else {

@@ -31,6 +31,7 @@
 #include "memo/backend/communicator.hpp"
 #include "memo/backend/self_communicator.hpp"
 #include "memo/backend/thread_communicator.hpp"
+#include "memo/backend/timed_communicator.hpp"
 #if MEMO_HAS_CUDA
 #include "memo/backend/cuda_backend.hpp"
 #include "memo/backend/cuda_check.hpp"
@@ -82,9 +83,13 @@
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/checkpoint.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_head.hpp"
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/gpt2_memory.hpp"
 #include "memo/model/gpt2_model.hpp"
+#include "memo/model/gpt2_parallel_model.hpp"
+#include "memo/model/gpt2_parallel_training.hpp"
+#include "memo/model/gpt2_parameter_state.hpp"
 #include "memo/model/gpt2_step_memory.hpp"
 #include "memo/model/token_data.hpp"
 

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -23,6 +24,36 @@ TEST_CASE("mpi_communicator: conformance on every rank of MPI_COMM_WORLD") {
   CHECK(comm.size() == world_size);
   const auto report = memo_test::run_conformance(comm, backend);
   for (const auto& problem : report.problems) FAIL_CHECK(problem);
+}
+
+TEST_CASE("mpi_communicator: with a timeout (nonblocking calls, polled) the conformance suite still holds") {
+  memo::host_backend::options options;
+  options.compute_threads = 1;
+  memo::host_backend backend(options);
+  memo::mpi_communicator comm(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(60000)});
+  const auto report = memo_test::run_conformance(comm, backend);
+  for (const auto& problem : report.problems) FAIL_CHECK(problem);
+}
+
+TEST_CASE("mpi_communicator: a receive from a rank that never sends fails after the timeout, naming both") {
+  memo::host_backend backend;
+  memo::mpi_communicator world;  // no timeout: the barrier below waits for the slow rank
+  memo::mpi_communicator quick(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(200)});
+  memo::mpi_communicator pair = quick.split(quick.rank() / 2, quick.rank());
+  auto stream = backend.make_stream("pair");
+  if (pair.size() == 2 && pair.rank() == 0) {
+    std::vector<float> data(3);
+    pair.recv(backend, stream, std::span<float>(data), 1);
+    try {
+      backend.synchronize(stream);
+      FAIL_CHECK("a receive nobody answered did not time out");
+    } catch (const memo::error& e) {
+      CHECK(std::string(e.what()).find("waited 200 ms in recv with rank 1") != std::string::npos);
+    }
+  }
+  // The withdrawn receive leaves the communicator usable.
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
 }
 
 TEST_CASE("mpi_communicator: a receive shorter than the message is a memo::error from synchronize") {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/backend/host_backend.hpp"
@@ -113,6 +114,78 @@ TEST_CASE("chunked_causal_attention: forward and backward equal an fp64 naive at
       check_against_naive(run_dense(backend, s, in, init), naive_attention(s, in), init, 2e-5);
     }
   }
+}
+
+TEST_CASE("chunked_causal_attention: query runs forward in order and backward in reverse equal the whole attention") {
+  memo::host_backend backend;
+  struct config {
+    std::int64_t tokens, chunk, heads, kv_heads, head_dim;
+    std::vector<std::int64_t> boundaries;  // run starts, then the end
+  };
+  const std::vector<config> configs = {
+      {16, 4, 2, 2, 8, {0, 4, 12, 16}},    // runs of 1, 2 and 1 chunks
+      {15, 4, 4, 2, 8, {0, 8, 15}},        // the last run ends at a short last chunk
+      {24, 3, 2, 1, 16, {0, 3, 6, 9, 24}}, // GQA with one K/V head, unequal runs
+      {8, 8, 2, 2, 4, {0, 8}},             // one run: the whole sequence
+  };
+  for (const auto& c : configs) {
+    for (const bool offload : {false, true}) {
+      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload};
+      CAPTURE(s.tokens);
+      CAPTURE(s.chunk);
+      CAPTURE(offload);
+      const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+      const auto in = random_inputs(s, static_cast<unsigned>(c.tokens * 7 + c.chunk));
+      owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+      owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+      attention attn(backend, s, device.region, pinned.region);
+      auto stream = backend.make_stream("compute");
+      auto q = in.q, k = in.k, v = in.v, dout = in.dout;
+      result r{std::vector<float>(T * H * D, -7.0f), std::vector<float>(H * T, -7.0f),
+               std::vector<float>(T * H * D, 0.0f), std::vector<float>(T * Hkv * D, 0.0f),
+               std::vector<float>(T * Hkv * D, 0.0f)};
+      // Views of rows [a, a + n) of a [T, heads, D] tensor and of columns
+      // [a, a + n) of the [H, T] log-sum-exp.
+      auto rows = [&](auto& x, std::int64_t heads, std::int64_t a, std::int64_t n) {
+        using T3 = std::remove_reference_t<decltype(x[0])>;
+        return tensor_view<T3, 3>(x.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
+      };
+      auto columns = [&](auto& x, std::int64_t a, std::int64_t n) {
+        using T2 = std::remove_reference_t<decltype(x[0])>;
+        return tensor_view<T2, 2>(x.data() + a, {H, n}, {T, 1});
+      };
+      const std::size_t runs = c.boundaries.size() - 1;
+      for (std::size_t j = 0; j < runs; ++j) {
+        const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
+        attn.forward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
+                             dense3<const float>(v, T, Hkv, D), rows(r.o, H, a, n), columns(r.lse, a, n));
+      }
+      for (std::size_t j = runs; j-- > 0;) {
+        const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
+        attn.backward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
+                              dense3<const float>(v, T, Hkv, D), rows(std::as_const(r.o), H, a, n),
+                              rows(std::as_const(dout), H, a, n), columns(std::as_const(r.lse), a, n),
+                              rows(r.dq, H, a, n), dense3<float>(r.dk, T, Hkv, D), dense3<float>(r.dv, T, Hkv, D));
+      }
+      backend.synchronize(stream);
+      check_against_naive(r, naive_attention(s, in), 0.0f, 2e-5);
+    }
+  }
+  // A run that does not start at a chunk boundary, or skips the host store.
+  const attention_shape s{16, 2, 2, 8, 4, true};
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream("compute");
+  std::vector<float> x(16 * 2 * 8), lse(2 * 4);
+  const auto q4 = tensor_view<const float, 3>::contiguous(x.data(), {4, 2, 8});
+  const auto o4 = tensor_view<float, 3>::contiguous(x.data(), {4, 2, 8});
+  const auto kv = tensor_view<const float, 3>::contiguous(x.data(), {16, 2, 8});
+  CHECK_THROWS_WITH_AS(attn.forward_queries(stream, 2, q4, kv, kv, o4, view2<float>(lse, 2, 4)),
+                       doctest::Contains("queries [2, 6) are not whole chunks of 4 tokens"), memo::error);
+  CHECK_THROWS_WITH_AS(attn.forward_queries(stream, 8, q4, kv, kv, o4, view2<float>(lse, 2, 4)),
+                       doctest::Contains("only 0 were stored"), memo::error);
+  backend.synchronize(stream);
 }
 
 TEST_CASE("chunked_causal_attention: strided views inside a fused [T, 3C] QKV buffer") {

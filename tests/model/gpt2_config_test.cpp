@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -179,4 +180,43 @@ TEST_CASE("gpt2_config: invalid fields are errors naming the field and value") {
   // The largest legal embedding still fits, and its count is exact.
   memo::gpt2_config wide{1, 1, 2147483647, 1, 1, 1};
   CHECK(memo::gpt2_parameter_layout(wide).total == 2147483647ull + 1 + 12 + 13 + 2);
+}
+
+TEST_CASE("gpt2_config: a pipeline stage's layout holds its layers and only the ends it uses") {
+  const memo::gpt2_config c{16, 10, 12, 6, 2, 8};  // maxT 16, V 10, Vp 12, L 6, NH 2, C 8
+  const std::uint64_t C = 8, per_layer = 12 * C * C + 13 * C;
+  using g = memo::gpt2_tensor;
+  struct stage {
+    bool embedding, head;
+    std::uint64_t wte, wpe, lnf;
+  };
+  for (const stage s : {stage{true, false, 12 * C, 16 * C, 0}, stage{false, false, 0, 0, 0},
+                        stage{false, true, 12 * C, 0, C}, stage{true, true, 12 * C, 16 * C, C}}) {
+    CAPTURE(s.embedding);
+    CAPTURE(s.head);
+    const auto t = memo::gpt2_stage_parameter_layout(c, 2, s.embedding, s.head);
+    CHECK(t[g::wte].count == s.wte);
+    CHECK(t[g::wpe].count == s.wpe);
+    CHECK(t[g::lnfw].count == s.lnf);
+    CHECK(t[g::lnfb].count == s.lnf);
+    CHECK(t[g::qkvw].count == 2 * 3 * C * C);
+    CHECK(t.total == 2 * per_layer + s.wte + s.wpe + 2 * s.lnf);
+    // Offsets in llm.c's order, back to back.
+    std::uint64_t offset = 0;
+    for (const auto& info : t.tensors) {
+      CHECK(info.offset == offset);
+      offset += info.count;
+    }
+    std::vector<float> buffer(t.total);
+    const auto v = memo::view_gpt2_parameters(t, std::span<float>(buffer));
+    CHECK(v.layers() == 2);
+    CHECK(v.wte.extent(0) == static_cast<std::int64_t>(s.wte / C));
+    CHECK(v.layer(1).fcprojb.data() == buffer.data() + t[g::fcprojb].offset + C);
+  }
+  // Every layer and both ends: the whole model's layout.
+  const auto whole = memo::gpt2_stage_parameter_layout(c, 6, true, true);
+  const auto model = memo::gpt2_parameter_layout(c);
+  CHECK(whole.total == model.total);
+  for (std::size_t i = 0; i < memo::gpt2_tensor_count; ++i) CHECK(whole.tensors[i].offset == model.tensors[i].offset);
+  CHECK_THROWS_WITH(memo::gpt2_stage_parameter_layout(c, 7, true, true), doctest::Contains("7 layers for a model of 6"));
 }

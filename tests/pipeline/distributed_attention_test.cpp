@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "distributed_attention_support.hpp"
@@ -111,4 +113,114 @@ TEST_CASE("distributed_attention: shapes that do not split over the ranks fail o
       errors);
   for (const auto& e : errors)
     CHECK(e.find("20 tokens is not a multiple of ranks x chunk = 2 x 4") != std::string::npos);
+}
+
+TEST_CASE("distributed_attention: runs forward in order and backward in reverse equal the single-device attention") {
+  struct config {
+    int P;
+    std::int64_t T, H, K, D, c, chunk;
+    std::vector<std::int64_t> runs;  // local chunk boundaries of the runs
+    bool keep_state, offload;
+  };
+  const std::vector<config> configs = {
+      {2, 32, 2, 2, 8, 4, 8, {0, 1, 3, 4}, true, false},  // three runs of 1, 2, 1 chunk groups
+      {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false},     // GQA, K/V heads replicated
+      {1, 24, 2, 1, 8, 4, 2, {0, 2, 3, 6}, true, false},  // one rank: runs on the plain attention
+      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, true},        // one run, host K/V, shared state
+      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, false},       // one run, K/V re-sent in the backward
+  };
+  for (const auto& c : configs) {
+    CAPTURE(c.P);
+    CAPTURE(c.T);
+    CAPTURE(c.keep_state);
+    CAPTURE(c.offload);
+    const memo::attention_shape s{.tokens = c.T, .heads = c.H, .kv_heads = c.K, .head_dim = c.D, .chunk = c.chunk};
+    const auto in = memo_test::random_inputs(s, 17 + static_cast<unsigned>(c.P + c.T));
+    const auto want = memo_test::naive_attention(s, in);
+    const memo::distributed_attention_shape shape{.tokens = c.T,
+                                                  .heads = c.H,
+                                                  .kv_heads = c.K,
+                                                  .head_dim = c.D,
+                                                  .layout_chunk = c.c,
+                                                  .attention_chunk = c.chunk,
+                                                  .offload = c.offload,
+                                                  .keep_state = c.keep_state};
+    global_result got{std::vector<float>(in.q.size()), std::vector<float>(in.q.size()),
+                      std::vector<float>(in.k.size()), std::vector<float>(in.k.size())};
+    auto comms = memo::thread_communicator::create_group(c.P);
+    std::vector<std::string> errors(static_cast<std::size_t>(c.P));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < c.P; ++r) {
+      threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+        try {
+          memo::host_backend backend(memo_test::one_thread());
+          auto stream = backend.make_stream();
+          memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
+          const memo::fpdt_layout& layout = attention.layout();
+          const std::int64_t L = layout.local_tokens(), H = c.H, K = c.K, D = c.D;
+          auto local = [&](const std::vector<float>& global, std::int64_t heads) {
+            std::vector<float> part(static_cast<std::size_t>(L * heads * D));
+            layout.shuffle<float>(global, r, part, heads * D);
+            return part;
+          };
+          auto q = local(in.q, H), k = local(in.k, K), v = local(in.v, K), dout = local(in.dout, H);
+          std::vector<float> o(q.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(k.size(), 0.0f);
+          std::vector<float> lse(static_cast<std::size_t>(attention.local_heads() * c.T));
+          auto rows = [&](auto& x, std::int64_t heads, std::int64_t a, std::int64_t n) {
+            using E = std::remove_reference_t<decltype(x[0])>;
+            return tensor_view<E, 3>(x.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
+          };
+          const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {attention.local_heads(), c.T});
+          for (std::size_t j = 0; j + 1 < c.runs.size(); ++j) {
+            const std::int64_t a = c.runs[j] * c.c, n = (c.runs[j + 1] - c.runs[j]) * c.c;
+            attention.forward_queries(stream, {a, a + n}, rows(std::as_const(q), H, a, n),
+                                      rows(std::as_const(k), K, a, n), rows(std::as_const(v), K, a, n),
+                                      rows(o, H, a, n), lse_view);
+          }
+          for (std::size_t j = c.runs.size() - 1; j-- > 0;) {
+            const std::int64_t a = c.runs[j] * c.c, n = (c.runs[j + 1] - c.runs[j]) * c.c;
+            attention.backward_queries(stream, {a, a + n}, rows(std::as_const(q), H, a, n),
+                                       rows(std::as_const(k), K, a, n), rows(std::as_const(v), K, a, n),
+                                       rows(std::as_const(o), H, a, n), rows(std::as_const(dout), H, a, n),
+                                       lse_view, rows(dq, H, a, n), rows(dk, K, a, n), rows(dv, K, a, n));
+          }
+          backend.synchronize(stream);
+          layout.unshuffle<float>(o, r, got.o, H * D);
+          layout.unshuffle<float>(dq, r, got.dq, H * D);
+          layout.unshuffle<float>(dk, r, got.dk, K * D);
+          layout.unshuffle<float>(dv, r, got.dv, K * D);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) CHECK(e == "");
+    check_close(got.o, want.o, "o");
+    check_close(got.dq, want.dq, "dq");
+    check_close(got.dk, want.dk, "dk");
+    check_close(got.dv, want.dv, "dv");
+  }
+}
+
+TEST_CASE("distributed_attention: a second run without keep_state, or a run off the attention's chunks, is an error") {
+  auto comms = memo::thread_communicator::create_group(1);
+  memo::host_backend backend(memo_test::one_thread());
+  auto stream = backend.make_stream();
+  std::vector<float> x(32 * 2 * 4), lse(2 * 32);
+  const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {2, 32});
+  auto rows = [&](std::int64_t n) { return tensor_view<float, 3>::contiguous(x.data(), {n, 2, 4}); };
+  memo::distributed_attention<memo::thread_communicator, memo::host_backend> plain(
+      backend, comms[0], {.tokens = 32, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 8, .attention_chunk = 8});
+  CHECK_THROWS_WITH_AS(plain.forward_queries(stream, {8, 16}, rows(8), rows(8), rows(8), rows(8), lse_view),
+                       doctest::Contains("needs keep_state"), memo::error);
+  memo::distributed_attention<memo::thread_communicator, memo::host_backend> odd(
+      backend, comms[0],
+      {.tokens = 32, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 8, .attention_chunk = 16,
+       .keep_state = true});
+  CHECK_THROWS_WITH_AS(odd.forward_queries(stream, {8, 16}, rows(8), rows(8), rows(8), rows(8), lse_view),
+                       doctest::Contains("does not start at a chunk of the attention (16 tokens)"), memo::error);
+  CHECK_THROWS_WITH_AS(odd.forward_queries(stream, {4, 12}, rows(8), rows(8), rows(8), rows(8), lse_view),
+                       doctest::Contains("must be whole chunks of 8 rows"), memo::error);
+  backend.synchronize(stream);
 }

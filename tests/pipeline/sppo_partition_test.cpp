@@ -66,6 +66,55 @@ TEST_CASE("sppo_partition: flops-balanced partition is optimal against brute for
   }
 }
 
+TEST_CASE("sppo_partition: with a unit every boundary is a multiple of it, and the partition is optimal among those") {
+  const std::vector<memo::causal_cost_weights> weights{{1, 0}, {6, 1}, {1, 5}};
+  for (const auto& w : weights) {
+    for (std::uint64_t unit : {2u, 3u, 4u}) {
+      for (std::uint64_t units = 1; units <= 8; ++units) {
+        const std::uint64_t length = units * unit;
+        for (std::size_t n = 1; n <= std::min<std::uint64_t>(units, 4); ++n) {
+          for (std::uint64_t cap : {std::uint64_t{0}, (units + n - 1) / n * unit + 1}) {
+            // Brute force over cut points at multiples of the unit, by
+            // partitioning `units` unit-tokens under the token costs.
+            std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+            const std::uint64_t bound = cap == 0 ? length : cap / unit * unit;
+            std::vector<std::uint64_t> cuts;
+            auto search = [&](auto&& self, std::uint64_t start, std::size_t left, std::uint64_t worst) -> void {
+              if (left == 1) {
+                if (start == length || length - start > bound) return;
+                best = std::min(best, std::max(worst, naive_cost(start, length, w)));
+                return;
+              }
+              for (std::uint64_t end = start + unit; end < length; end += unit) {
+                if (end - start > bound) break;
+                self(self, end, left - 1, std::max(worst, naive_cost(start, end, w)));
+              }
+            };
+            search(search, 0, n, 0);
+            CAPTURE(unit);
+            CAPTURE(length);
+            CAPTURE(n);
+            CAPTURE(cap);
+            const auto p = memo::flops_balanced_partition(length, n, w, cap, unit);
+            REQUIRE(p.count() == n);
+            CHECK(p.length() == length);
+            for (std::size_t k = 0; k < n; ++k) {
+              CHECK(p.tokens(k) >= unit);
+              CHECK(p.begin(k) % unit == 0);
+              CHECK(p.tokens(k) <= bound);
+            }
+            CHECK(memo::max_cost(p, w) == best);
+          }
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH_AS(memo::flops_balanced_partition(10, 2, memo::causal_cost_weights{1, 1}, 0, 4),
+                       doctest::Contains("10 tokens in units of 4 cannot be split into 2"), memo::error);
+  CHECK_THROWS_WITH_AS(memo::flops_balanced_partition(12, 4, memo::causal_cost_weights{1, 1}, 0, 4),
+                       doctest::Contains("cannot be split into 4"), memo::error);
+}
+
 TEST_CASE("sppo_partition: causal attention makes later subsequences shorter") {
   // Attention-dominated: 64K tokens, hidden 64 (6h = 384 << 64K).
   const auto p = memo::flops_balanced_partition(65536, 8, memo::causal_cost_weights::for_hidden(64));

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/pipeline/sppo_schedule.hpp"
@@ -162,4 +164,60 @@ TEST_CASE("sppo_schedule: bad shapes are errors") {
   CHECK_THROWS_AS(memo::build_sppo_schedule(o), memo::error);
   o.backward_seconds = {1.0, -1.0};
   CHECK_THROWS_AS(memo::build_sppo_schedule(o), memo::error);
+}
+
+TEST_CASE("sppo_schedule: a stage's executed program is its stream in the schedule, with its hand-offs") {
+  for (const double p2p : {0.0, 0.5}) {
+    for (int pp = 1; pp <= 4; ++pp) {
+      for (int n = pp; n <= 7; ++n) {
+        memo::sppo_schedule_options o;
+        o.stages = pp;
+        o.p2p_seconds = p2p;
+        for (int j = 0; j < n; ++j) {  // unequal subsequences, later ones shorter
+          o.forward_seconds.push_back(1.0 + 0.25 * (n - j));
+          o.backward_seconds.push_back(2.0 + 0.5 * (n - j));
+        }
+        const memo::stream_schedule schedule = memo::build_sppo_schedule(o);
+        const memo::timeline simulated = schedule.simulate(profile());
+        for (int stage = 0; stage < pp; ++stage) {
+          CAPTURE(p2p);
+          CAPTURE(pp);
+          CAPTURE(n);
+          CAPTURE(stage);
+          // Written out by hand: forwards in order, backwards in reverse,
+          // activations from the stage before, gradients from the one after.
+          std::vector<memo::sppo_stage_op> want;
+          const int before = stage > 0 ? stage - 1 : -1, after = stage + 1 < pp ? stage + 1 : -1;
+          for (int j = 0; j < n; ++j) want.push_back({true, j, before, after});
+          for (int j = n - 1; j >= 0; --j) want.push_back({false, j, after, before});
+          const auto program = memo::sppo_stage_program(schedule, stage);
+          CHECK(program == want);
+          // The order is the simulator's: the stage's ops by start time.
+          std::vector<std::pair<double, std::string>> started;
+          const std::size_t stream = simulated.stream_index(memo::sppo_stream_name(stage));
+          for (const auto& op : simulated.ops()) {
+            if (op.stream == stream) started.emplace_back(op.start_seconds, op.name);
+          }
+          std::sort(started.begin(), started.end());
+          REQUIRE(started.size() == program.size());
+          for (std::size_t k = 0; k < program.size(); ++k) {
+            CHECK(started[k].second == memo::sppo_op_name(program[k].forward, stage, program[k].subsequence));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sppo_schedule: a multiplexed schedule or a missing stage has no executed program") {
+  memo::sppo_schedule_options o;
+  o.stages = 2;
+  o.forward_seconds.assign(2, 1.0);
+  o.backward_seconds.assign(2, 1.0);
+  o.multiplexed = true;
+  CHECK_THROWS_WITH_AS(memo::sppo_stage_program(memo::build_sppo_schedule(o), 0),
+                       doctest::Contains("multiplexed"), memo::error);
+  o.multiplexed = false;
+  CHECK_THROWS_WITH_AS(memo::sppo_stage_program(memo::build_sppo_schedule(o), 2), doctest::Contains("stage 2"),
+                       memo::error);
 }

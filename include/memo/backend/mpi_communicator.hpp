@@ -22,10 +22,20 @@
 //   once the communicator it was split from is gone.
 // - MPI cannot see a mismatch of element counts between ranks in every
 //   case; what it reports (a truncated receive) surfaces as a `memo::error`.
+// - Timeouts: MPI's blocking calls have none, so a rank that stops taking
+//   part (stuck, or dead without the launcher noticing) would hold its
+//   peers forever. With `options.timeout` > 0 every call is made with the
+//   nonblocking MPI-3 form and polled (a short spin, then sleeps of 50 us)
+//   until it completes or the time is up; then it is a `memo::error` naming
+//   the rank, the call and the time. MPI cannot cancel a collective, so the
+//   communicator is unusable afterwards and the job should end
+//   (`MPI_Abort`, as train_gpt does). Groups made by `split` inherit it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "memo/backend/communicator.hpp"
@@ -68,7 +78,8 @@ struct mpi_comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
-  explicit mpi_comm_state(MPI_Comm owned) : comm(owned) {
+  std::chrono::milliseconds timeout{0};  // 0: blocking calls
+  explicit mpi_comm_state(MPI_Comm owned, std::chrono::milliseconds limit = {}) : comm(owned), timeout(limit) {
     check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
@@ -81,6 +92,10 @@ struct mpi_comm_state {
 
   void run(const comm_call& call) const {
     expects(!mpi_finalized(), "mpi_communicator: a call ran after MPI_Finalize");
+    if (timeout.count() > 0) {
+      run_with_timeout(call);
+      return;
+    }
     const MPI_Datatype type = mpi_type(call.type);
     const int count = checked_count(call.count);
     constexpr int tag = 7;  // one tag: MPI keeps pairwise messages in order
@@ -108,6 +123,68 @@ struct mpi_comm_state {
                   "MPI_Sendrecv");
         return;
       case comm_op::barrier: check_mpi(MPI_Barrier(comm), "MPI_Barrier"); return;
+    }
+  }
+
+  /// The nonblocking form of `call`, polled until done or `timeout`.
+  void run_with_timeout(const comm_call& call) const {
+    const MPI_Datatype type = mpi_type(call.type);
+    const int count = checked_count(call.count);
+    constexpr int tag = 7;
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int pending = 1;
+    switch (call.op) {
+      case comm_op::all_reduce:
+        check_mpi(MPI_Iallreduce(call.send == call.recv ? MPI_IN_PLACE : call.send, call.recv, count, type, MPI_SUM,
+                                 comm, &requests[0]),
+                  "MPI_Iallreduce");
+        break;
+      case comm_op::all_gather:
+        check_mpi(MPI_Iallgather(call.send, count, type, call.recv, count, type, comm, &requests[0]), "MPI_Iallgather");
+        break;
+      case comm_op::reduce_scatter:
+        check_mpi(MPI_Ireduce_scatter_block(call.send, call.recv, count, type, MPI_SUM, comm, &requests[0]),
+                  "MPI_Ireduce_scatter_block");
+        break;
+      case comm_op::all_to_all:
+        check_mpi(MPI_Ialltoall(call.send, count, type, call.recv, count, type, comm, &requests[0]), "MPI_Ialltoall");
+        break;
+      case comm_op::send:
+        check_mpi(MPI_Isend(call.send, count, type, call.peer, tag, comm, &requests[0]), "MPI_Isend");
+        break;
+      case comm_op::recv:
+        check_mpi(MPI_Irecv(call.recv, count, type, call.peer, tag, comm, &requests[0]), "MPI_Irecv");
+        break;
+      case comm_op::send_recv:
+        check_mpi(MPI_Irecv(call.recv, checked_count(call.recv_count), type, call.source, tag, comm, &requests[0]),
+                  "MPI_Irecv");
+        check_mpi(MPI_Isend(call.send, count, type, call.peer, tag, comm, &requests[1]), "MPI_Isend");
+        pending = 2;
+        break;
+      case comm_op::barrier: check_mpi(MPI_Ibarrier(comm, &requests[0]), "MPI_Ibarrier"); break;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      check_mpi(MPI_Testall(pending, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (done != 0) return;
+      if (std::chrono::steady_clock::now() - start >= timeout) {
+        const bool pairwise = call.op == comm_op::send || call.op == comm_op::recv || call.op == comm_op::send_recv;
+        if (pairwise) {  // a point-to-point request can be withdrawn; the communicator stays usable
+          for (int i = 0; i < pending; ++i) {
+            if (requests[i] != MPI_REQUEST_NULL) (void)MPI_Cancel(&requests[i]);
+          }
+          (void)MPI_Waitall(pending, requests, MPI_STATUSES_IGNORE);
+        }
+        throw error("mpi_communicator rank " + std::to_string(rank) + "/" + std::to_string(size) + ": waited " +
+                    std::to_string(timeout.count()) + " ms in " + to_string(call.op) +
+                    (call.op == comm_op::send || call.op == comm_op::recv
+                         ? " with rank " + std::to_string(call.peer)
+                         : std::string(" for its peers")) +
+                    " (one may have failed or stopped)" +
+                    (pairwise ? "" : "; MPI cannot cancel a collective, so end the job (MPI_Abort)"));
+      }
+      if (polls >= 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
@@ -158,9 +235,17 @@ class mpi_environment {
 
 class mpi_communicator : public communicator_ops<mpi_communicator, host_backend> {
  public:
+  struct options {
+    /// How long one call may wait for its peers; 0: MPI's blocking calls,
+    /// no limit (see the header).
+    std::chrono::milliseconds timeout{0};
+  };
+
   /// A communicator over the ranks of `base` (MPI_COMM_WORLD by default),
   /// duplicated so memo's traffic and error handler are its own.
-  explicit mpi_communicator(MPI_Comm base = MPI_COMM_WORLD) {
+  explicit mpi_communicator(MPI_Comm base = MPI_COMM_WORLD) : mpi_communicator(base, options{}) {}
+  mpi_communicator(MPI_Comm base, options config) {
+    expects(config.timeout.count() >= 0, "mpi_communicator: the timeout must not be negative");
     expects(!detail::mpi_finalized(), "mpi_communicator: MPI is finalized");
     int initialized = 0;
     check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -170,7 +255,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     detail::require_mpi_thread_multiple(provided, "mpi_communicator");
     MPI_Comm copy = MPI_COMM_NULL;
     check_mpi(MPI_Comm_dup(base, &copy), "MPI_Comm_dup");
-    state_ = std::make_shared<detail::mpi_comm_state>(copy);
+    state_ = std::make_shared<detail::mpi_comm_state>(copy, config.timeout);
   }
   mpi_communicator(mpi_communicator&&) noexcept = default;
   mpi_communicator& operator=(mpi_communicator&&) noexcept = default;
@@ -191,7 +276,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     expects(color >= 0, [&] { return describe() + ": split color must be >= 0, got " + std::to_string(color); });
     MPI_Comm child = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(state().comm, color, key, &child), "MPI_Comm_split");
-    mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child));
+    mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child, state().timeout));
     result.parent_ = liveness_;
     result.has_parent_ = true;
     return result;

@@ -28,6 +28,15 @@
 // caller's K/V are read only for chunk i at forward step i, and never by the
 // backward: after the forward the caller may drop or reuse them.
 //
+// Query runs (SPPO section 4: a pipeline stage attends subsequence by
+// subsequence): `forward_queries` / `backward_queries` take the queries of
+// a run of whole chunks [first, first + n) against the keys before its end.
+// Forward runs go in sequence order (with offload each stores its own K/V
+// chunks, so later runs find the earlier ones on the host); a backward run
+// adds its queries' share of dK/dV into whole-sequence dk and dv, so runs in
+// reverse order leave a run's dK/dV complete after its own backward. One
+// run over the whole sequence is `forward` / `backward`.
+//
 // Memory: the object allocates nothing. required_device_bytes(shape) and
 // required_pinned_bytes(shape) size the regions (region_carver's counting
 // mode); both grow linearly in tokens (device: the [heads, tokens] row
@@ -52,12 +61,14 @@
 // stream. Not copyable or movable (the copy stream's events refer to it).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "memo/backend/compute.hpp"
 #include "memo/backend/concepts.hpp"
@@ -68,6 +79,15 @@
 #include "memo/model/attention_tiles.hpp"
 
 namespace memo {
+
+namespace detail {
+
+/// The default of backward_queries' keys_done: nothing to do.
+struct no_keys_done {
+  void operator()(std::int64_t) const noexcept {}
+};
+
+}  // namespace detail
 
 template <Backend B>
 class chunked_causal_attention {
@@ -129,19 +149,43 @@ class chunked_causal_attention {
                tensor_view<const float, 3> v,  // [tokens, kv_heads, head_dim]
                tensor_view<float, 3> o,        // [tokens, heads, head_dim]
                tensor_view<float, 2> lse) {    // [heads, tokens]
+    forward_queries(on, 0, q, k, v, o, lse);
+  }
+
+  /// The forward of the queries of tokens [first, first + n) only, against
+  /// the keys of tokens [0, first + n): a run of whole chunks starting at a
+  /// chunk boundary (the last may end at the sequence's end). q, o and lse
+  /// cover the n query tokens; k and v the whole sequence, of which the
+  /// rows before first + n are read (with offload: the run's own chunks from
+  /// k and v, the earlier ones from the host store, filled by earlier runs).
+  /// Runs are how a pipeline stage attends subsequence by subsequence
+  /// (SPPO section 4); one run over the whole sequence is `forward`.
+  void forward_queries(stream_type& on, std::int64_t first,
+                       tensor_view<const float, 3> q,  // [n, heads, head_dim]
+                       tensor_view<const float, 3> k,  // [tokens, kv_heads, head_dim]
+                       tensor_view<const float, 3> v,  // [tokens, kv_heads, head_dim]
+                       tensor_view<float, 3> o,        // [n, heads, head_dim]
+                       tensor_view<float, 2> lse) {    // [heads, n]
     const char* call = "chunked_causal_attention::forward";
-    expect_operand(q, shape_.heads, call, "q", true);
+    const auto [i0, i1] = query_chunks(first, q.extent(0), call);
+    expect_operand(q, shape_.heads, call, "q", true, q.extent(0));
     expect_operand(k, shape_.kv_heads, call, "k", true);
     expect_operand(v, shape_.kv_heads, call, "v", true);
-    expect_operand(o, shape_.heads, call, "o", false);
-    expect_lse(lse, call);
+    expect_operand(o, shape_.heads, call, "o", false, q.extent(0));
+    expect_lse(lse, call, q.extent(0));
+    expects(!shape_.offload || i0 <= stored_, [&] {
+      return std::string(call) + ": with offload, queries from chunk " + std::to_string(i0) +
+             " need the host store to hold chunks [0, " + std::to_string(i0) + "), but only " +
+             std::to_string(stored_) + " were stored: run the forward of the earlier tokens first";
+    });
 
     const std::int64_t c = shape_.chunk;
     const std::int64_t t = shape_.tile();
     const std::int64_t heads = shape_.heads;
     const detail::attention_scratch s = scratch();
-    for (std::int64_t i = 0; i < shape_.chunks(); ++i) {
-      const std::int64_t q0 = i * c;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t q0 = i * c;       // global token of the chunk's first query
+      const std::int64_t r0 = q0 - first;  // its row in q, o and lse
       const std::int64_t rows = rows_of(i);
       if (shape_.offload) store_chunk(on, k, v, i);
       launch(on, detail::attention_start_kernel{s, rows}, {heads, rows});
@@ -156,7 +200,7 @@ class chunked_causal_attention {
         const std::int64_t cols = rows_of(j);
         // S = Q_i K_j^T / sqrt(d)                        [heads][rows, cols]
         grouped_gemm(on, {rows, cols, shape_.head_dim, matrix_op::none, matrix_op::transpose},
-                     scale(), query_operand(q, q0), kv.k, 0.0f,
+                     scale(), query_operand(q, r0), kv.k, 0.0f,
                      output_operand{s.scores, cols, t * t, true});
         launch(on,
                detail::attention_softmax_kernel{s, rows, cols, {q0, j * c, diagonal}},
@@ -166,10 +210,10 @@ class chunked_causal_attention {
                      kv.v, 1.0f, output_operand{s.acc, shape_.head_dim, t * shape_.head_dim, true});
         if (!diagonal && shape_.offload) backend_.record(slot_free_[j % 2], on);
       }
-      launch(on, detail::attention_finish_kernel{s, rows, q0, o, lse}, {heads, rows});
+      launch(on, detail::attention_finish_kernel{s, rows, r0, o, lse}, {heads, rows});
     }
     join_copies(on);
-    stored_ = true;
+    stored_ = std::max(stored_, i1);
   }
 
   /// dq += dL/dQ, dk += dL/dK, dv += dL/dV given dout = dL/dO, enqueued on
@@ -186,19 +230,53 @@ class chunked_causal_attention {
                 tensor_view<float, 3> dq,          // [tokens, heads, head_dim]
                 tensor_view<float, 3> dk,          // [tokens, kv_heads, head_dim]
                 tensor_view<float, 3> dv) {        // [tokens, kv_heads, head_dim]
+    backward_queries(on, 0, q, k, v, o, dout, lse, dq, dk, dv);
+  }
+
+  /// The backward of the queries of tokens [first, first + n) (a run as in
+  /// forward_queries): dq of those queries, and their share of dk and dv of
+  /// every key before first + n, added into the whole-sequence dk and dv.
+  /// Running the runs of a sequence in any order adds up to `backward`;
+  /// in reverse order (SPPO) the keys of a run have all their gradient once
+  /// its own backward is done.
+  ///
+  /// `keys_done(e)` is called (on the host, in enqueue order) after the
+  /// work of each key chunk is enqueued, with e its end token: from that
+  /// point of `on`, dk and dv of keys [0, e) hold this run's whole share
+  /// and dq of queries before e is final (query i sees no key after it).
+  /// FPDT (Figure 7) sends those gradients back while the next key chunk
+  /// computes.
+  template <class KeysDone = detail::no_keys_done>
+  void backward_queries(stream_type& on, std::int64_t first,
+                        tensor_view<const float, 3> q,     // [n, heads, head_dim]
+                        tensor_view<const float, 3> k,     // [tokens, kv_heads, head_dim]
+                        tensor_view<const float, 3> v,     // [tokens, kv_heads, head_dim]
+                        tensor_view<const float, 3> o,     // [n, heads, head_dim]
+                        tensor_view<const float, 3> dout,  // [n, heads, head_dim]
+                        tensor_view<const float, 2> lse,   // [heads, n]
+                        tensor_view<float, 3> dq,          // [n, heads, head_dim]
+                        tensor_view<float, 3> dk,          // [tokens, kv_heads, head_dim]
+                        tensor_view<float, 3> dv,          // [tokens, kv_heads, head_dim]
+                        KeysDone&& keys_done = {}) {
     const char* call = "chunked_causal_attention::backward";
-    expects(!shape_.offload || stored_,
+    const std::int64_t n = q.extent(0);
+    const auto [i0, i1] = query_chunks(first, n, call);
+    expects(!shape_.offload || stored_ > 0,
             "chunked_causal_attention::backward with offload reads K/V from the host store that "
             "forward fills: call forward first");
-    expect_operand(q, shape_.heads, call, "q", true);
+    expects(!shape_.offload || i1 <= stored_, [&] {
+      return std::string(call) + ": with offload, queries up to chunk " + std::to_string(i1) +
+             " need their keys in the host store, which holds chunks [0, " + std::to_string(stored_) + ")";
+    });
+    expect_operand(q, shape_.heads, call, "q", true, n);
     if (!shape_.offload) {
       expect_operand(k, shape_.kv_heads, call, "k", true);
       expect_operand(v, shape_.kv_heads, call, "v", true);
     }
-    expect_operand(o, shape_.heads, call, "o", false);
-    expect_operand(dout, shape_.heads, call, "dout", true);
-    expect_lse(lse, call);
-    expect_operand(dq, shape_.heads, call, "dq", false);
+    expect_operand(o, shape_.heads, call, "o", false, n);
+    expect_operand(dout, shape_.heads, call, "dout", true, n);
+    expect_lse(lse, call, n);
+    expect_operand(dq, shape_.heads, call, "dq", false, n);
     expect_operand(dk, shape_.kv_heads, call, "dk", false);
     expect_operand(dv, shape_.kv_heads, call, "dv", false);
 
@@ -208,51 +286,53 @@ class chunked_causal_attention {
     const std::int64_t heads = shape_.heads;
     const std::int64_t kv_heads = shape_.kv_heads;
     const detail::attention_scratch s = scratch();
-    const tensor_view<float, 2> delta = delta_view();
-    launch(on, detail::attention_delta_kernel{delta, dout, o}, {heads, shape_.tokens});
+    const tensor_view<float, 2> delta = delta_view(n);
+    launch(on, detail::attention_delta_kernel{delta, dout, o}, {heads, n});
 
     const std::size_t kv_tile_bytes = static_cast<std::size_t>(kv_heads * shape_.tile() * d) * sizeof(float);
     if (shape_.offload) fetch(0);
-    for (std::int64_t j = 0; j < shape_.chunks(); ++j) {
+    for (std::int64_t j = 0; j < i1; ++j) {
       const std::int64_t k0 = j * c;
       const std::int64_t cols = rows_of(j);
       kv_chunk kv = shape_.offload ? slot_chunk(j) : caller_chunk(k, v, j);
       if (shape_.offload) {
-        if (j + 1 < shape_.chunks()) fetch(j + 1);
+        if (j + 1 < i1) fetch(j + 1);
         backend_.wait(on, fetched_[j % 2]);
       }
       backend_.memset_async(parts_.dk.data, 0, kv_tile_bytes, on);
       backend_.memset_async(parts_.dv.data, 0, kv_tile_bytes, on);
       const output_operand dk_tile{parts_.dk.template as<float>(), d, t * d, false};
       const output_operand dv_tile{parts_.dv.template as<float>(), d, t * d, false};
-      for (std::int64_t i = j; i < shape_.chunks(); ++i) {
-        const std::int64_t q0 = i * c;
+      for (std::int64_t i = std::max(j, i0); i < i1; ++i) {
+        const std::int64_t q0 = i * c;       // global token of the chunk's first query
+        const std::int64_t r0 = q0 - first;  // its row in q, o, dout, dq, lse
         const std::int64_t rows = rows_of(i);
         const output_operand scores{s.scores, cols, t * t, true};
         const output_operand dprobs{s.dprobs, cols, t * t, true};
         // S = Q_i K_j^T / sqrt(d);  dP = dO_i V_j^T       [heads][rows, cols]
         grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, scale(),
-                     query_operand(q, q0), kv.k, 0.0f, scores);
+                     query_operand(q, r0), kv.k, 0.0f, scores);
         grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, 1.0f,
-                     query_operand(dout, q0), kv.v, 0.0f, dprobs);
+                     query_operand(dout, r0), kv.v, 0.0f, dprobs);
         launch(on,
-               detail::attention_backward_kernel{s, rows, cols, q0, lse, delta, {q0, k0, i == j}},
+               detail::attention_backward_kernel{s, rows, cols, r0, lse, delta, {q0, k0, i == j}},
                {heads, rows});
         // dV_j += P^T dO_i;  dK_j += dS^T Q_i / sqrt(d)    [kv_heads][cols, head_dim]
         grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, 1.0f, scores,
-                     query_operand(dout, q0), 1.0f, dv_tile);
+                     query_operand(dout, r0), 1.0f, dv_tile);
         grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, scale(), dprobs,
-                     query_operand(q, q0), 1.0f, dk_tile);
+                     query_operand(q, r0), 1.0f, dk_tile);
         // dQ_i += dS K_j / sqrt(d), through the acc tile   [heads][rows, head_dim]
         grouped_gemm(on, {rows, d, cols}, scale(), dprobs, kv.k, 0.0f,
                      output_operand{s.acc, d, t * d, true});
-        launch(on, detail::attention_add_rows_kernel{dq, s.acc, t, q0}, {heads, rows});
+        launch(on, detail::attention_add_rows_kernel{dq, s.acc, t, r0}, {heads, rows});
       }
       if (shape_.offload) backend_.record(slot_free_[j % 2], on);
       launch(on, detail::attention_add_rows_kernel{dk, parts_.dk.template as<float>(), t, k0},
              {kv_heads, cols});
       launch(on, detail::attention_add_rows_kernel{dv, parts_.dv.template as<float>(), t, k0},
              {kv_heads, cols});
+      keys_done(k0 + cols);
     }
     join_copies(on);
   }
@@ -335,9 +415,27 @@ class chunked_causal_attention {
             parts_.max.template as<float>(),    parts_.sum.template as<float>(),
             parts_.acc.template as<float>(),    shape_.tile(), shape_.head_dim};
   }
-  [[nodiscard]] tensor_view<float, 2> delta_view() const {
-    return tensor_view<float, 2>::contiguous(parts_.delta.template as<float>(),
-                                             {shape_.heads, shape_.tokens});
+  /// delta of n query rows: [heads, n], in the [heads, tokens] scratch.
+  [[nodiscard]] tensor_view<float, 2> delta_view(std::int64_t n) const {
+    return tensor_view<float, 2>::contiguous(parts_.delta.template as<float>(), {shape_.heads, n});
+  }
+
+  /// The query chunks [i0, i1) of the run of n tokens from `first`; throws
+  /// unless the run is whole chunks from a chunk boundary (the last may end
+  /// at the sequence's end).
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> query_chunks(std::int64_t first, std::int64_t n,
+                                                                   const char* call) const {
+    const std::int64_t c = shape_.chunk;
+    expects(first >= 0 && n >= 1 && first <= shape_.tokens - n, [&] {
+      return std::string(call) + ": queries [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
+             std::to_string(n) + ") are empty or outside the sequence [0, " + std::to_string(shape_.tokens) + ")";
+    });
+    expects(first % c == 0 && ((first + n) % c == 0 || first + n == shape_.tokens), [&] {
+      return std::string(call) + ": queries [" + std::to_string(first) + ", " + std::to_string(first + n) +
+             ") are not whole chunks of " + std::to_string(c) + " tokens (nor end at the sequence's end " +
+             std::to_string(shape_.tokens) + ")";
+    });
+    return {first / c, (first + n + c - 1) / c};
   }
   [[nodiscard]] static gemm_operand query_operand(const tensor_view<const float, 3>& t,
                                                   std::int64_t first) {
@@ -433,8 +531,9 @@ class chunked_causal_attention {
 
   template <class T>
   void expect_operand(const tensor_view<T, 3>& t, std::int64_t heads, const char* call,
-                      const char* name, bool gemm_operand_view) const {
-    t.expect_shape({shape_.tokens, heads, shape_.head_dim}, (std::string(call) + ": " + name).c_str());
+                      const char* name, bool gemm_operand_view, std::int64_t rows = -1) const {
+    t.expect_shape({rows < 0 ? shape_.tokens : rows, heads, shape_.head_dim},
+                   (std::string(call) + ": " + name).c_str());
     expects(t.data() != nullptr, [&] { return std::string(call) + ": " + name + " is a null view"; });
     expects(t.stride(0) >= 0 && t.stride(1) >= 0 && t.stride(2) >= 0, [&] {
       return std::string(call) + ": " + name + " has a negative stride";
@@ -445,8 +544,8 @@ class chunked_causal_attention {
     });
   }
   template <class T>
-  void expect_lse(const tensor_view<T, 2>& lse, const char* call) const {
-    lse.expect_shape({shape_.heads, shape_.tokens}, (std::string(call) + ": lse").c_str());
+  void expect_lse(const tensor_view<T, 2>& lse, const char* call, std::int64_t rows) const {
+    lse.expect_shape({shape_.heads, rows}, (std::string(call) + ": lse").c_str());
     expects(lse.data() != nullptr, [&] { return std::string(call) + ": lse is a null view"; });
   }
 
@@ -459,7 +558,7 @@ class chunked_causal_attention {
   event_type stage_free_;                // the staging buffers were copied out
   event_type copy_done_;                 // everything issued on the copy stream
   std::optional<stream_type> copy_;
-  bool stored_ = false;  // a forward has filled the host store
+  std::int64_t stored_ = 0;  // chunks [0, stored_) are in the host store (offload)
 };
 
 }  // namespace memo

@@ -61,6 +61,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -106,6 +107,21 @@ struct position_range {
   /// The last position, for a range that is not empty.
   [[nodiscard]] std::int64_t last() const noexcept { return begin + (size() - 1) * stride; }
 };
+
+/// The mean of `values` (per-token losses) over the positions of `range`;
+/// `who` names the caller in the error for an empty range or one outside
+/// the values.
+inline double mean_over(std::span<const float> values, position_range range, std::string_view who) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  expects(range.stride >= 1 && range.begin >= 0 && range.size() > 0 && range.end <= n, [&] {
+    return std::string(who) + ": range [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+           ") with stride " + std::to_string(range.stride) + " is empty or outside the context [0, " +
+           std::to_string(n) + ")";
+  });
+  double sum = 0;
+  for (std::int64_t t = range.begin; t < range.end; t += range.stride) sum += values[static_cast<std::size_t>(t)];
+  return sum / static_cast<double>(range.size());
+}
 
 namespace detail {
 

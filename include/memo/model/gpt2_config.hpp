@@ -212,6 +212,42 @@ inline gpt2_parameter_table gpt2_parameter_layout(const gpt2_config& config) {
   return table;
 }
 
+/// The parameters one pipeline stage holds, in llm.c's order: the twelve
+/// per-layer tensors of `layers` blocks; the token embedding only when the
+/// stage embeds or holds the (tied) head, the position embedding only when
+/// it embeds, the final layernorm only with the head. Tensors a stage does
+/// not hold have no elements (shape [0, C] or [0]). With all three flags
+/// set and every layer it is `gpt2_parameter_layout(config)`.
+inline gpt2_parameter_table gpt2_stage_parameter_layout(const gpt2_config& config, std::int64_t layers,
+                                                        bool embedding, bool head) {
+  config.validate();
+  expects(layers >= 1 && layers <= config.num_layers, [&] {
+    return "gpt2_stage_parameter_layout: " + std::to_string(layers) + " layers for a model of " +
+           std::to_string(config.num_layers);
+  });
+  gpt2_config stage = config;
+  stage.num_layers = static_cast<std::int32_t>(layers);
+  gpt2_parameter_table table = gpt2_parameter_layout(stage);
+  const auto held = [&](gpt2_tensor t) {
+    if (t == gpt2_tensor::wte) return embedding || head;
+    if (t == gpt2_tensor::wpe) return embedding;
+    if (t == gpt2_tensor::lnfw || t == gpt2_tensor::lnfb) return head;
+    return true;
+  };
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < gpt2_tensor_count; ++i) {
+    gpt2_tensor_info& t = table.tensors[i];
+    if (!held(static_cast<gpt2_tensor>(i))) {
+      t.shape[0] = 0;
+      t.count = 0;
+    }
+    t.offset = offset;
+    offset += t.count;
+  }
+  table.total = offset;
+  return table;
+}
+
 /// Element types a parameter buffer may hold (fp32 parameters, gradients,
 /// moments; a lower-precision copy).
 template <class T>
@@ -286,11 +322,25 @@ struct gpt2_parameter_views {
 /// exactly the table's total element count (a buffer of another size is a
 /// configuration mismatch, reported with both counts).
 template <gpt2_parameter_element T>
+gpt2_parameter_views<T> view_gpt2_parameters(const gpt2_parameter_table& table, std::span<T> buffer);
+
+template <gpt2_parameter_element T>
 gpt2_parameter_views<T> view_gpt2_parameters(const gpt2_config& config, std::span<T> buffer) {
   const gpt2_parameter_table table = gpt2_parameter_layout(config);
   expects(buffer.size() == table.total, [&] {
     return "a GPT-2 parameter buffer for " + detail::gpt2_field_text(config) + " holds " +
            std::to_string(table.total) + " elements, the buffer given holds " +
+           std::to_string(buffer.size());
+  });
+  return view_gpt2_parameters(table, buffer);
+}
+
+/// Views of the sixteen tensors of `table` (a whole model's or a stage's,
+/// gpt2_stage_parameter_layout) over `buffer` of exactly its elements.
+template <gpt2_parameter_element T>
+gpt2_parameter_views<T> view_gpt2_parameters(const gpt2_parameter_table& table, std::span<T> buffer) {
+  expects(buffer.size() == table.total, [&] {
+    return "a GPT-2 parameter buffer of " + std::to_string(table.total) + " elements expected, the buffer given holds " +
            std::to_string(buffer.size());
   });
   expects(buffer.data() != nullptr, "a GPT-2 parameter buffer is null");

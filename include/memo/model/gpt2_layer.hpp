@@ -16,9 +16,14 @@
 // half's layernorm backward adds into it again (giving dx). Parameter
 // gradients accumulate (+=); the model zeroes them once per step.
 //
-// Attention is `chunked_causal_attention` (attention.hpp, FPDT section 4),
-// called through `detail::gpt2_attention_forward/backward` over strided
-// [T, NH, hs] views of the fused QKV buffer: no [T, T] score matrix exists.
+// Attention is a parameter (`gpt2_block_attention`): on one device
+// `chunked_causal_attention` (attention.hpp, FPDT section 4) over strided
+// [T, NH, hs] views of the fused QKV buffer, so no [T, T] score matrix
+// exists; across ranks the distributed attention of the parallel model
+// (gpt2_parallel_model.hpp). Forward and backward run on a run of rows
+// [r0, r0 + n) of the block's tokens (the whole sequence, or one SPPO
+// subsequence of it), everything but attention being token-wise; the MLP
+// backward runs in chunks of rows (FPDT section 5.4).
 //
 // Memory (MEMO sections 4.1-4.2). What the forward keeps for the backward
 // is `gpt2_layer_activations`: the block's skeletal tensors, token-major,
@@ -133,12 +138,20 @@ struct gpt2_layer_activations {
   template <class Slices>
   static gpt2_layer_activations from_skeletal(const Slices& s, std::int64_t T, std::int64_t C,
                                               std::int64_t NH) {
+    return from_skeletal(s, T, C, NH, T);
+  }
+  /// The same with the log-sum-exp viewed as [lse_rows, lse_cols] (the
+  /// attention's layout of the NH x T values: [NH / P, P T] for a block
+  /// whose attention is spread over P ranks).
+  template <class Slices>
+  static gpt2_layer_activations from_skeletal(const Slices& s, std::int64_t T, std::int64_t C,
+                                              std::int64_t lse_rows, std::int64_t lse_cols) {
     auto m = [&](std::size_t i, std::int64_t rows, std::int64_t cols) {
       return gpt2_matrix::contiguous(s[i].template as<float>(), {rows, cols});
     };
     auto v = [&](std::size_t i) { return gpt2_vector::contiguous(s[i].template as<float>(), {T}); };
     return {m(0, T, C), m(1, T, C),      v(2),          v(3),      m(4, T, 3 * C),
-            m(5, T, C), m(6, NH, T),     m(7, T, C),    m(8, T, C), v(9),
+            m(5, T, C), m(6, lse_rows, lse_cols), m(7, T, C), m(8, T, C), v(9),
             v(10),      m(11, T, 4 * C), m(12, T, 4 * C)};
   }
 };
@@ -178,7 +191,59 @@ void gpt2_attention_backward(chunked_causal_attention<B>& attention, typename B:
 
 }  // namespace detail
 
+/// What a block's attention is, as the block calls it: causal attention of
+/// the queries in rows [r0, r0 + n) of the block's tokens, reading the
+/// fused QKV buffer [T, 3C], writing those rows of the attention output
+/// [T, C] and the log-sum-exp (in the attention's own layout, a skeletal
+/// tensor of the block); its backward takes datty [n, C] of those rows and
+/// adds the gradient of their q, k and v into dqkv [n, 3C]. Blocks call
+/// the forward of runs in row order and the backward in reverse; an
+/// implementation may accept only the run of all rows.
+template <class A, class B>
+concept gpt2_block_attention =
+    Backend<B> && requires(A& a, typename B::stream& on, gpt2_matrix m, std::int64_t row) {
+      a.forward(on, m, m, m, row, row);
+      a.backward(on, m, m, m, m, m, row, row);
+    };
+
+/// The single-device attention of a block: chunked_causal_attention over
+/// the whole sequence (one run of all rows).
+template <Backend B>
+struct gpt2_chunked_attention {
+  chunked_causal_attention<B>* attention = nullptr;
+  std::int64_t heads = 0;
+
+  void forward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix lse, std::int64_t r0,
+               std::int64_t n) const {
+    expect_whole(qkv, r0, n);
+    detail::gpt2_attention_forward(*attention, on, atty, lse, qkv, heads);
+  }
+  void backward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix datty, gpt2_matrix lse,
+                gpt2_matrix dqkv, std::int64_t r0, std::int64_t n) const {
+    expect_whole(qkv, r0, n);
+    detail::gpt2_attention_backward(*attention, on, dqkv, datty, atty, lse, qkv, heads);
+  }
+
+ private:
+  static void expect_whole(gpt2_matrix qkv, std::int64_t r0, std::int64_t n) {
+    expects(r0 == 0 && n == qkv.extent(0), [&] {
+      return "gpt2_chunked_attention: rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) +
+             ") are not the whole sequence of " + std::to_string(qkv.extent(0)) +
+             " tokens (runs need an attention that carries dK/dV between them)";
+    });
+  }
+};
+
 namespace detail {
+
+/// An attention that does nothing: what a block's transient memory is
+/// recorded with (the attention takes nothing from the block's resource).
+template <Backend B>
+struct gpt2_no_attention {
+  void forward(typename B::stream&, gpt2_matrix, gpt2_matrix, gpt2_matrix, std::int64_t, std::int64_t) const {}
+  void backward(typename B::stream&, gpt2_matrix, gpt2_matrix, gpt2_matrix, gpt2_matrix, gpt2_matrix, std::int64_t,
+                std::int64_t) const {}
+};
 
 /// The token-wise part of a block before attention, on rows [r0, r0 + n):
 /// ln1 and its statistics from the input, then qkv.
@@ -211,6 +276,22 @@ void gpt2_layer_rows_after_attention(B& backend, typename B::stream& on,
 
 }  // namespace detail
 
+/// The forward of one block on the run of rows [r0, r0 + n): reads those
+/// rows of a.input, fills them in the other skeletal tensors of `a` and
+/// writes the block's output rows to `out` [n, C] (which may be the rows
+/// a.input was copied from). Runs go in row order (causal attention).
+template <Backend B, class A>
+  requires gpt2_block_attention<A, B>
+void gpt2_layer_forward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
+                        const gpt2_layer_activations& a, gpt2_matrix out, A& attention, std::int64_t r0,
+                        std::int64_t n) {
+  detail::gpt2_layer_rows_before_attention(backend, on, p, a, r0, n);
+  attention.forward(on, a.qkv, a.atty, a.att_lse, r0, n);
+  detail::gpt2_layer_rows_after_attention(backend, on, p, a, r0, n);
+  detail::linear_forward(backend, on, out, a.fch_gelu.slice(r0, n), p.fcprojw, p.fcprojb);
+  detail::launch(backend, on, ops::residual_forward<float>{out, out, a.res2.slice(r0, n)});
+}
+
 /// The forward of one block: reads a.input [T, C], fills the other
 /// skeletal tensors of `a` and writes the block's output to `out` [T, C]
 /// (which may be the buffer a.input was copied from).
@@ -218,12 +299,8 @@ template <Backend B>
 void gpt2_layer_forward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
                         std::int64_t heads, const gpt2_layer_activations& a, gpt2_matrix out,
                         chunked_causal_attention<B>& attention) {
-  const std::int64_t T = a.input.extent(0);
-  detail::gpt2_layer_rows_before_attention(backend, on, p, a, 0, T);
-  detail::gpt2_attention_forward(attention, on, a.atty, a.att_lse, a.qkv, heads);
-  detail::gpt2_layer_rows_after_attention(backend, on, p, a, 0, T);
-  detail::linear_forward(backend, on, out, a.fch_gelu, p.fcprojw, p.fcprojb);
-  detail::launch(backend, on, ops::residual_forward<float>{out, out, a.res2});
+  gpt2_chunked_attention<B> whole{&attention, heads};
+  gpt2_layer_forward(backend, on, p, a, out, whole, 0, a.input.extent(0));
 }
 
 /// Token-wise recomputation (MEMO section 4.1): rebuilds every skeletal
@@ -271,53 +348,80 @@ class stream_synchronizing_resource {
 
 }  // namespace detail
 
-/// The backward of one block. `dresidual` [T, C] holds d(res3) on entry and
-/// dx on return; parameter gradients are added into `g`. The five gradient
-/// buffers it needs are transient: taken from `transient` and returned as
-/// soon as their last use is enqueued, in an order that does not depend on
-/// the data, so one recorded backward is the trace of every later one
+/// The backward of one block on the run of rows [r0, r0 + n) (runs go in
+/// reverse row order). `dresidual` [n, C] holds d(res3) of those rows on
+/// entry and their dx on return; parameter gradients are added into `g`.
+/// The MLP half runs in chunks of `mlp_chunk` rows (0: one chunk; FPDT
+/// section 5.4 uses twice as many MLP chunks as attention chunks), which
+/// bounds its two [rows, 4C] gradient buffers. The transient buffers are
+/// taken from `transient` and returned as soon as their last use is
+/// enqueued, in an order that depends only on n and mlp_chunk, so one
+/// recorded backward is the trace of every later one of the same length
 /// (plan/recording_resource.hpp, plan/planned_replay.hpp). Buffers are
 /// returned while work that reads them may still be queued on `on`: the
 /// resource must only hand their bytes to work ordered after it on `on`
 /// (true of a planned replay driven from this stream).
+template <Backend B, MemoryResource R, class A>
+  requires gpt2_block_attention<A, B>
+void gpt2_layer_backward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
+                         const gpt2_layer_views<float>& g, const gpt2_layer_activations& a,
+                         gpt2_matrix dresidual, R& transient, A& attention, std::int64_t r0, std::int64_t n,
+                         std::int64_t mlp_chunk = 0) {
+  using detail::launch, detail::linear_backward;
+  using floats = buffer<float, R>;
+  const std::int64_t C = a.input.extent(1);
+  const std::int64_t m = mlp_chunk <= 0 ? n : std::min(mlp_chunk, n);
+  auto view = [](floats& b, std::int64_t rows, std::int64_t cols) {
+    return gpt2_matrix::contiguous(b.data(), {rows, cols});
+  };
+  auto rows = [](gpt2_matrix t, std::int64_t first, std::int64_t count) { return t.slice(first, count); };
+  const auto mn = static_cast<std::size_t>(m * C), nn = static_cast<std::size_t>(n * C);
+  // MLP half, chunk by chunk: the projection's output gradient is d(res3).
+  floats dln;  // [n, C]: gradient at a layernorm's output
+  for (std::int64_t k0 = 0; k0 < n; k0 += m) {
+    const std::int64_t k = std::min(m, n - k0), t0 = r0 + k0;  // rows of the chunk; t0 in the block
+    floats dfch_gelu(transient, 4 * mn);  // [m, 4C]
+    linear_backward(backend, on, view(dfch_gelu, k, 4 * C), g.fcprojw, g.fcprojb, rows(dresidual, k0, k),
+                    a.fch_gelu.slice(t0, k), p.fcprojw);
+    floats dfch(transient, 4 * mn);  // [m, 4C]
+    backend.memset_async(dfch.data(), 0, dfch.size_bytes(), on);
+    launch(backend, on, ops::gelu_backward<float>{view(dfch, k, 4 * C), a.fch.slice(t0, k), view(dfch_gelu, k, 4 * C)});
+    dfch_gelu = floats();
+    if (k0 == 0) dln = floats(transient, nn);
+    const gpt2_matrix dln_k = view(dln, n, C).slice(k0, k);
+    linear_backward(backend, on, dln_k, g.fcw, g.fcb, view(dfch, k, 4 * C), a.ln2.slice(t0, k), p.fcw);
+    dfch = floats();
+    launch(backend, on, ops::layernorm_backward_input<float>{rows(dresidual, k0, k), dln_k, a.res2.slice(t0, k), p.ln2w,
+                                                             a.ln2_mean.slice(t0, k), a.ln2_rstd.slice(t0, k)});
+    launch(backend, on, ops::layernorm_backward_params<float>{g.ln2w, g.ln2b, dln_k, a.res2.slice(t0, k),
+                                                              a.ln2_mean.slice(t0, k), a.ln2_rstd.slice(t0, k)});
+  }
+  // Attention half: dresidual now holds d(res2).
+  floats datty(transient, nn);  // [n, C]
+  linear_backward(backend, on, view(datty, n, C), g.attprojw, g.attprojb, dresidual, a.atty.slice(r0, n), p.attprojw);
+  floats dqkv(transient, 3 * nn);  // [n, 3C]
+  backend.memset_async(dqkv.data(), 0, dqkv.size_bytes(), on);
+  attention.backward(on, a.qkv, a.atty, view(datty, n, C), a.att_lse, view(dqkv, n, 3 * C), r0, n);
+  datty = floats();
+  linear_backward(backend, on, view(dln, n, C), g.qkvw, g.qkvb, view(dqkv, n, 3 * C), a.ln1.slice(r0, n), p.qkvw);
+  dqkv = floats();
+  const gpt2_matrix x = a.input.slice(r0, n);
+  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, view(dln, n, C), x, p.ln1w, a.ln1_mean.slice(r0, n),
+                                                           a.ln1_rstd.slice(r0, n)});
+  launch(backend, on, ops::layernorm_backward_params<float>{g.ln1w, g.ln1b, view(dln, n, C), x, a.ln1_mean.slice(r0, n),
+                                                            a.ln1_rstd.slice(r0, n)});
+}
+
+/// The backward of one block over all its T tokens. `dresidual` [T, C]
+/// holds d(res3) on entry and dx on return; parameter gradients are added
+/// into `g`. Its five gradient buffers are transient (see above).
 template <Backend B, MemoryResource R>
 void gpt2_layer_backward(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
                          const gpt2_layer_views<float>& g, std::int64_t heads,
                          const gpt2_layer_activations& a, gpt2_matrix dresidual, R& transient,
                          chunked_causal_attention<B>& attention) {
-  using detail::launch, detail::linear_backward;
-  using floats = buffer<float, R>;
-  const std::int64_t T = a.input.extent(0), C = a.input.extent(1);
-  const auto n = static_cast<std::size_t>(T * C);
-  auto view = [](floats& b, std::int64_t rows, std::int64_t cols) {
-    return gpt2_matrix::contiguous(b.data(), {rows, cols});
-  };
-  const gpt2_matrix& x = a.input;
-  // MLP half: the projection's output gradient is d(res3) itself.
-  floats dfch_gelu(transient, 4 * n);  // [T, 4C]
-  linear_backward(backend, on, view(dfch_gelu, T, 4 * C), g.fcprojw, g.fcprojb, dresidual,
-                  a.fch_gelu, p.fcprojw);
-  floats dfch(transient, 4 * n);  // [T, 4C]
-  backend.memset_async(dfch.data(), 0, dfch.size_bytes(), on);
-  launch(backend, on, ops::gelu_backward<float>{view(dfch, T, 4 * C), a.fch, view(dfch_gelu, T, 4 * C)});
-  dfch_gelu = floats();
-  floats dln(transient, n);  // [T, C]: gradient at a layernorm's output
-  linear_backward(backend, on, view(dln, T, C), g.fcw, g.fcb, view(dfch, T, 4 * C), a.ln2, p.fcw);
-  dfch = floats();
-  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, view(dln, T, C), a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd});
-  launch(backend, on, ops::layernorm_backward_params<float>{g.ln2w, g.ln2b, view(dln, T, C), a.res2, a.ln2_mean, a.ln2_rstd});
-  // Attention half: dresidual now holds d(res2).
-  floats datty(transient, n);  // [T, C]
-  linear_backward(backend, on, view(datty, T, C), g.attprojw, g.attprojb, dresidual, a.atty, p.attprojw);
-  floats dqkv(transient, 3 * n);  // [T, 3C]
-  backend.memset_async(dqkv.data(), 0, dqkv.size_bytes(), on);
-  detail::gpt2_attention_backward(attention, on, view(dqkv, T, 3 * C), view(datty, T, C), a.atty,
-                                  a.att_lse, a.qkv, heads);
-  datty = floats();
-  linear_backward(backend, on, view(dln, T, C), g.qkvw, g.qkvb, view(dqkv, T, 3 * C), a.ln1, p.qkvw);
-  dqkv = floats();
-  launch(backend, on, ops::layernorm_backward_input<float>{dresidual, view(dln, T, C), x, p.ln1w, a.ln1_mean, a.ln1_rstd});
-  launch(backend, on, ops::layernorm_backward_params<float>{g.ln1w, g.ln1b, view(dln, T, C), x, a.ln1_mean, a.ln1_rstd});
+  gpt2_chunked_attention<B> whole{&attention, heads};
+  gpt2_layer_backward(backend, on, p, g, a, dresidual, transient, whole, 0, a.input.extent(0));
 }
 
 }  // namespace memo

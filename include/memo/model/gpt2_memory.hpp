@@ -153,19 +153,31 @@ inline std::uint64_t gpt2_layer_buffer_id(std::size_t outside_count, std::uint64
   return outside_count + static_cast<std::uint64_t>(layer) * stride + id;
 }
 
+/// One backward section of a step: its name, the recorded block backward
+/// it repeats (one section, every buffer born and freed inside it) and the
+/// index that numbers its buffers (distinct per section: the layer).
+struct gpt2_trace_section {
+  std::string name;
+  const memory_trace* block = nullptr;
+  std::int64_t index = 0;
+};
+
 /// The request trace of one step: the outside buffers by phase (ids 0..n-1
-/// in table order) and, between head_end and step_end, `layers` copies of
-/// the recorded block backward `block` (one section, every buffer born and
-/// freed inside it) for layers L-1 down to 0.
+/// in table order) and, between head_end and step_end, the sections in the
+/// order given, each a copy of its recorded block (section k's buffers get
+/// ids gpt2_layer_buffer_id(n, stride, index, id)).
 inline memory_trace gpt2_step_trace(const std::vector<gpt2_step_buffer>& outside,
-                                    const memory_trace& block, std::int64_t layers) {
-  expects(block.sections.size() == 1 && block.never_freed.empty(), [&] {
-    return "gpt2_step_trace: the recorded block needs exactly one section and no buffer left "
-           "live, got " + std::to_string(block.sections.size()) + " sections and " +
-           std::to_string(block.never_freed.size()) + " live buffers";
-  });
+                                    const std::vector<gpt2_trace_section>& sections) {
   std::uint64_t stride = 1;
-  for (const auto& b : block.problem.buffers) stride = std::max(stride, b.id + 1);
+  for (const auto& section : sections) {
+    const memory_trace& block = *section.block;
+    expects(block.sections.size() == 1 && block.never_freed.empty(), [&] {
+      return "gpt2_step_trace: the recorded block needs exactly one section and no buffer left "
+             "live, got " + std::to_string(block.sections.size()) + " sections and " +
+             std::to_string(block.never_freed.size()) + " live buffers";
+    });
+    for (const auto& b : block.problem.buffers) stride = std::max(stride, b.id + 1);
+  }
   trace_builder builder("gpt2 step");
   auto phase = [&](gpt2_step_phase p) {
     for_each_step_request(
@@ -176,35 +188,52 @@ inline memory_trace gpt2_step_trace(const std::vector<gpt2_step_buffer>& outside
   phase(gpt2_step_phase::head_begin);
   phase(gpt2_step_phase::loss_end);
   phase(gpt2_step_phase::head_end);
-  const auto events = detail::timeline_events(block.problem.buffers);
-  for (std::int64_t l = layers - 1; l >= 0; --l) {
-    const std::string name = "layer " + std::to_string(l) + " backward";
-    builder.begin_section(name);
-    for (const auto& e : events) {
+  for (std::size_t k = 0; k < sections.size(); ++k) {
+    const memory_trace& block = *sections[k].block;
+    builder.begin_section(sections[k].name);
+    for (const auto& e : detail::timeline_events(block.problem.buffers)) {
       const auto& b = block.problem.buffers[e.index];
-      const std::uint64_t id = gpt2_layer_buffer_id(outside.size(), stride, l, b.id);
+      const std::uint64_t id = gpt2_layer_buffer_id(outside.size(), stride, sections[k].index, b.id);
       if (e.is_malloc) {
         builder.malloc(id, b.size_bytes);
       } else {
         builder.free(id, b.size_bytes);
       }
     }
-    builder.end_section(name);
+    builder.end_section(sections[k].name);
   }
   phase(gpt2_step_phase::step_end);
   memory_trace trace = std::move(builder).finish();
-  // Keep the alignments the block asked for (outside buffers: the default).
+  // Keep the alignments the blocks asked for (outside buffers: the default).
   for (auto& b : trace.problem.buffers) {
     if (b.id < outside.size()) {
       b.alignment = default_alignment_bytes;
       continue;
     }
+    const auto index = static_cast<std::int64_t>((b.id - outside.size()) / stride);
     const std::uint64_t recorded = (b.id - outside.size()) % stride;
-    for (const auto& r : block.problem.buffers) {
-      if (r.id == recorded) b.alignment = r.alignment;
+    for (const auto& section : sections) {
+      if (section.index != index) continue;
+      for (const auto& r : section.block->problem.buffers) {
+        if (r.id == recorded) b.alignment = r.alignment;
+      }
     }
   }
   return trace;
+}
+
+/// The request trace of one step of the single-device model: the outside
+/// buffers by phase and, between head_end and step_end, `layers` copies of
+/// the recorded block backward `block` for layers L-1 down to 0 (sections
+/// `layer <l> backward`).
+inline memory_trace gpt2_step_trace(const std::vector<gpt2_step_buffer>& outside,
+                                    const memory_trace& block, std::int64_t layers) {
+  std::vector<gpt2_trace_section> sections;
+  for (std::int64_t l = layers - 1; l >= 0; --l) {
+    sections.push_back({"layer " + std::to_string(l) + " backward", &block, l});
+  }
+  if (layers <= 0) (void)gpt2_step_trace({}, {{"check", &block, 0}});  // the block is checked all the same
+  return gpt2_step_trace(outside, sections);
 }
 
 }  // namespace memo

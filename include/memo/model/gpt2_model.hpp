@@ -7,7 +7,7 @@
 //
 // Memory. Parameters, gradients and the two AdamW moments are one device
 // allocation each, laid out by `gpt2_parameter_layout` (llm.c's order, so
-// a checkpoint is one copy). Everything a step uses besides them is one
+// a checkpoint is one copy; gpt2_parameter_state.hpp). Everything a step uses besides them is one
 // `planned_arena` (MEMO sections 4.1-4.3, gpt2_memory.hpp; owned by a
 // `gpt2_step_memory`, gpt2_step_memory.hpp):
 //   - every layer's skeletal tensors live in rounding buffers driven by a
@@ -51,6 +51,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -58,11 +59,13 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_head.hpp"
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/ops/adamw.hpp"
 #include "memo/model/ops/cross_entropy.hpp"
 #include "memo/model/ops/encoder.hpp"
 #include "memo/model/gpt2_memory.hpp"
+#include "memo/model/gpt2_parameter_state.hpp"
 #include "memo/model/gpt2_step_memory.hpp"
 #include "memo/model/token_data.hpp"
 #include "memo/plan/bilevel_planner.hpp"
@@ -72,6 +75,42 @@
 #include "memo/swap/token_fraction_swapper.hpp"
 
 namespace memo {
+
+/// GPT-2's initialisation of `config`'s parameters (llm.c's order) from
+/// `seed`: weights N(0, weight_std) (GPT-2's is 0.02), the two projections
+/// into the residual stream N(0, weight_std / sqrt(2L)), layernorm weights 1,
+/// biases 0. Every value is a function of (seed, its index) alone (Box-Muller
+/// on a hash), so any part of the model (a pipeline stage) can be
+/// initialised on its own and agree.
+inline void gpt2_initial_parameters(const gpt2_config& config, std::uint64_t seed, std::span<float> out,
+                                    double weight_std = 0.02) {
+  expects(std::isfinite(weight_std) && weight_std > 0.0, [&] {
+    return "gpt2_initial_parameters: weight_std " + std::to_string(weight_std) + " must be a positive number";
+  });
+  const gpt2_parameter_table table = gpt2_parameter_layout(config);
+  expects(out.size() == table.total, [&] {
+    return "gpt2_initial_parameters: " + std::to_string(out.size()) + " values given, the model has " +
+           std::to_string(table.total) + " parameters";
+  });
+  auto normal = [seed](std::uint64_t index) {
+    const std::uint64_t a = detail::mix64(seed ^ detail::mix64(2 * index));
+    const std::uint64_t b = detail::mix64(seed ^ detail::mix64(2 * index + 1));
+    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  };
+  const double residual_std = weight_std / std::sqrt(2.0 * config.num_layers);
+  for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
+    const gpt2_tensor_info& info = table.tensors[t];
+    const std::string_view n = info.name;
+    const bool bias = n.ends_with('b');
+    const bool norm_weight = n == "ln1w" || n == "ln2w" || n == "lnfw";
+    const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : weight_std;
+    for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
+      out[i] = bias ? 0.0f : norm_weight ? 1.0f : static_cast<float>(std_dev * normal(i));
+    }
+  }
+}
 
 template <Backend B>
 class gpt2_model {
@@ -108,13 +147,7 @@ class gpt2_model {
       return "gpt2_model: offload_granularity " + std::to_string(options.offload_granularity) +
              " must lie in [1, context " + std::to_string(T_) + "]";
     });
-    const auto P = static_cast<std::size_t>(table_.total);
     const auto T = static_cast<std::size_t>(T_);
-    params_ = device_floats(backend.device_memory(), P);
-    grads_ = device_floats(backend.device_memory(), P);
-    adam_m_ = device_floats(backend.device_memory(), P);
-    adam_v_ = device_floats(backend.device_memory(), P);
-    staging_ = pinned_floats(backend.pinned_memory(), P);
     host_losses_ = pinned_floats(backend.pinned_memory(), T);
     host_inputs_ = pinned_ints(backend.pinned_memory(), T);
     host_targets_ = pinned_ints(backend.pinned_memory(), T);
@@ -126,11 +159,9 @@ class gpt2_model {
     }
     stream_.emplace(backend.make_stream("gpt2_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    p_ = view_gpt2_parameters(config_, params_.span());
-    g_ = view_gpt2_parameters(config_, grads_.span());
-    for (auto* b : {&params_, &adam_m_, &adam_v_, &grads_}) {
-      backend.memset_async(b->data(), 0, b->size_bytes(), *stream_);
-    }
+    state_.emplace(backend, *stream_, table_);
+    p_ = state_->parameters();
+    g_ = state_->gradients();
     memory_.emplace(backend, *stream_, config_, T_, chunk_, attention_shape_, options, p_.layer(0),
                     g_.layer(0));
     backend.synchronize(*stream_);
@@ -150,7 +181,7 @@ class gpt2_model {
   [[nodiscard]] std::int64_t attention_chunk() const noexcept { return attention_shape_.chunk; }
   [[nodiscard]] std::uint64_t parameter_count() const noexcept { return table_.total; }
   /// Device bytes of the parameters, gradients and moments (4 x 4 bytes each).
-  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return 4 * params_.size_bytes(); }
+  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return state_->bytes(); }
   /// Device bytes of everything else a step uses: the planned arena (the
   /// plan's peak) and the stream's BLAS workspace.
   [[nodiscard]] std::size_t activation_bytes() const noexcept {
@@ -172,49 +203,26 @@ class gpt2_model {
   /// The swapper's running byte counts (offloaded, prefetched, recomputed).
   [[nodiscard]] const token_fraction_swapper<B>& swapper() const noexcept { return memory_->swapper(); }
   /// AdamW steps taken so far.
-  [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 
-  /// GPT-2's initialisation from `seed`: weights N(0, weight_std) (GPT-2
-  /// uses 0.02), the two projections into the residual stream
-  /// N(0, weight_std / sqrt(2L)), layernorm weights 1, biases 0. Resets the
-  /// AdamW moments and the step count.
+  /// GPT-2's initialisation from `seed` (gpt2_initial_parameters): weights
+  /// N(0, weight_std) (GPT-2 uses 0.02), the two projections into the
+  /// residual stream N(0, weight_std / sqrt(2L)), layernorm weights 1,
+  /// biases 0. Resets the AdamW moments and the step count.
   void initialize(std::uint64_t seed, double weight_std = 0.02) {
-    expects(std::isfinite(weight_std) && weight_std > 0.0, [&] {
-      return "gpt2_model::initialize: weight_std " + std::to_string(weight_std) +
-             " must be a positive number";
-    });
-    std::span<float> host = staging_.span();
-    const double residual_std = weight_std / std::sqrt(2.0 * config_.num_layers);
-    for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
-      const gpt2_tensor_info& info = table_.tensors[t];
-      const std::string_view n = info.name;
-      const bool bias = n.ends_with('b');
-      const bool norm_weight = n == "ln1w" || n == "ln2w" || n == "lnfw";
-      const double std_dev = (n == "attprojw" || n == "fcprojw") ? residual_std : weight_std;
-      for (std::uint64_t i = info.offset; i < info.offset + info.count; ++i) {
-        host[i] = bias ? 0.0f : norm_weight ? 1.0f : static_cast<float>(std_dev * normal(seed, i));
-      }
-    }
-    set_parameters(host);
+    gpt2_initial_parameters(config_, seed, state_->staging(), weight_std);
+    set_parameters(state_->staging());
   }
 
   /// Copies `parameters` (llm.c's order, `parameter_count()` values) in and
   /// resets the AdamW moments and the step count.
   void set_parameters(std::span<const float> parameters) {
     expect_parameter_span(parameters.size(), "set_parameters");
-    if (parameters.data() != staging_.data()) {
-      std::copy(parameters.begin(), parameters.end(), staging_.data());
-    }
-    backend_->copy_async(params_.data(), staging_.data(), params_.size_bytes(),
-                         copy_kind::host_to_device, *stream_);
-    backend_->memset_async(adam_m_.data(), 0, adam_m_.size_bytes(), *stream_);
-    backend_->memset_async(adam_v_.data(), 0, adam_v_.size_bytes(), *stream_);
-    backend_->synchronize(*stream_);
-    step_ = 0;
+    state_->load(*stream_, parameters);
   }
-  void get_parameters(std::span<float> out) { read_back(params_, out, "get_parameters"); }
+  void get_parameters(std::span<float> out) { read_back(false, out, "get_parameters"); }
   /// The gradients of the last `forward_backward`.
-  void get_gradients(std::span<float> out) { read_back(grads_, out, "get_gradients"); }
+  void get_gradients(std::span<float> out) { read_back(true, out, "get_gradients"); }
 
   /// Zeroes the gradients, runs the forward pass and the chunked loss on
   /// `inputs` -> `targets` (T token ids each, in [0, V)), and the backward
@@ -232,16 +240,7 @@ class gpt2_model {
   }
 
   /// One AdamW step over every parameter with the last gradients.
-  void update(const ops::adamw_config& adamw) {
-    const std::size_t P = params_.size();
-    auto flat = [P](float* d) { return tensor_view<float, 1>::contiguous(d, {static_cast<std::int64_t>(P)}); };
-    const auto op = ops::make_adamw_update<float>(flat(params_.data()), flat(adam_m_.data()),
-                                                  flat(adam_v_.data()), flat(grads_.data()),
-                                                  adamw, step_ + 1);
-    detail::launch(*backend_, *stream_, op);
-    backend_->synchronize(*stream_);
-    ++step_;
-  }
+  void update(const ops::adamw_config& adamw) { state_->update(*stream_, adamw); }
 
   /// forward_backward, then update; returns the loss before the update.
   float train_step(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
@@ -255,18 +254,11 @@ class gpt2_model {
   [[nodiscard]] std::span<const float> token_losses() const noexcept { return host_losses_.span(); }
   /// Mean of the last per-token losses over target positions `range`.
   [[nodiscard]] double mean_loss(position_range range) const {
-    expects(range.stride >= 1 && range.begin >= 0 && range.size() > 0 && range.end <= T_, [&] {
-      return "gpt2_model::mean_loss: range [" + std::to_string(range.begin) + ", " +
-             std::to_string(range.end) + ") with stride " + std::to_string(range.stride) +
-             " is empty or outside the context [0, " + std::to_string(T_) + ")";
-    });
-    double sum = 0;
-    for (std::int64_t t = range.begin; t < range.end; t += range.stride) sum += host_losses_.data()[t];
-    return sum / static_cast<double>(range.size());
+    return mean_over(token_losses(), range, "gpt2_model::mean_loss");
   }
 
+
  private:
-  using device_floats = buffer<float, device_resource>;
   using device_bytes_buffer = buffer<std::byte, device_resource>;
   using pinned_floats = buffer<float, pinned_resource>;
   using pinned_ints = buffer<std::int32_t, pinned_resource>;
@@ -282,15 +274,6 @@ class gpt2_model {
     return config;
   }
 
-  /// One standard normal value per (seed, index), by Box-Muller.
-  static double normal(std::uint64_t seed, std::uint64_t index) {
-    const std::uint64_t a = detail::mix64(seed ^ detail::mix64(2 * index));
-    const std::uint64_t b = detail::mix64(seed ^ detail::mix64(2 * index + 1));
-    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
   void run_step(std::int64_t distinct) {
     B& b = *backend_;
     auto& s = *stream_;
@@ -300,11 +283,10 @@ class gpt2_model {
     auto& swapper = m.swapper();
     m.phase(gpt2_step_phase::step_begin);
     upload_tokens(distinct);
-    b.memset_async(grads_.data(), 0, grads_.size_bytes(), s);
+    state_->zero_gradients(s);
     // Forward: each layer copies the residual stream into its input slice
     // and writes its output back over it.
-    detail::launch(b, s, ops::encoder_forward<float>{v.residual, v.tokens, p_.wte, p_.wpe,
-                                                     config_.vocab_size, T_, 0});
+    gpt2_embedding_forward(b, s, v.residual, v.tokens, p_, config_.vocab_size, 0);
     for (std::int64_t l = 0; l < L; ++l) {
       const auto layer = static_cast<std::size_t>(l);
       const auto a = gpt2_layer_activations::from_skeletal(swapper.begin_forward(layer), T_, C, NH);
@@ -313,30 +295,14 @@ class gpt2_model {
       swapper.end_forward(layer);
     }
     m.phase(gpt2_step_phase::head_begin);
-    detail::launch(b, s, ops::layernorm_forward<float>{v.lnf, v.lnf_mean, v.lnf_rstd, v.residual, p_.lnfw, p_.lnfb});
-    // Loss and the head's backward, chunk by chunk: dlnf <- d(lnf), dwte += ...
-    const std::int64_t Vp = config_.padded_vocab_size;
-    for (std::int64_t r0 = 0; r0 < T_; r0 += chunk_) {
-      const std::int64_t n = std::min(chunk_, T_ - r0);
-      const gpt2_matrix logits = v.logits.slice(0, n);  // [n, Vp]
-      const gpt2_matrix x = v.lnf.slice(r0, n);
-      b.gemm(s, gemm_shape{.m = n, .n = Vp, .k = C, .op_b = matrix_op::transpose}, 1.0f,
-             x.data(), p_.wte.data(), 0.0f, logits.data());
-      detail::launch(b, s, ops::cross_entropy_chunk<float>{logits, v.losses.slice(r0, n),
-                                                           v.targets.slice(r0, n), config_.vocab_size,
-                                                           1.0f / static_cast<float>(T_)});
-      b.gemm(s, gemm_shape{.m = n, .n = C, .k = Vp}, 1.0f, logits.data(), p_.wte.data(), 0.0f,
-             v.dlnf.slice(r0, n).data());
-      b.gemm(s, gemm_shape{.m = Vp, .n = C, .k = n, .op_a = matrix_op::transpose}, 1.0f,
-             logits.data(), x.data(), 1.0f, g_.wte.data());
-    }
+    // The loss and the head's backward, chunk by chunk (gpt2_head.hpp).
+    const gpt2_head_views head{v.residual, v.lnf, v.dlnf, v.lnf_mean, v.lnf_rstd, v.logits, v.losses, v.targets};
+    gpt2_head_loss(b, s, p_, g_, head, config_.vocab_size, 1.0f / static_cast<float>(T_));
     b.copy_async(host_losses_.data(), v.losses.data(), host_losses_.size_bytes(),
                  copy_kind::device_to_host, s);
     m.phase(gpt2_step_phase::loss_end);
     // Backward.
-    b.memset_async(v.dresidual.data(), 0, v.dresidual.size_bytes(), s);
-    detail::launch(b, s, ops::layernorm_backward_input<float>{v.dresidual, v.dlnf, v.residual, p_.lnfw, v.lnf_mean, v.lnf_rstd});
-    detail::launch(b, s, ops::layernorm_backward_params<float>{g_.lnfw, g_.lnfb, v.dlnf, v.residual, v.lnf_mean, v.lnf_rstd});
+    gpt2_head_backward(b, s, p_, g_, head, v.dresidual);
     m.phase(gpt2_step_phase::head_end);
     for (std::int64_t l = L - 1; l >= 0; --l) {
       const auto layer = static_cast<std::size_t>(l);
@@ -364,7 +330,7 @@ class gpt2_model {
       swapper.end_backward(layer);
       mark_section_end(m.replay(), section);
     }
-    detail::launch(b, s, ops::encoder_backward_positions<float>{g_.wpe, v.dresidual, T_, 0});
+    gpt2_position_embedding_backward(b, s, g_, v.dresidual, 0);
     detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, v.dresidual, buckets_});
     swapper.synchronize();
     m.phase(gpt2_step_phase::step_end);
@@ -378,12 +344,10 @@ class gpt2_model {
     });
   }
 
-  void read_back(const device_floats& from, std::span<float> out, const char* call) {
+  void read_back(bool gradients, std::span<float> out, const char* call) {
     expect_parameter_span(out.size(), call);
-    backend_->copy_async(staging_.data(), from.data(), from.size_bytes(), copy_kind::device_to_host,
-                         *stream_);
-    backend_->synchronize(*stream_);
-    std::copy(staging_.data(), staging_.data() + staging_.size(), out.data());
+    const std::span<const float> values = state_->read(*stream_, gradients);
+    std::copy(values.begin(), values.end(), out.data());
   }
 
   /// Checks the token ids and groups the inputs by token for the
@@ -429,17 +393,15 @@ class gpt2_model {
   std::int64_t chunk_;
   attention_shape attention_shape_;
   gpt2_parameter_table table_;
-  std::int64_t step_ = 0;
-  device_floats params_, grads_, adam_m_, adam_v_;  // [P] each
   device_bytes_buffer workspace_;                   // the stream's BLAS workspace
-  pinned_floats staging_;                           // [P]: parameters in and out
   pinned_floats host_losses_;                       // [T]
   pinned_ints host_inputs_, host_targets_, host_ids_;
   pinned_longs host_order_, host_starts_;
   gpt2_parameter_views<float> p_{}, g_{};
   ops::token_buckets buckets_{};
   std::optional<typename B::stream> stream_;
-  std::optional<gpt2_step_memory<B>> memory_;  // after the stream: destroyed first
+  std::optional<gpt2_parameter_state<B>> state_;  // parameters, gradients, AdamW moments
+  std::optional<gpt2_step_memory<B>> memory_;     // after the stream: destroyed first
 };
 
 }  // namespace memo

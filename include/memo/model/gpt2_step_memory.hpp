@@ -79,6 +79,100 @@ struct gpt2_step_views {
   std::int32_t* ids = nullptr;                         // [T]
 };
 
+/// The buffers of a step outside the layer sections (gpt2_memory.hpp's
+/// table), at the addresses the plan gave them: each phase's frees and
+/// mallocs go through the step's replay, and a malloc that lands anywhere
+/// else is an error. `release` hands back what a step that threw still
+/// holds. The arena and the replay must outlive the object.
+class gpt2_outside_buffers {
+ public:
+  gpt2_outside_buffers(std::vector<gpt2_step_buffer> table, const planned_arena& arena,
+                       planned_replay_resource& replay)
+      : table_(std::move(table)), arena_(&arena), replay_(&replay), live_(table_.size(), nullptr) {}
+
+  [[nodiscard]] const std::vector<gpt2_step_buffer>& table() const noexcept { return table_; }
+  /// Where buffer `name` lives (the same every step).
+  [[nodiscard]] memory_region region(std::string_view name) const { return arena_->region(index_of(name)); }
+
+  /// Runs the requests of `phase` through the replay.
+  void phase(gpt2_step_phase phase) {
+    for_each_step_request(
+        table_, phase,
+        [&](std::size_t i) {
+          replay_->deallocate(std::exchange(live_[i], nullptr), table_[i].bytes, default_alignment_bytes);
+        },
+        [&](std::size_t i) {
+          live_[i] = replay_->allocate(table_[i].bytes, default_alignment_bytes);
+          expects(live_[i] == arena_->region(i).data, [&] {
+            return "gpt2 step: the replay placed '" + table_[i].name + "' away from its planned address";
+          });
+        });
+  }
+
+  /// Returns every buffer the current step holds (after a step threw).
+  void release() noexcept {
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      if (live_[i] == nullptr) continue;
+      try {
+        replay_->deallocate(std::exchange(live_[i], nullptr), table_[i].bytes, default_alignment_bytes);
+      } catch (...) {  // the step's own error is already on its way
+      }
+    }
+  }
+
+ private:
+  [[nodiscard]] std::size_t index_of(std::string_view name) const {
+    for (std::size_t i = 0; i < table_.size(); ++i) {
+      if (table_[i].name == name) return i;
+    }
+    throw error("gpt2 step: no step buffer named '" + std::string(name) + "'");
+  }
+
+  std::vector<gpt2_step_buffer> table_;
+  const planned_arena* arena_;
+  planned_replay_resource* replay_;
+  std::vector<void*> live_;  // [table]: held by the current step
+};
+
+/// The job profiler of MEMO section 4.3.2 for one block: runs the backward
+/// of a block of `rows` tokens once, on zeros, through a recording
+/// resource, and returns the trace of its transient requests (one section,
+/// `layer 0 backward`). The attention is left out: it takes nothing from the
+/// block's resource, so the requests are those of every real backward of
+/// that many rows with that MLP chunk. p0 and g0 are one layer's parameters
+/// and gradients (the gradients are left as garbage).
+template <Backend B>
+memory_trace record_gpt2_block_backward(B& backend, typename B::stream& stream, const gpt2_config& config,
+                                        std::int64_t rows, std::int64_t mlp_chunk,
+                                        const gpt2_layer_views<float>& p0, const gpt2_layer_views<float>& g0) {
+  using device_resource = std::remove_reference_t<decltype(backend.device_memory())>;
+  const std::int64_t C = config.channels, NH = config.num_heads;
+  const skeletal_layout layout = gpt2_skeletal_layout(config, rows);
+  auto carve = [&](region_carver& c, std::vector<skeletal_slice>* slices) {
+    for (const auto& t : layout.tensors()) {
+      const memory_region r = c.take(static_cast<std::size_t>(t.bytes()), t.name);
+      if (slices) slices->push_back({r.data, t.tokens, t.bytes_per_token, false});
+    }
+    return detail::carve_matrix(c, rows, C, "dresidual");
+  };
+  region_carver counting;
+  (void)carve(counting, nullptr);
+  buffer<std::byte, device_resource> temporary(backend.device_memory(), counting.required_bytes());
+  region_carver carver(memory_region{temporary.data(), temporary.size_bytes()}, "gpt2 block recording");
+  std::vector<skeletal_slice> slices;
+  const gpt2_matrix dresidual = carve(carver, &slices);
+  backend.memset_async(temporary.data(), 0, temporary.size_bytes(), stream);
+  const auto a = gpt2_layer_activations::from_skeletal(slices, rows, C, NH);
+  detail::stream_synchronizing_resource<B, device_resource> upstream(backend, stream, backend.device_memory());
+  recording_resource recorder(upstream, "gpt2 block backward");
+  detail::gpt2_no_attention<B> no_attention;
+  recorder.begin_section("layer 0 backward");
+  gpt2_layer_backward(backend, stream, p0, g0, a, dresidual, recorder, no_attention, 0, rows, mlp_chunk);
+  recorder.end_section("layer 0 backward");
+  backend.synchronize(stream);
+  return recorder.trace();
+}
+
 template <Backend B>
 class gpt2_step_memory {
   using device_resource = std::remove_reference_t<decltype(std::declval<B&>().device_memory())>;
@@ -106,9 +200,9 @@ class gpt2_step_memory {
                                    : static_cast<std::size_t>(L);
     attention_shape_.offload = options.kv_offload;
     // The plan (MEMO section 4.2): one block's backward recorded, then the step.
-    outside_ = gpt2_step_buffers(config_, T_, loss_chunk, attention_scratch_bytes(),
-                                 rounding_buffers<B>::required_bytes(skeletal, K));
-    step_trace_ = gpt2_step_trace(outside_, record_block_backward(p0, g0), L);
+    std::vector<gpt2_step_buffer> outside = gpt2_step_buffers(config_, T_, loss_chunk, attention_scratch_bytes(),
+                                                              rounding_buffers<B>::required_bytes(skeletal, K));
+    step_trace_ = gpt2_step_trace(outside, record_block_backward(p0, g0), L);
     dsa_solve_options solve;
     solve.time_limit_seconds = options.plan_time_limit_seconds;
     plan_ = bilevel_planner<>{}.plan(step_trace_, solve);
@@ -119,8 +213,9 @@ class gpt2_step_memory {
     };
     arena_.emplace(backend, step_trace_, plan_.plan, std::move(arena));
     replay_.emplace(*arena_);
+    outside_.emplace(std::move(outside), *arena_, *replay_);
     bind_outside_buffers();
-    rounding_.emplace(backend, std::move(skeletal), K, arena_->region(index_of("skeletal")));
+    rounding_.emplace(backend, std::move(skeletal), K, outside_->region("skeletal"));
     swap_options swap;
     swap.layers = static_cast<std::size_t>(L);
     swap.resident_last_layers = swapping ? K : static_cast<std::size_t>(L);
@@ -137,7 +232,7 @@ class gpt2_step_memory {
     }
     region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
                          "gpt2 step host K/V");
-    region_carver device(arena_->region(index_of("attention scratch")), "gpt2 step attention scratch");
+    region_carver device(outside_->region("attention scratch"), "gpt2 step attention scratch");
     for (std::size_t l = 0; l < attentions; ++l) {
       const std::string part = "attention of layer " + std::to_string(l);
       const memory_region scratch = device.take(device_each, part);
@@ -180,20 +275,7 @@ class gpt2_step_memory {
 
   /// Runs the requests of `phase` through the replay; a malloc must land
   /// where the buffer was bound.
-  void phase(gpt2_step_phase phase) {
-    for_each_step_request(
-        outside_, phase,
-        [&](std::size_t i) {
-          replay_->deallocate(std::exchange(live_[i], nullptr), outside_[i].bytes, default_alignment_bytes);
-        },
-        [&](std::size_t i) {
-          live_[i] = replay_->allocate(outside_[i].bytes, default_alignment_bytes);
-          expects(live_[i] == arena_->region(i).data, [&] {
-            return "gpt2_model: the replay placed '" + outside_[i].name +
-                   "' away from its planned address";
-          });
-        });
-  }
+  void phase(gpt2_step_phase phase) { outside_->phase(phase); }
 
   /// The token range layer `layer` rebuilds before its backward: the
   /// recomputed tails of a swapped layer, and the shared tensors the next
@@ -226,13 +308,7 @@ class gpt2_step_memory {
       swapper_->abandon_step();
     } catch (...) {  // the error is already on its way to the caller
     }
-    for (std::size_t i = 0; i < live_.size(); ++i) {
-      if (live_[i] == nullptr) continue;
-      try {
-        replay_->deallocate(std::exchange(live_[i], nullptr), outside_[i].bytes, default_alignment_bytes);
-      } catch (...) {
-      }
-    }
+    outside_->release();
     try {
       backend_->synchronize(*stream_);
       replay_->reset();
@@ -259,18 +335,11 @@ class gpt2_step_memory {
     return counting.required_bytes();
   }
 
-  [[nodiscard]] std::size_t index_of(std::string_view name) const {
-    for (std::size_t i = 0; i < outside_.size(); ++i) {
-      if (outside_[i].name == name) return i;
-    }
-    throw error("gpt2_model: no step buffer named '" + std::string(name) + "'");
-  }
-
   /// Views of the outside buffers at their planned addresses: the same
   /// every step, so objects built over them (rounding buffers, attention)
   /// are built once.
   void bind_outside_buffers() {
-    auto region = [&](std::string_view name) { return arena_->region(index_of(name)); };
+    auto region = [&](std::string_view name) { return outside_->region(name); };
     const std::int64_t C = config_.channels;
     auto matrix = [&](std::string_view name, std::int64_t rows, std::int64_t cols) {
       return gpt2_matrix::contiguous(region(name).template as<float>(), {rows, cols});
@@ -292,43 +361,10 @@ class gpt2_step_memory {
     v.dlnf = matrix("dlnf", T_, C);
     v.logits = matrix("logits chunk", loss_chunk_, config_.padded_vocab_size);
     v.dresidual = matrix("dresidual", T_, C);
-    live_.assign(outside_.size(), nullptr);
   }
 
-  /// The job profiler of MEMO section 4.3.2 for one block: runs a block's
-  /// backward once, on zeros, through a recording resource, and returns
-  /// the trace of its transient requests (one section, `layer 0 backward`).
   memory_trace record_block_backward(const gpt2_layer_views<float>& p0, const gpt2_layer_views<float>& g0) {
-    B& b = *backend_;
-    auto& s = *stream_;
-    const std::int64_t C = config_.channels, NH = config_.num_heads;
-    const skeletal_layout layout = gpt2_skeletal_layout(config_, T_);
-    attention_shape shape = attention_shape_;
-    shape.offload = false;  // the transients do not depend on where K/V live
-    auto carve = [&](region_carver& c, std::vector<skeletal_slice>* slices) {
-      for (const auto& t : layout.tensors()) {
-        const memory_region r = c.take(static_cast<std::size_t>(t.bytes()), t.name);
-        if (slices) slices->push_back({r.data, t.tokens, t.bytes_per_token, false});
-      }
-      return std::pair{detail::carve_matrix(c, T_, C, "dresidual"),
-                       c.take(chunked_causal_attention<B>::required_device_bytes(shape), "attention scratch")};
-    };
-    region_carver counting;
-    (void)carve(counting, nullptr);
-    device_bytes_buffer temporary(b.device_memory(), counting.required_bytes());
-    region_carver carver(memory_region{temporary.data(), temporary.size_bytes()}, "gpt2 block recording");
-    std::vector<skeletal_slice> slices;
-    const auto [dresidual, scratch] = carve(carver, &slices);
-    b.memset_async(temporary.data(), 0, temporary.size_bytes(), s);
-    chunked_causal_attention<B> attention(b, shape, scratch, memory_region{});
-    const auto a = gpt2_layer_activations::from_skeletal(slices, T_, C, NH);
-    detail::stream_synchronizing_resource<B, device_resource> upstream(b, s, b.device_memory());
-    recording_resource recorder(upstream, "gpt2 block backward");
-    recorder.begin_section("layer 0 backward");
-    gpt2_layer_backward(b, s, p0, g0, NH, a, dresidual, recorder, attention);
-    recorder.end_section("layer 0 backward");
-    b.synchronize(s);
-    return recorder.trace();
+    return record_gpt2_block_backward(*backend_, *stream_, config_, T_, 0, p0, g0);
   }
 
   B* backend_;
@@ -337,15 +373,14 @@ class gpt2_step_memory {
   std::int64_t T_;
   std::int64_t loss_chunk_;
   attention_shape attention_shape_;
-  std::vector<gpt2_step_buffer> outside_;
   memory_trace step_trace_;
   bilevel_result plan_;
-  std::vector<void*> live_;  // [outside]: held by the current step
   pinned_bytes_buffer attention_pinned_;  // host K/V when kv_offload
   // Destroyed in reverse: attention, swapper, store, rounding buffers,
   // replay, arena.
   std::optional<planned_arena> arena_;
   std::optional<planned_replay_resource> replay_;
+  std::optional<gpt2_outside_buffers> outside_;
   std::optional<rounding_buffers<B>> rounding_;
   std::optional<host_store<B>> store_;
   std::optional<token_fraction_swapper<B>> swapper_;

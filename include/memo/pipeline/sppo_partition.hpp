@@ -125,23 +125,25 @@ inline sequence_partition equal_length_partition(std::uint64_t length, std::size
 namespace detail {
 
 /// Greedy cover of [0, length) with parts of cost <= limit and length <=
-/// max_tokens, each extended as far as possible. Cost(a, b) grows with b and
-/// shrinks with a, so greedy uses the fewest parts; returns false when more
-/// than `n` are needed.
+/// max_tokens, boundaries at multiples of `unit`, each part extended as far
+/// as possible. Cost(a, b) grows with b and shrinks with a, so greedy uses
+/// the fewest parts; returns false when more than `n` are needed.
 inline bool greedy_cover(std::uint64_t length, std::size_t n, std::uint64_t limit, std::uint64_t max_tokens,
-                         const causal_cost_weights& w, std::vector<std::uint64_t>& boundaries) {
+                         const causal_cost_weights& w, std::vector<std::uint64_t>& boundaries,
+                         std::uint64_t unit = 1) {
   boundaries.assign(1, 0);
-  std::uint64_t a = 0;
-  while (a < length) {
+  std::uint64_t a = 0;  // in units
+  const std::uint64_t units = length / unit, max_units = max_tokens / unit;
+  while (a < units) {
     if (boundaries.size() > n) return false;
-    // Largest b in (a, min(length, a + max_tokens)] with cost(a, b) <= limit.
-    std::uint64_t lo = a, hi = std::min(length, a + max_tokens);
+    // Largest b in (a, min(units, a + max_units)] with cost(a, b) <= limit.
+    std::uint64_t lo = a, hi = std::min(units, a + max_units);
     while (lo < hi) {
       const std::uint64_t mid = lo + (hi - lo + 1) / 2;
-      if (causal_cost(a, mid, w) <= limit) lo = mid; else hi = mid - 1;
+      if (causal_cost(a * unit, mid * unit, w) <= limit) lo = mid; else hi = mid - 1;
     }
     if (lo == a) return false;
-    boundaries.push_back(lo);
+    boundaries.push_back(lo * unit);
     a = lo;
   }
   return boundaries.size() - 1 <= n;
@@ -150,34 +152,44 @@ inline bool greedy_cover(std::uint64_t length, std::size_t n, std::uint64_t limi
 }  // namespace detail
 
 /// The exact min-max-cost partition of `length` tokens into `n` non-empty
-/// subsequences, each at most `max_tokens` long (0 = no bound).
+/// subsequences, each at most `max_tokens` long (0 = no bound), every
+/// boundary a multiple of `unit` tokens (which must divide `length`): a
+/// subsequence spread over a sequence-parallel group is whole chunk groups
+/// of the group (FPDT's P c tokens).
 inline sequence_partition flops_balanced_partition(std::uint64_t length, std::size_t n,
                                                    const causal_cost_weights& weights,
-                                                   std::uint64_t max_tokens = 0) {
+                                                   std::uint64_t max_tokens = 0, std::uint64_t unit = 1) {
   detail::check_partition_input(length, n, "flops_balanced_partition");
+  expects(unit >= 1 && length % unit == 0 && length / unit >= n, [&] {
+    return "flops_balanced_partition: " + std::to_string(length) + " tokens in units of " + std::to_string(unit) +
+           " cannot be split into " + std::to_string(n) + " non-empty subsequences of whole units";
+  });
   expects(weights.linear_weight > 0 || weights.attention_weight > 0,
           "flops_balanced_partition: both cost weights are zero; every partition would cost nothing");
   if (max_tokens == 0) max_tokens = length;
+  max_tokens -= max_tokens % unit;
   expects(max_tokens * n >= length, [&] {
-    return "flops_balanced_partition: max_tokens " + std::to_string(max_tokens) + " x " + std::to_string(n) +
-           " subsequences cannot cover " + std::to_string(length) + " tokens";
+    return "flops_balanced_partition: max_tokens " + std::to_string(max_tokens) + " (in whole units of " +
+           std::to_string(unit) + ") x " + std::to_string(n) + " subsequences cannot cover " +
+           std::to_string(length) + " tokens";
   });
   std::vector<std::uint64_t> boundaries;
   std::uint64_t lo = 1, hi = causal_cost(0, length, weights);
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
-    if (detail::greedy_cover(length, n, mid, max_tokens, weights, boundaries)) hi = mid; else lo = mid + 1;
+    if (detail::greedy_cover(length, n, mid, max_tokens, weights, boundaries, unit)) hi = mid; else lo = mid + 1;
   }
-  const bool ok = detail::greedy_cover(length, n, lo, max_tokens, weights, boundaries);
+  const bool ok = detail::greedy_cover(length, n, lo, max_tokens, weights, boundaries, unit);
   expects(ok, "flops_balanced_partition: internal error, the optimal bound does not cover the sequence");
   // Greedy may use fewer than n parts; splitting the longest part in two
-  // never raises the maximum (a sub-range costs no more than its range).
+  // (at a unit) never raises the maximum (a sub-range costs no more than
+  // its range). length / unit >= n, so a part of two units or more exists.
   while (boundaries.size() - 1 < n) {
     std::size_t widest = 0;
     for (std::size_t k = 1; k + 1 < boundaries.size(); ++k) {
       if (boundaries[k + 1] - boundaries[k] > boundaries[widest + 1] - boundaries[widest]) widest = k;
     }
-    const std::uint64_t mid = boundaries[widest] + (boundaries[widest + 1] - boundaries[widest]) / 2;
+    const std::uint64_t mid = boundaries[widest] + (boundaries[widest + 1] - boundaries[widest]) / unit / 2 * unit;
     boundaries.insert(boundaries.begin() + static_cast<std::ptrdiff_t>(widest) + 1, mid);
   }
   return sequence_partition{std::move(boundaries)};

@@ -37,8 +37,14 @@
 // R_b = (PP - 1) / N.
 #pragma once
 
+#include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
 #include <vector>
 
 #include "memo/core/error.hpp"
@@ -214,6 +220,108 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     }
   }
   return schedule;
+}
+
+/// One op of a stage in a pipeline step, as the stage's rank executes it:
+/// the forward or backward of a subsequence, the stage it first receives
+/// that subsequence's activations (forward) or gradients (backward) from,
+/// and the stage it sends its own to afterwards (-1: none).
+struct sppo_stage_op {
+  bool forward = true;
+  int subsequence = 0;
+  int receive_from = -1;
+  int send_to = -1;
+  friend bool operator==(const sppo_stage_op&, const sppo_stage_op&) = default;
+};
+
+namespace detail {
+
+/// (forward, stage, subsequence) of an op named F(i,j) / B(i,j); nothing
+/// for other names (hand-offs, split pieces).
+inline std::optional<std::tuple<bool, int, int>> parse_sppo_op(std::string_view name) {
+  if (name.size() < 6 || (name[0] != 'F' && name[0] != 'B') || name[1] != '(' || name.back() != ')') return {};
+  const std::string_view inner = name.substr(2, name.size() - 3);
+  const std::size_t comma = inner.find(',');
+  if (comma == std::string_view::npos) return {};
+  int stage = 0, j = 0;
+  const auto a = std::from_chars(inner.data(), inner.data() + comma, stage);
+  const auto b = std::from_chars(inner.data() + comma + 1, inner.data() + inner.size(), j);
+  if (a.ec != std::errc{} || a.ptr != inner.data() + comma || b.ec != std::errc{} ||
+      b.ptr != inner.data() + inner.size()) {
+    return {};
+  }
+  return std::tuple{name[0] == 'F', stage, j};
+}
+
+}  // namespace detail
+
+/// What stage `stage` of a pipeline schedule built by `build_sppo_schedule`
+/// (not multiplexed; with or without hand-off streams) executes, in its
+/// stream's order: its F/B ops, each with the stage whose op it depends on
+/// (directly or through a hand-off op) and the stage whose op depends on it.
+/// The executed pipeline (model/gpt2_parallel_model.hpp) walks this list,
+/// so what runs is what the simulator timed. Throws for a multiplexed
+/// schedule (its split pieces run on other stages' ranks, which do not hold
+/// the stage's layers) and for ops with more than one peer on either side.
+inline std::vector<sppo_stage_op> sppo_stage_program(const stream_schedule& schedule, int stage) {
+  const std::string stream = sppo_stream_name(stage);
+  expects(schedule.has_stream(stream), [&] {
+    return "sppo_stage_program: the schedule has no stream '" + stream + "' (stage " + std::to_string(stage) + ")";
+  });
+  const auto& ops = schedule.ops();
+  const std::size_t mine = schedule.stream_index(stream);
+  // The stage op an op stands for: itself, or the op a hand-off depends on.
+  auto stage_op = [&](std::size_t index) -> std::optional<std::tuple<bool, int, int>> {
+    for (int hops = 0; hops < 2; ++hops) {
+      if (auto parsed = detail::parse_sppo_op(ops[index].name)) return parsed;
+      if (ops[index].dependencies.size() != 1) return {};
+      index = ops[index].dependencies.front();
+    }
+    return {};
+  };
+  std::vector<sppo_stage_op> program;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].stream != mine) continue;
+    expects(ops[i].name.find("/s") == std::string::npos && ops[i].kind() != op_kind::marker, [&] {
+      return "sppo_stage_program: op '" + ops[i].name +
+             "' is part of a multiplexed (split) op, which is simulated but not executed";
+    });
+    const auto parsed = detail::parse_sppo_op(ops[i].name);
+    expects(parsed && std::get<1>(*parsed) == stage, [&] {
+      return "sppo_stage_program: op '" + ops[i].name + "' on stream '" + stream + "' is not F(" +
+             std::to_string(stage) + ",j) or B(" + std::to_string(stage) + ",j)";
+    });
+    sppo_stage_op op{std::get<0>(*parsed), std::get<2>(*parsed), -1, -1};
+    auto set_peer = [&](int& peer, int other, const char* side) {
+      if (other == stage) return;
+      expects(peer < 0 || peer == other, [&] {
+        return "sppo_stage_program: op '" + ops[i].name + "' " + side + " two stages (" + std::to_string(peer) +
+               " and " + std::to_string(other) + ")";
+      });
+      peer = other;
+    };
+    for (const std::size_t d : ops[i].dependencies) {
+      if (auto from = stage_op(d)) set_peer(op.receive_from, std::get<1>(*from), "receives from");
+    }
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      if (ops[k].stream == mine) continue;
+      for (const std::size_t d : ops[k].dependencies) {
+        if (d != i) continue;
+        // A direct dependent on another stage, or a hand-off feeding one.
+        if (auto to = detail::parse_sppo_op(ops[k].name)) {
+          set_peer(op.send_to, std::get<1>(*to), "sends to");
+        } else {
+          for (std::size_t m = 0; m < ops.size(); ++m) {
+            const auto& deps = ops[m].dependencies;
+            if (std::find(deps.begin(), deps.end(), k) == deps.end()) continue;
+            if (auto next = detail::parse_sppo_op(ops[m].name)) set_peer(op.send_to, std::get<1>(*next), "sends to");
+          }
+        }
+      }
+    }
+    program.push_back(op);
+  }
+  return program;
 }
 
 /// Step-time figures of one simulated schedule.

@@ -1,0 +1,823 @@
+// memo/model/gpt2_parallel_model.hpp
+//
+// The reference GPT-2 (gpt2_model.hpp's model, the same layer code) trained
+// on P = S x Q ranks: FPDT sequence parallelism over S ranks per pipeline
+// stage (sections 4.1-4.2, 5.4), SPPO subsequence pipelining over Q stages
+// (sections 4-5), or both. One sequence of T tokens per step, as on one
+// device, with the same losses and gradients up to fp32 rounding.
+//
+// Ranks. World rank w is sequence-parallel rank w % S of stage w / S. The
+// constructor splits the world into the S ranks of its stage (all-to-alls,
+// gradient sums) and the Q ranks of its sequence-parallel rank (the
+// pipeline: activations forward, gradients backward). Stage q holds layers
+// [q L/Q, (q+1) L/Q) and only the parameters it uses
+// (gpt2_stage_parameter_layout): stage 0 the embeddings, the last stage the
+// final layernorm and the head; the token embedding is tied, so the first
+// and the last stage both hold wte and sum its gradient.
+//
+// Tokens. The sequence is cut into N subsequences (SPPO; N = 1 without
+// stages), each a whole number of FPDT chunk groups of S c tokens,
+// FLOPs-balanced by default (later ones shorter under causal attention).
+// Every rank holds its tokens in FPDT's rank-ordinal layout over the whole
+// sequence (fpdt_shuffle.hpp: local chunk j of rank r is global chunk
+// j S + r), so subsequence i is a contiguous run of every rank's local rows.
+// Token-wise work (layernorms, projections, MLP, loss) runs on local rows;
+// attention goes through `distributed_attention` over the stage's ranks,
+// one run per subsequence, its K/V (and the dK/dV of earlier tokens) kept
+// on the stage between runs (SPPO's two-level management keeps K/V on the
+// device; with one subsequence FPDT's host K/V is available instead). The
+// MLP's backward runs in chunks of c / 2 rows (twice as many chunks as the
+// attention's, no offload) and the loss in chunks (FPDT section 5.4).
+//
+// The step. Each stage executes its program read from the SPPO schedule
+// (`sppo_stage_program`, pipeline/sppo_schedule.hpp) that the simulator
+// times: forwards F(j) in subsequence order (receive the activations of
+// subsequence j from the stage before, or embed them; run the stage's
+// layers on its rows; send them on), then backwards B(j) in reverse order
+// (the last stage runs the head and the loss of subsequence j first;
+// receive, run the layers' backwards, send the gradients back, or add them
+// into the position embedding). Reverse order is what makes a subsequence's
+// dK/dV complete when its own backward runs: every later subsequence has
+// added its share. Then the stage's parameter gradients are summed over its
+// S ranks, wte's over the stages, and AdamW runs on every rank alike.
+//
+// Memory (MEMO section 4.2, as in gpt2_model): a step's device memory is
+// the parameter state of the stage plus one planned arena, laid out by the
+// bi-level plan of the step's trace (every buffer outside the blocks, the
+// skeletal tensors of the stage's layers, the attention's workspace and
+// state, and one recorded block backward per subsequence and layer), and
+// replayed every step: a step allocates nothing. Skeletal tensors stay on
+// the device (MEMO's skeletal swapping is the single-device model's).
+//
+// Errors. Every shape that does not split (ranks, heads, layers, context,
+// chunks, subsequences) is a memo::error raised on every rank before any
+// collective, naming the numbers. A rank that fails or leaves mid-step
+// fails its peers' collectives (what the communicator guarantees: the
+// thread communicator within its timeout, MPI by terminating the job); a
+// step that threw is abandoned so the next one starts clean.
+//
+// Collective calls (constructor, initialize, set/get, forward_backward,
+// update) must be made by every rank in the same order. Lifetime: the
+// backend and the world communicator must outlive the model; the groups it
+// splits are its own. Not copyable or movable.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "memo/backend/buffer.hpp"
+#include "memo/backend/communicator.hpp"
+#include "memo/backend/concepts.hpp"
+#include "memo/backend/timed_communicator.hpp"
+#include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_head.hpp"
+#include "memo/model/gpt2_layer.hpp"
+#include "memo/model/gpt2_memory.hpp"
+#include "memo/model/gpt2_model.hpp"
+#include "memo/model/gpt2_parameter_state.hpp"
+#include "memo/model/gpt2_step_memory.hpp"
+#include "memo/model/ops/adamw.hpp"
+#include "memo/model/ops/encoder.hpp"
+#include "memo/pipeline/distributed_attention.hpp"
+#include "memo/pipeline/fpdt_shuffle.hpp"
+#include "memo/pipeline/sppo_partition.hpp"
+#include "memo/pipeline/sppo_schedule.hpp"
+#include "memo/plan/bilevel_planner.hpp"
+#include "memo/plan/planned_arena.hpp"
+#include "memo/plan/planned_replay.hpp"
+
+namespace memo {
+
+/// How a gpt2_parallel_model spreads one sequence over its ranks.
+struct gpt2_parallel_options {
+  std::int64_t context = 0;         ///< T: tokens per step, the whole sequence
+  int sequence_parallel = 1;        ///< S: ranks per stage (FPDT / Ulysses)
+  int pipeline_stages = 1;          ///< Q: stages, L / Q layers each (SPPO)
+  int subsequences = 0;             ///< N: 0 = 1 without stages, 2 Q with
+  bool balanced_subsequences = true;  ///< FLOPs-balanced (SPPO) or equal lengths
+  std::int64_t layout_chunk = 0;    ///< c: FPDT chunk of a rank; 0 = the largest of 64, 32, ... that fits
+  std::int64_t attention_chunk = 0;  ///< 0 = S c (one chunk group); must divide S c with N > 1
+  std::int64_t mlp_chunk = 0;       ///< rows of an MLP backward chunk; 0 = c / 2
+  std::int64_t loss_chunk = 0;      ///< rows of the logits buffer; 0 = min(T / S, 64)
+  bool kv_offload = false;          ///< FPDT's host-resident K/V (N = 1 only)
+  bool overlap_exchanges = true;    ///< all-to-alls behind the attention (distributed_attention_shape::overlap)
+  double plan_time_limit_seconds = 0.1;
+};
+
+/// The distributed attention of one block, as the block calls it
+/// (gpt2_block_attention in gpt2_layer.hpp): the block's q, k, v and
+/// output rows of a run go through the all-to-all of the stage's ranks.
+template <class Comm, Backend B>
+struct gpt2_distributed_block_attention {
+  distributed_attention<Comm, B>* attention = nullptr;
+  std::int64_t heads = 0;
+
+  void forward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix lse, std::int64_t r0,
+               std::int64_t n) const {
+    const std::int64_t C = atty.extent(1);
+    const gpt2_matrix x = qkv.slice(r0, n), o = atty.slice(r0, n);
+    using detail::split_heads;
+    attention->forward_queries(on, {r0, r0 + n}, split_heads(x, 0, C, heads), split_heads(x, C, C, heads),
+                               split_heads(x, 2 * C, C, heads), split_heads(o, 0, C, heads), lse);
+  }
+  void backward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix datty, gpt2_matrix lse,
+                gpt2_matrix dqkv, std::int64_t r0, std::int64_t n) const {
+    const std::int64_t C = atty.extent(1);
+    const gpt2_matrix x = qkv.slice(r0, n), o = atty.slice(r0, n);
+    using detail::split_heads;
+    attention->backward_queries(on, {r0, r0 + n}, split_heads(x, 0, C, heads), split_heads(x, C, C, heads),
+                                split_heads(x, 2 * C, C, heads), split_heads(o, 0, C, heads),
+                                split_heads(datty, 0, C, heads), lse, split_heads(dqkv, 0, C, heads),
+                                split_heads(dqkv, C, C, heads), split_heads(dqkv, 2 * C, C, heads));
+  }
+};
+
+/// The shape of a parallel run, checked and with its defaults resolved;
+/// a pure function of the options, the same on every rank.
+struct gpt2_parallel_shape {
+  std::int64_t tokens = 0, local_tokens = 0;
+  int sp = 1, pp = 1, subsequences = 1;
+  std::int64_t layout_chunk = 0, attention_chunk = 0, mlp_chunk = 0, loss_chunk = 0;
+  std::int64_t stage_layers = 0;
+  sequence_partition partition;  ///< global tokens of each subsequence
+
+  /// Checks `options` against `config` for `ranks` ranks; every problem is
+  /// a memo::error naming the numbers.
+  static gpt2_parallel_shape resolve(const gpt2_config& config, const gpt2_parallel_options& o, int ranks) {
+    config.validate("gpt2_parallel_model");
+    gpt2_parallel_shape s;
+    s.sp = o.sequence_parallel, s.pp = o.pipeline_stages, s.tokens = o.context;
+    expects(s.sp >= 1 && s.pp >= 1 && static_cast<std::int64_t>(s.sp) * s.pp == ranks, [&] {
+      return "gpt2_parallel_model: sequence parallel " + std::to_string(s.sp) + " x pipeline stages " +
+             std::to_string(s.pp) + " must equal the " + std::to_string(ranks) + " ranks";
+    });
+    expects(s.tokens >= 1 && s.tokens <= config.max_seq_len, [&] {
+      return "gpt2_parallel_model: context " + std::to_string(s.tokens) + " must lie in [1, maxT " +
+             std::to_string(config.max_seq_len) + "]";
+    });
+    expects(config.num_heads % s.sp == 0, [&] {
+      return "gpt2_parallel_model: " + std::to_string(config.num_heads) + " heads are not divisible by " +
+             std::to_string(s.sp) + " sequence-parallel ranks";
+    });
+    expects(config.num_layers % s.pp == 0, [&] {
+      return "gpt2_parallel_model: " + std::to_string(config.num_layers) + " layers are not divisible by " +
+             std::to_string(s.pp) + " pipeline stages";
+    });
+    s.stage_layers = config.num_layers / s.pp;
+    s.subsequences = o.subsequences > 0 ? o.subsequences : (s.pp == 1 ? 1 : 2 * s.pp);
+    expects(s.subsequences >= s.pp, [&] {
+      return "gpt2_parallel_model: " + std::to_string(s.subsequences) + " subsequences for " +
+             std::to_string(s.pp) + " pipeline stages: the pipeline needs at least one per stage";
+    });
+    expects(!o.kv_offload || s.subsequences == 1, [&] {
+      return "gpt2_parallel_model: host K/V (kv_offload) needs one subsequence, got " +
+             std::to_string(s.subsequences) + " (a pipeline keeps K/V on the device, SPPO section 5)";
+    });
+    s.layout_chunk = o.layout_chunk;
+    if (s.layout_chunk == 0) {
+      for (std::int64_t c = 64; c >= 1 && s.layout_chunk == 0; c /= 2) {
+        if (s.tokens % (s.sp * c) == 0 && s.tokens / (s.sp * c) >= s.subsequences) s.layout_chunk = c;
+      }
+    }
+    const std::int64_t group = s.sp * std::max<std::int64_t>(s.layout_chunk, 1);
+    expects(s.layout_chunk >= 1 && s.tokens % group == 0, [&] {
+      return "gpt2_parallel_model: context " + std::to_string(s.tokens) + " is not a multiple of " +
+             std::to_string(s.sp) + " ranks x chunk " + std::to_string(s.layout_chunk) +
+             (o.layout_chunk == 0 ? " (no chunk of 64 tokens or fewer fits)" : "");
+    });
+    expects(s.tokens / group >= s.subsequences, [&] {
+      return "gpt2_parallel_model: context " + std::to_string(s.tokens) + " has " + std::to_string(s.tokens / group) +
+             " chunk groups of " + std::to_string(group) + " tokens, fewer than the " +
+             std::to_string(s.subsequences) + " subsequences";
+    });
+    s.local_tokens = s.tokens / s.sp;
+    s.attention_chunk = o.attention_chunk > 0 ? o.attention_chunk : group;
+    expects(s.attention_chunk <= s.tokens && (s.subsequences == 1 || group % s.attention_chunk == 0), [&] {
+      return "gpt2_parallel_model: attention chunk " + std::to_string(s.attention_chunk) +
+             (s.attention_chunk > s.tokens ? " is longer than the context " + std::to_string(s.tokens)
+                                           : " does not divide a chunk group of " + std::to_string(group) +
+                                                 " tokens, where subsequences start");
+    });
+    s.mlp_chunk = o.mlp_chunk > 0 ? o.mlp_chunk : std::max<std::int64_t>(1, s.layout_chunk / 2);
+    s.loss_chunk = o.loss_chunk > 0 ? o.loss_chunk : std::min<std::int64_t>(s.local_tokens, 64);
+    expects(s.loss_chunk <= s.local_tokens, [&] {
+      return "gpt2_parallel_model: loss chunk " + std::to_string(s.loss_chunk) + " is longer than a rank's " +
+             std::to_string(s.local_tokens) + " tokens";
+    });
+    const auto T = static_cast<std::uint64_t>(s.tokens), N = static_cast<std::size_t>(s.subsequences);
+    s.partition = o.balanced_subsequences
+                      ? flops_balanced_partition(T, N, causal_cost_weights::for_hidden(
+                                                           static_cast<std::uint64_t>(config.channels)),
+                                                 0, static_cast<std::uint64_t>(group))
+                      : flops_balanced_partition(T, N, causal_cost_weights{1, 0}, 0, static_cast<std::uint64_t>(group));
+    return s;
+  }
+
+  /// Local rows [begin, end) of subsequence j on every rank.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> rows(int j) const {
+    const auto k = static_cast<std::size_t>(j);
+    return {static_cast<std::int64_t>(partition.begin(k)) / sp, static_cast<std::int64_t>(partition.end(k)) / sp};
+  }
+};
+
+template <class Comm, Backend B>
+  requires CommunicatorOf<Comm, B>
+class gpt2_parallel_model {
+  using device_resource = std::remove_reference_t<decltype(std::declval<B&>().device_memory())>;
+  using pinned_resource = std::remove_reference_t<decltype(std::declval<B&>().pinned_memory())>;
+
+ public:
+  using comm_type = timed_communicator<Comm>;
+
+  /// Collective over `world`: checks the shape (the same error on every
+  /// rank), splits the groups, plans and builds the step.
+  gpt2_parallel_model(B& backend, Comm& world, const gpt2_config& config, const gpt2_parallel_options& options)
+      : backend_(&backend), config_(config), options_(options),
+        shape_(gpt2_parallel_shape::resolve(config, options, world.size())),
+        stage_(world.rank() / shape_.sp), sp_rank_(world.rank() % shape_.sp),
+        world_(std::in_place, world.split(0, world.rank())) {
+    // Groups: the ranks of this stage, and this sequence-parallel rank's
+    // ranks across the stages (ordered by stage).
+    sp_.emplace(world_->split(stage_, sp_rank_));
+    pp_.emplace(world_->split(sp_rank_, stage_));
+    // The first and last stage share the tied token embedding.
+    if (shape_.pp > 1) tied_.emplace(pp_->split(first_stage() || last_stage() ? 0 : 1, stage_));
+    stage_config_ = config_;
+    stage_config_.num_layers = static_cast<std::int32_t>(shape_.stage_layers);
+    full_table_ = gpt2_parameter_layout(config_);
+    stage_table_ = gpt2_stage_parameter_layout(config_, shape_.stage_layers, first_stage(), last_stage());
+    layout_.emplace(shape_.sp, shape_.tokens / (shape_.sp * shape_.layout_chunk), shape_.layout_chunk);
+    // The stage's program, read from the schedule the simulator times
+    // (durations: each subsequence's relative cost, for projections).
+    sppo_schedule_options schedule;
+    schedule.stages = shape_.pp;
+    const auto weights = causal_cost_weights::for_hidden(static_cast<std::uint64_t>(config_.channels));
+    for (std::size_t j = 0; j < shape_.partition.count(); ++j) {
+      const double cost = static_cast<double>(causal_cost(shape_.partition.begin(j), shape_.partition.end(j), weights));
+      schedule.forward_seconds.push_back(cost);
+      schedule.backward_seconds.push_back(2 * cost);
+    }
+    schedule_ = build_sppo_schedule(schedule);
+    program_ = sppo_stage_program(schedule_, stage_);
+
+    const auto T = static_cast<std::size_t>(shape_.tokens), Tl = static_cast<std::size_t>(shape_.local_tokens);
+    host_losses_ = pinned_floats(backend.pinned_memory(), T);
+    host_inputs_ = pinned_ints(backend.pinned_memory(), Tl);
+    host_targets_ = pinned_ints(backend.pinned_memory(), Tl);
+    host_order_ = pinned_longs(backend.pinned_memory(), Tl);
+    host_starts_ = pinned_longs(backend.pinned_memory(), Tl + 1);
+    host_ids_ = pinned_ints(backend.pinned_memory(), Tl);
+    global_losses_.assign(T, 0.0f);
+    if (backend.stream_workspace_bytes() > 0) {
+      workspace_ = device_bytes(backend.device_memory(), backend.stream_workspace_bytes());
+    }
+    stream_.emplace(backend.make_stream("gpt2_parallel_model",
+                                        memory_region{workspace_.data(), workspace_.size_bytes()}));
+    state_.emplace(backend, *stream_, stage_table_);
+    p_ = state_->parameters();
+    g_ = state_->gradients();
+    plan_step();
+    backend.synchronize(*stream_);
+  }
+  gpt2_parallel_model(const gpt2_parallel_model&) = delete;
+  gpt2_parallel_model& operator=(const gpt2_parallel_model&) = delete;
+  ~gpt2_parallel_model() {
+    try {
+      if (stream_) backend_->synchronize(*stream_);
+    } catch (...) {  // a failed step was reported where it was synchronised
+    }
+  }
+
+  [[nodiscard]] const gpt2_config& config() const noexcept { return config_; }
+  [[nodiscard]] const gpt2_parallel_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] std::int64_t context() const noexcept { return shape_.tokens; }
+  [[nodiscard]] std::int64_t loss_chunk() const noexcept { return shape_.loss_chunk; }
+  [[nodiscard]] std::int64_t attention_chunk() const noexcept { return shape_.attention_chunk; }
+  /// This rank's stage and its rank in the stage's sequence-parallel group.
+  [[nodiscard]] int stage() const noexcept { return stage_; }
+  [[nodiscard]] int sequence_parallel_rank() const noexcept { return sp_rank_; }
+  /// Parameters of the whole model (what checkpoints hold).
+  [[nodiscard]] std::uint64_t parameter_count() const noexcept { return full_table_.total; }
+  /// Device bytes of this rank's parameters, gradients and moments.
+  [[nodiscard]] std::size_t parameter_state_bytes() const noexcept { return state_->bytes(); }
+  /// Device bytes of everything else a step uses on this rank: the planned
+  /// arena and the stream's BLAS workspace.
+  [[nodiscard]] std::size_t activation_bytes() const noexcept { return arena_->peak_bytes() + workspace_.size_bytes(); }
+  [[nodiscard]] const bilevel_result& memory_plan() const noexcept { return plan_; }
+  [[nodiscard]] const memory_trace& step_trace() const noexcept { return trace_; }
+  /// Pinned host bytes of the host K/V (kv_offload).
+  [[nodiscard]] std::uint64_t host_offload_bytes() const noexcept { return attention_pinned_.size_bytes(); }
+  [[nodiscard]] bool kv_offload() const noexcept { return options_.kv_offload; }
+  /// The pipeline schedule every stage's program is read from (simulate it
+  /// with a device profile for a projection) and this stage's program.
+  [[nodiscard]] const stream_schedule& schedule() const noexcept { return schedule_; }
+  [[nodiscard]] const std::vector<sppo_stage_op>& program() const noexcept { return program_; }
+  /// Time, calls and bytes of this rank's collectives and transfers in the
+  /// last forward_backward + update (host backend: including waits for peers).
+  [[nodiscard]] const communication_totals& step_communication() const noexcept { return step_comm_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
+
+  /// GPT-2's initialisation from `seed` (gpt2_initial_parameters, weights
+  /// N(0, weight_std)): the values a single-device model gets, each stage
+  /// taking its part.
+  void initialize(std::uint64_t seed, double weight_std = 0.02) {
+    std::vector<float> full(full_table_.total);
+    gpt2_initial_parameters(config_, seed, full, weight_std);
+    set_parameters(full);
+  }
+
+  /// Takes this stage's part of `parameters` (the whole model, llm.c's
+  /// order); resets the AdamW moments and the step count. Every rank must
+  /// pass the same values.
+  void set_parameters(std::span<const float> parameters) {
+    expect_full(parameters.size(), "set_parameters");
+    const std::span<float> staging = state_->staging();
+    for_each_stage_tensor([&](std::uint64_t stage_offset, std::uint64_t full_offset, std::uint64_t count, bool) {
+      std::copy_n(parameters.data() + full_offset, count, staging.data() + stage_offset);
+    });
+    state_->load(*stream_, staging);
+  }
+  /// The whole model's parameters on every rank (collective; allocates a
+  /// temporary device buffer of the whole model, outside any step).
+  void get_parameters(std::span<float> out) { gather(state_->device_parameters(), out, "get_parameters"); }
+  /// The gradients of the last forward_backward, summed over the ranks.
+  void get_gradients(std::span<float> out) { gather(state_->device_gradients(), out, "get_gradients"); }
+
+  /// One step's forward and backward on `inputs` -> `targets` (the whole
+  /// sequence, T token ids each, the same on every rank): each rank takes
+  /// its tokens, the stages run their programs, and the gradients are
+  /// summed. Returns the mean loss over the T targets (on every rank).
+  float forward_backward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
+    const std::int64_t distinct = take_tokens(inputs, targets);
+    world_->reset_totals();
+    try {
+      run_step(distinct);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    step_comm_ = world_->totals();
+    double sum = 0;
+    for (const float l : global_losses_) sum += l;
+    return static_cast<float>(sum / static_cast<double>(shape_.tokens));
+  }
+
+  /// One AdamW step over this stage's parameters (identical on every rank
+  /// of the stage: their gradients were summed).
+  void update(const ops::adamw_config& adamw) { state_->update(*stream_, adamw); }
+
+  float train_step(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
+                   const ops::adamw_config& adamw) {
+    const float loss = forward_backward(inputs, targets);
+    update(adamw);
+    return loss;
+  }
+
+  /// Per-token losses of the last forward_backward, in sequence order: [T].
+  [[nodiscard]] std::span<const float> token_losses() const noexcept { return global_losses_; }
+  /// Mean of the last per-token losses over target positions `range`.
+  [[nodiscard]] double mean_loss(position_range range) const {
+    return mean_over(token_losses(), range, "gpt2_parallel_model::mean_loss");
+  }
+
+
+ private:
+  using device_floats = buffer<float, device_resource>;
+  using device_bytes = buffer<std::byte, device_resource>;
+  using pinned_floats = buffer<float, pinned_resource>;
+  using pinned_ints = buffer<std::int32_t, pinned_resource>;
+  using pinned_longs = buffer<std::int64_t, pinned_resource>;
+  using pinned_bytes = buffer<std::byte, pinned_resource>;
+  using attention_type = distributed_attention<comm_type, B>;
+
+  [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
+  [[nodiscard]] bool last_stage() const noexcept { return stage_ == shape_.pp - 1; }
+
+  // ---- setup ----
+
+  [[nodiscard]] distributed_attention_shape attention_shape_of() const {
+    std::int64_t longest = 0;
+    for (std::size_t j = 0; j < shape_.partition.count(); ++j) {
+      longest = std::max(longest, static_cast<std::int64_t>(shape_.partition.tokens(j)));
+    }
+    return {.tokens = shape_.tokens,
+            .heads = config_.num_heads,
+            .kv_heads = config_.num_heads,
+            .head_dim = config_.head_size(),
+            .layout_chunk = shape_.layout_chunk,
+            .attention_chunk = shape_.attention_chunk,
+            .offload = options_.kv_offload,
+            .max_run_tokens = longest,
+            .keep_state = shape_.subsequences > 1,
+            .overlap = options_.overlap_exchanges};
+  }
+
+  /// The buffers of a step outside the block sections: the single-device
+  /// step's table (gpt2_step_buffers) for this rank's tokens, the head's
+  /// only on the last stage, plus the gathered losses and the attention's
+  /// workspace and state; all live the whole step (with subsequences the
+  /// head of one runs between the others' blocks).
+  [[nodiscard]] std::vector<gpt2_step_buffer> outside_buffers(const distributed_attention_bytes& attention) const {
+    const auto layers = static_cast<std::uint64_t>(shape_.stage_layers);
+    region_carver skeletal;
+    const skeletal_layout layout = gpt2_skeletal_layout(config_, shape_.local_tokens);
+    for (std::uint64_t l = 0; l < layers; ++l) {
+      for (const auto& t : layout.tensors()) (void)skeletal.take(static_cast<std::size_t>(t.bytes()), t.name);
+    }
+    std::vector<gpt2_step_buffer> out = gpt2_step_buffers(
+        config_, shape_.local_tokens, shape_.loss_chunk,
+        repeated_bytes(attention.attention_device, options_.kv_offload ? layers : 1), skeletal.required_bytes());
+    if (!last_stage()) {
+      std::erase_if(out, [](const gpt2_step_buffer& b) {
+        return b.name == "lnf" || b.name == "lnf_mean" || b.name == "lnf_rstd" || b.name == "dlnf" ||
+               b.name == "logits chunk";
+      });
+    }
+    out.push_back({"gathered losses", checked_mul(static_cast<std::uint64_t>(shape_.tokens), sizeof(float))});
+    out.push_back({"attention workspace", attention.workspace});
+    out.push_back({"attention state", repeated_bytes(attention.state, shape_.subsequences > 1 ? layers : 1)});
+    for (auto& b : out) b.born = gpt2_step_phase::step_begin, b.dies = gpt2_step_phase::step_end;
+    return out;
+  }
+
+  /// Bytes of `count` aligned parts of `bytes` each (region_carver's sizing).
+  [[nodiscard]] static std::uint64_t repeated_bytes(std::size_t bytes, std::uint64_t count) {
+    region_carver sizing;
+    for (std::uint64_t k = 0; k < count; ++k) (void)sizing.take(bytes, "part");
+    return sizing.required_bytes();
+  }
+
+  /// Records one block backward per distinct subsequence length, writes the
+  /// step's trace (a section per backward of a subsequence and a layer, in
+  /// program order), plans it and builds everything over the arena.
+  void plan_step() {
+    B& b = *backend_;
+    const distributed_attention_shape ashape = attention_shape_of();
+    const distributed_attention_bytes abytes = attention_type::required_bytes(ashape, shape_.sp);
+    std::vector<gpt2_step_buffer> outside = outside_buffers(abytes);
+    std::map<std::int64_t, memory_trace> blocks;  // rows -> recorded block backward
+    for (int j = 0; j < shape_.subsequences; ++j) {
+      const auto [r0, r1] = shape_.rows(j);
+      if (!blocks.contains(r1 - r0)) {
+        blocks.emplace(r1 - r0, record_gpt2_block_backward(b, *stream_, stage_config_, r1 - r0, shape_.mlp_chunk,
+                                                           p_.layer(0), g_.layer(0)));
+      }
+    }
+    std::vector<gpt2_trace_section> sections;
+    for (const sppo_stage_op& op : program_) {
+      if (op.forward) continue;
+      const auto [r0, r1] = shape_.rows(op.subsequence);
+      for (std::int64_t l = shape_.stage_layers - 1; l >= 0; --l) {
+        sections.push_back({section_name(op.subsequence, l), &blocks.at(r1 - r0),
+                            static_cast<std::int64_t>(sections.size())});
+      }
+    }
+    trace_ = gpt2_step_trace(outside, sections);
+    dsa_solve_options solve;
+    solve.time_limit_seconds = options_.plan_time_limit_seconds;
+    plan_ = bilevel_planner<>{}.plan(trace_, solve);
+    arena_options arena;
+    arena.fill = [b = &b, s = &*stream_](memory_region r, std::byte value) {
+      if (r.bytes > 0) b->memset_async(r.data, static_cast<int>(value), r.bytes, *s);
+    };
+    arena_.emplace(b, trace_, plan_.plan, std::move(arena));
+    replay_.emplace(*arena_);
+    outside_.emplace(std::move(outside), *arena_, *replay_);
+    bind_views();
+    // The attention of every layer over its regions of the arena.
+    const auto layers = static_cast<std::size_t>(shape_.stage_layers);
+    if (options_.kv_offload) {
+      const std::uint64_t bytes = repeated_bytes(abytes.attention_pinned, layers);
+      attention_pinned_ = pinned_bytes(b.pinned_memory(), std::max<std::uint64_t>(1, bytes));
+    }
+    region_carver states(region("attention state"), "gpt2 parallel attention state");
+    region_carver scratches(region("attention scratch"), "gpt2 parallel attention scratch");
+    region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
+                         "gpt2 parallel host K/V");
+    memory_region state, scratch;
+    for (std::size_t l = 0; l < layers; ++l) {
+      // One state per layer with subsequences, one scratch per layer with
+      // host K/V (its copy stream fills its own slots); otherwise shared.
+      const std::string part = "layer " + std::to_string(l);
+      if (l == 0 || shape_.subsequences > 1) state = states.take(abytes.state, part);
+      if (l == 0 || options_.kv_offload) scratch = scratches.take(abytes.attention_device, part);
+      attention_.push_back(std::make_unique<attention_type>(
+          b, *sp_, ashape, region("attention workspace"), state, scratch,
+          options_.kv_offload ? pinned.take(abytes.attention_pinned, part) : memory_region{}));
+    }
+  }
+
+  [[nodiscard]] static std::string section_name(int subsequence, std::int64_t layer) {
+    return "subsequence " + std::to_string(subsequence) + " layer " + std::to_string(layer) + " backward";
+  }
+
+  [[nodiscard]] memory_region region(std::string_view name) const { return outside_->region(name); }
+
+  /// Views of the outside buffers at their planned addresses (the same
+  /// every step).
+  void bind_views() {
+    const std::int64_t Tl = shape_.local_tokens, C = config_.channels;
+    auto matrix = [&](std::string_view name, std::int64_t rows, std::int64_t cols) {
+      return gpt2_matrix::contiguous(region(name).template as<float>(), {rows, cols});
+    };
+    auto vector = [&](std::string_view name, std::int64_t n) {
+      return gpt2_vector::contiguous(region(name).template as<float>(), {n});
+    };
+    tokens_ = tensor_view<const std::int32_t, 1>::contiguous(region("tokens").template as<std::int32_t>(), {Tl});
+    targets_ = tensor_view<const std::int32_t, 1>::contiguous(region("targets").template as<std::int32_t>(), {Tl});
+    losses_ = vector("losses", Tl);
+    gathered_ = vector("gathered losses", shape_.tokens);
+    residual_ = matrix("residual", Tl, C);
+    dresidual_ = matrix("dresidual", Tl, C);
+    if (last_stage()) {
+      head_ = {residual_, matrix("lnf", Tl, C), matrix("dlnf", Tl, C), vector("lnf_mean", Tl),
+               vector("lnf_rstd", Tl), matrix("logits chunk", shape_.loss_chunk, config_.padded_vocab_size),
+               losses_, targets_};
+    }
+    // The skeletal tensors of every layer of the stage, carved in order.
+    region_carver carver(region("skeletal"), "gpt2 parallel skeletal tensors");
+    const skeletal_layout layout = gpt2_skeletal_layout(config_, Tl);
+    const std::int64_t Hr = config_.num_heads / shape_.sp;
+    for (std::int64_t l = 0; l < shape_.stage_layers; ++l) {
+      std::vector<skeletal_slice> slices;
+      for (const auto& t : layout.tensors()) {
+        const memory_region r = carver.take(static_cast<std::size_t>(t.bytes()), t.name);
+        slices.push_back({r.data, t.tokens, t.bytes_per_token, false});
+      }
+      // The log-sum-exp is the attention's: [heads / S, T] of this rank's heads.
+      activations_.push_back(gpt2_layer_activations::from_skeletal(slices, Tl, C, Hr, shape_.tokens));
+    }
+  }
+
+  // ---- a step ----
+
+  /// Checks the whole sequence's ids (every rank alike, so a bad id fails
+  /// every rank before any collective), takes this rank's tokens and groups
+  /// them for the embedding's backward. Returns the number of groups.
+  std::int64_t take_tokens(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
+    const auto T = static_cast<std::size_t>(shape_.tokens);
+    expects(inputs.size() == T && targets.size() == T, [&] {
+      return "gpt2_parallel_model: " + std::to_string(inputs.size()) + " inputs and " +
+             std::to_string(targets.size()) + " targets given, the context is " + std::to_string(T);
+    });
+    for (std::size_t t = 0; t < T; ++t) {
+      for (const auto& [what, id] : {std::pair{"input", inputs[t]}, std::pair{"target", targets[t]}}) {
+        expects(id >= 0 && id < config_.vocab_size, [&] {
+          return std::string("gpt2_parallel_model: ") + what + " token " + std::to_string(id) + " at position " +
+                 std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")";
+        });
+      }
+    }
+    layout_->shuffle<std::int32_t>(inputs, sp_rank_, host_inputs_.span());
+    layout_->shuffle<std::int32_t>(targets, sp_rank_, host_targets_.span());
+    const std::int64_t Tl = shape_.local_tokens;
+    auto host = [&](auto& buf, std::int64_t n) {
+      using E = std::remove_reference_t<decltype(*buf.data())>;
+      return tensor_view<E, 1>::contiguous(buf.data(), {n});
+    };
+    const ops::token_buckets found = ops::build_token_buckets(
+        host(host_inputs_, Tl), config_.vocab_size, host(host_order_, Tl), host(host_starts_, Tl + 1),
+        host(host_ids_, Tl));
+    return found.distinct();
+  }
+
+  void begin_step(std::int64_t distinct) {
+    outside_->phase(gpt2_step_phase::step_begin);
+    B& b = *backend_;
+    auto& s = *stream_;
+    auto up = [&](std::string_view name, const void* from, std::size_t bytes) {
+      b.copy_async(region(name).data, from, bytes, copy_kind::host_to_device, s);
+    };
+    up("tokens", host_inputs_.data(), host_inputs_.size_bytes());
+    up("targets", host_targets_.data(), host_targets_.size_bytes());
+    up("bucket order", host_order_.data(), host_order_.size_bytes());
+    up("bucket starts", host_starts_.data(), static_cast<std::size_t>(distinct + 1) * sizeof(std::int64_t));
+    up("bucket ids", host_ids_.data(), static_cast<std::size_t>(distinct) * sizeof(std::int32_t));
+    const std::int64_t Tl = shape_.local_tokens;
+    buckets_ = {tensor_view<const std::int64_t, 1>::contiguous(region("bucket order").template as<std::int64_t>(), {Tl}),
+                tensor_view<const std::int64_t, 1>::contiguous(region("bucket starts").template as<std::int64_t>(),
+                                                               {distinct + 1}),
+                tensor_view<const std::int32_t, 1>::contiguous(region("bucket ids").template as<std::int32_t>(),
+                                                               {distinct})};
+    state_->zero_gradients(s);
+    b.memset_async(losses_.data(), 0, static_cast<std::size_t>(Tl) * sizeof(float), s);
+  }
+
+  void end_step() {
+    outside_->phase(gpt2_step_phase::step_end);
+    replay_->end_step();
+  }
+
+  /// Resets a step that threw part-way: drains the stream, returns what the
+  /// step held of the plan and rewinds the replay.
+  void abandon() noexcept {
+    try {
+      backend_->synchronize(*stream_);
+    } catch (...) {  // the error is already on its way to the caller
+    }
+    outside_->release();
+    try {
+      replay_->reset();
+    } catch (...) {
+    }
+  }
+
+  /// f(local chunk k, its first local row, its first global position) for
+  /// the chunks of local rows [r0, r1).
+  template <class F>
+  void for_each_chunk(std::int64_t r0, std::int64_t r1, F f) const {
+    const std::int64_t c = shape_.layout_chunk;
+    for (std::int64_t row = r0; row < r1; row += c) f(row, layout_->global_token(sp_rank_, row));
+  }
+
+  void run_step(std::int64_t distinct) {
+    B& b = *backend_;
+    auto& s = *stream_;
+    const std::int64_t C = config_.channels, NH = config_.num_heads;
+    begin_step(distinct);
+    auto rows_of = [&](gpt2_matrix m, std::int64_t r0, std::int64_t n) { return m.slice(r0, n); };
+    auto span_of = [&](gpt2_matrix m) {
+      return std::span<float>(m.data(), static_cast<std::size_t>(m.extent(0) * m.extent(1)));
+    };
+    for (const sppo_stage_op& op : program_) {
+      const auto [r0, r1] = shape_.rows(op.subsequence);
+      const std::int64_t n = r1 - r0;
+      if (op.forward) {
+        const gpt2_matrix x = rows_of(residual_, r0, n);
+        if (op.receive_from >= 0) {
+          pp_->template recv<float>(b, s, span_of(x), op.receive_from);
+        } else {
+          for_each_chunk(r0, r1, [&](std::int64_t row, std::int64_t position) {
+            gpt2_embedding_forward(b, s, residual_.slice(row, shape_.layout_chunk),
+                                   tokens_.slice(row, shape_.layout_chunk), p_, config_.vocab_size, position);
+          });
+        }
+        for (std::int64_t l = 0; l < shape_.stage_layers; ++l) {
+          const gpt2_layer_activations& a = activations_[static_cast<std::size_t>(l)];
+          b.copy_async(a.input.slice(r0, n).data(), x.data(), static_cast<std::size_t>(n * C) * sizeof(float),
+                       copy_kind::device_to_device, s);
+          gpt2_distributed_block_attention<comm_type, B> attention{attention_[static_cast<std::size_t>(l)].get(), NH};
+          gpt2_layer_forward(b, s, p_.layer(l), a, x, attention, r0, n);
+        }
+        if (op.send_to >= 0) pp_->template send<const float>(b, s, span_of(x), op.send_to);
+        continue;
+      }
+      const gpt2_matrix dx = rows_of(dresidual_, r0, n);
+      if (op.receive_from >= 0) {
+        pp_->template recv<float>(b, s, span_of(dx), op.receive_from);
+      } else {
+        // The last stage: the loss of this subsequence and the head's backward.
+        gpt2_head_views head = head_;
+        head.x = rows_of(residual_, r0, n), head.lnf = rows_of(head_.lnf, r0, n);
+        head.dlnf = rows_of(head_.dlnf, r0, n);
+        head.lnf_mean = head_.lnf_mean.slice(r0, n), head.lnf_rstd = head_.lnf_rstd.slice(r0, n);
+        head.losses = losses_.slice(r0, n), head.targets = targets_.slice(r0, n);
+        gpt2_head_loss(b, s, p_, g_, head, config_.vocab_size, 1.0f / static_cast<float>(shape_.tokens));
+        gpt2_head_backward(b, s, p_, g_, head, dx);
+      }
+      for (std::int64_t l = shape_.stage_layers - 1; l >= 0; --l) {
+        const std::string section = section_name(op.subsequence, l);
+        mark_section_begin(*replay_, section);
+        gpt2_distributed_block_attention<comm_type, B> attention{attention_[static_cast<std::size_t>(l)].get(), NH};
+        gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), activations_[static_cast<std::size_t>(l)], dx, *replay_,
+                            attention, r0, n, shape_.mlp_chunk);
+        mark_section_end(*replay_, section);
+      }
+      if (op.send_to >= 0) {
+        pp_->template send<const float>(b, s, span_of(dx), op.send_to);
+      } else {
+        for_each_chunk(r0, r1, [&](std::int64_t row, std::int64_t position) {
+          gpt2_position_embedding_backward(b, s, g_, dresidual_.slice(row, shape_.layout_chunk), position);
+        });
+      }
+    }
+    if (first_stage()) {
+      detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
+    }
+    // Gradients: summed over the stage's ranks; the tied wte over stages.
+    sp_->template all_reduce<float>(b, s, state_->gradient_span(), state_->gradient_span());
+    if (shape_.pp > 1 && (first_stage() || last_stage())) {
+      const auto wte = std::span<float>(g_.wte.data(), static_cast<std::size_t>(g_.wte.extent(0) * g_.wte.extent(1)));
+      tied_->template all_reduce<float>(b, s, wte, wte);
+    }
+    // Losses: the last stage's ranks' tokens gathered (in their local order)
+    // and handed to the other stages (which contribute zeros).
+    const auto Tl = static_cast<std::size_t>(shape_.local_tokens), T = static_cast<std::size_t>(shape_.tokens);
+    sp_->template all_gather<float>(b, s, std::span<const float>(losses_.data(), Tl),
+                                    std::span<float>(gathered_.data(), T));
+    if (shape_.pp > 1) {
+      const auto all = std::span<float>(gathered_.data(), T);
+      pp_->template all_reduce<float>(b, s, all, all);
+    }
+    b.copy_async(host_losses_.data(), gathered_.data(), host_losses_.size_bytes(), copy_kind::device_to_host, s);
+    end_step();
+    b.synchronize(s);
+    for (int r = 0; r < shape_.sp; ++r) {
+      layout_->unshuffle<float>(std::span<const float>(host_losses_.data() + static_cast<std::size_t>(r) * Tl, Tl), r,
+                                global_losses_);
+    }
+  }
+
+  // ---- parameters ----
+
+  /// f(stage offset, full offset, count, owned) for each contiguous piece of
+  /// this stage's parameters: the per-layer tensors' rows of its layers,
+  /// and wte, wpe, lnfw, lnfb whole where it holds them (count 0 where not);
+  /// `owned` says whether this stage's copy is the one that counts (wte:
+  /// stage 0 of the two that hold it).
+  template <class F>
+  void for_each_stage_tensor(F f) const {
+    for (std::size_t t = 0; t < gpt2_tensor_count; ++t) {
+      const gpt2_tensor_info& mine = stage_table_.tensors[t];
+      const gpt2_tensor_info& full = full_table_.tensors[t];
+      const auto tensor = static_cast<gpt2_tensor>(t);
+      if (tensor == gpt2_tensor::wte || tensor == gpt2_tensor::wpe) {
+        f(mine.offset, full.offset, mine.count, first_stage());
+      } else if (tensor == gpt2_tensor::lnfw || tensor == gpt2_tensor::lnfb) {
+        f(mine.offset, full.offset, mine.count, last_stage());
+      } else {
+        const auto first_layer = static_cast<std::uint64_t>(stage_ * shape_.stage_layers);
+        const std::uint64_t per_layer = full.count / static_cast<std::uint64_t>(config_.num_layers);
+        f(mine.offset, full.offset + first_layer * per_layer, mine.count, true);
+      }
+    }
+  }
+
+  void expect_full(std::size_t n, const char* call) const {
+    expects(n == full_table_.total, [&] {
+      return std::string("gpt2_parallel_model::") + call + ": " + std::to_string(n) + " values given, the model has " +
+             std::to_string(full_table_.total) + " parameters";
+    });
+  }
+
+  /// The whole model's values of `from` on every rank: each stage's
+  /// sequence-parallel rank 0 places its part, the others zeros, and a sum
+  /// over the world (exact: one value and zeros) gives everyone the model.
+  void gather(const float* from, std::span<float> out, const char* call) {
+    expect_full(out.size(), call);
+    B& b = *backend_;
+    auto& s = *stream_;
+    device_floats full(b.device_memory(), full_table_.total);
+    b.memset_async(full.data(), 0, full.size_bytes(), s);
+    if (sp_rank_ == 0) {
+      for_each_stage_tensor([&](std::uint64_t stage_offset, std::uint64_t full_offset, std::uint64_t count, bool owned) {
+        if (owned && count > 0) {
+          b.copy_async(full.data() + full_offset, from + stage_offset, count * sizeof(float),
+                       copy_kind::device_to_device, s);
+        }
+      });
+    }
+    world_->template all_reduce<float>(b, s, full.span(), full.span());
+    pinned_floats host(b.pinned_memory(), full_table_.total);
+    b.copy_async(host.data(), full.data(), full.size_bytes(), copy_kind::device_to_host, s);
+    b.synchronize(s);
+    std::copy_n(host.data(), out.size(), out.data());
+  }
+
+  B* backend_;
+  gpt2_config config_, stage_config_{};
+  gpt2_parallel_options options_;
+  gpt2_parallel_shape shape_;
+  int stage_, sp_rank_;
+  // A timed copy of the world, the stage's group, the pipeline's group and
+  // the first and last stage's group (the tied embedding).
+  std::optional<comm_type> world_, sp_, pp_, tied_;
+  gpt2_parameter_table full_table_{}, stage_table_{};
+  std::optional<fpdt_layout> layout_;
+  stream_schedule schedule_;
+  std::vector<sppo_stage_op> program_;
+  device_bytes workspace_;                          // the stream's BLAS workspace
+  pinned_floats host_losses_;                       // [T]: gathered, in the ranks' local orders
+  pinned_ints host_inputs_, host_targets_, host_ids_;  // [T / S]
+  pinned_longs host_order_, host_starts_;
+  pinned_bytes attention_pinned_;                   // host K/V of every layer (kv_offload)
+  std::vector<float> global_losses_;                // [T]: in sequence order
+  gpt2_parameter_views<float> p_{}, g_{};
+  communication_totals step_comm_{};
+  std::optional<typename B::stream> stream_;
+  std::optional<gpt2_parameter_state<B>> state_;  // this stage's parameters, gradients, AdamW moments
+  // The plan and what is built over it (after the stream: destroyed first).
+  memory_trace trace_;
+  bilevel_result plan_;
+  std::optional<planned_arena> arena_;
+  std::optional<planned_replay_resource> replay_;
+  std::optional<gpt2_outside_buffers> outside_;
+  tensor_view<const std::int32_t, 1> tokens_{}, targets_{};
+  gpt2_vector losses_{}, gathered_{};
+  gpt2_matrix residual_{}, dresidual_{};
+  gpt2_head_views head_{};
+  ops::token_buckets buckets_{};
+  std::vector<gpt2_layer_activations> activations_;           // [stage layers]
+  std::vector<std::unique_ptr<attention_type>> attention_;    // [stage layers]
+};
+
+}  // namespace memo

@@ -1,0 +1,296 @@
+// memo/model/gpt2_parallel_training.hpp
+//
+// The training loop of `train_gpt` across ranks (examples/train_gpt.cpp
+// dispatches here with --sp / --pp): one gpt2_parallel_model over the world
+// communicator, every rank reading the same windows of the same data,
+// AdamW on every rank alike. Rank 0 prints what the run is and a progress
+// line every `log_every` steps (mean loss, the loss on the predictable
+// targets, tokens/s, step time, its device peak and time in communication); every rank prints its
+// own device peak and communication time per step at the end; with `json`
+// rank 0 prints one JSON object (through core/json.hpp) holding every
+// rank's figures instead. A diverged loss (the same on every rank) is an
+// error on every rank. Collective: every rank calls it with the same
+// arguments.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memo/backend/buffer.hpp"
+#include "memo/backend/concepts.hpp"
+#include "memo/core/bytes.hpp"
+#include "memo/core/error.hpp"
+#include "memo/core/json.hpp"
+#include "memo/model/builtin_data.hpp"
+#include "memo/model/checkpoint.hpp"
+#include "memo/model/gpt2_parallel_model.hpp"
+
+namespace memo {
+
+/// What a parallel training run does besides the model's shape.
+struct gpt2_parallel_training {
+  std::int64_t steps = 1;
+  std::int64_t log_every = 0;                 ///< 0: about 25 progress lines
+  ops::adamw_config adamw{};
+  std::uint64_t seed = 1;                     ///< initialisation, unless `parameters`
+  double init_std = 0.02;                     ///< the weights' standard deviation (GPT-2's 0.02)
+  std::span<const float> parameters{};        ///< the whole model's (a checkpoint), or empty
+  std::optional<position_range> predictable;  ///< targets a built-in task makes predictable
+  std::string predictable_label = "predictable loss";  ///< how the progress lines name their loss
+  std::string predictable_key = "predictable_loss";    ///< the JSON key of their losses
+  std::optional<position_range> far;          ///< the predictable targets far from their source
+  std::string data_name;                      ///< for the report
+  std::string checkpoint_out;                 ///< written by rank 0 after the last step
+  bool json = false;
+  std::FILE* out = stdout;
+};
+
+/// One rank's figures, as gathered for the report.
+struct gpt2_rank_figures {
+  int rank = 0, stage = 0, sequence_parallel_rank = 0;
+  std::uint64_t device_peak_bytes = 0, parameter_state_bytes = 0, activation_bytes = 0;
+  double communication_seconds = 0.0;  ///< per step, mean
+  std::uint64_t communication_bytes = 0;  ///< per step
+  double step_seconds = 0.0;           ///< per step, mean
+};
+
+namespace detail {
+
+/// Every rank's figures on every rank (an all_gather of int32 words).
+template <Backend B, class Comm>
+std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, const gpt2_rank_figures& mine) {
+  constexpr std::size_t words = 14;
+  auto split = [](std::uint64_t v, std::int32_t* w) {
+    w[0] = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));
+    w[1] = static_cast<std::int32_t>(static_cast<std::uint32_t>(v >> 32));
+  };
+  auto join = [](const std::int32_t* w) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(w[0])) |
+           (static_cast<std::uint64_t>(static_cast<std::uint32_t>(w[1])) << 32);
+  };
+  std::vector<std::int32_t> packed(words);
+  packed[0] = mine.rank, packed[1] = mine.stage, packed[2] = mine.sequence_parallel_rank;
+  split(mine.device_peak_bytes, &packed[3]);
+  split(mine.parameter_state_bytes, &packed[5]);
+  split(mine.activation_bytes, &packed[7]);
+  split(static_cast<std::uint64_t>(mine.communication_seconds * 1e9), &packed[9]);
+  split(mine.communication_bytes, &packed[11]);
+  packed[13] = static_cast<std::int32_t>(mine.step_seconds * 1e6);  // microseconds
+  const auto P = static_cast<std::size_t>(world.size());
+  using resource = std::remove_reference_t<decltype(backend.device_memory())>;
+  buffer<std::int32_t, resource> send(backend.device_memory(), words), recv(backend.device_memory(), words * P);
+  auto stream = backend.make_stream("rank figures");
+  backend.copy_async(send.data(), packed.data(), send.size_bytes(), copy_kind::host_to_device, stream);
+  world.template all_gather<std::int32_t>(backend, stream, std::span<const std::int32_t>(send.data(), words),
+                                          std::span<std::int32_t>(recv.data(), words * P));
+  std::vector<std::int32_t> all(words * P);
+  backend.copy_async(all.data(), recv.data(), recv.size_bytes(), copy_kind::device_to_host, stream);
+  backend.synchronize(stream);
+  std::vector<gpt2_rank_figures> out(P);
+  for (std::size_t r = 0; r < P; ++r) {
+    const std::int32_t* w = all.data() + r * words;
+    out[r] = {w[0], w[1], w[2], join(w + 3), join(w + 5), join(w + 7), static_cast<double>(join(w + 9)) * 1e-9,
+              join(w + 11), static_cast<double>(w[13]) * 1e-6};
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Trains on `world`'s ranks; `next(inputs, targets)` fills the next window
+/// (the same on every rank). Returns the per-step losses.
+template <class Comm, Backend B, class NextWindow>
+std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_config& config,
+                                        const gpt2_parallel_options& parallel, const gpt2_parallel_training& run,
+                                        NextWindow&& next) {
+  using clock = std::chrono::steady_clock;
+  std::FILE* out = run.out;
+  const int rank = world.rank();
+  const bool speaker = rank == 0;
+  gpt2_parallel_model<Comm, B> model(backend, world, config, parallel);
+  if (run.parameters.empty()) {
+    model.initialize(run.seed, run.init_std);
+  } else {
+    model.set_parameters(run.parameters);
+  }
+  const gpt2_parallel_shape& shape = model.shape();
+  if (speaker && !run.json) {
+    std::fprintf(out, "model: L=%d C=%d NH=%d V=%d (padded %d), %llu parameters\n", config.num_layers,
+                 config.channels, config.num_heads, config.vocab_size, config.padded_vocab_size,
+                 static_cast<unsigned long long>(model.parameter_count()));
+    std::fprintf(out, "data: %s, context %lld\n", run.data_name.c_str(), static_cast<long long>(shape.tokens));
+    std::string lengths;
+    for (std::size_t j = 0; j < shape.partition.count(); ++j) {
+      lengths += (j ? " " : "") + std::to_string(shape.partition.tokens(j));
+    }
+    std::fprintf(out,
+                 "ranks: %d = %d sequence-parallel x %d pipeline stages; %d subsequence%s of {%s} tokens; "
+                 "chunks: FPDT %lld tokens per rank, attention %lld, MLP %lld rows, loss %lld rows\n",
+                 world.size(), shape.sp, shape.pp, shape.subsequences, shape.subsequences == 1 ? "" : "s",
+                 lengths.c_str(), static_cast<long long>(shape.layout_chunk),
+                 static_cast<long long>(shape.attention_chunk), static_cast<long long>(shape.mlp_chunk),
+                 static_cast<long long>(shape.loss_chunk));
+  }
+  if (!run.json) {
+    const auto& plan = model.memory_plan();
+    std::fprintf(out,
+                 "rank %d (stage %d, sequence-parallel rank %d): layers [%lld, %lld), parameters+gradients+AdamW "
+                 "%s, planned arena %s (bi-level peak %s, flat lower bound %s)%s\n",
+                 rank, model.stage(), model.sequence_parallel_rank(),
+                 static_cast<long long>(model.stage() * shape.stage_layers),
+                 static_cast<long long>((model.stage() + 1) * shape.stage_layers),
+                 format_bytes(model.parameter_state_bytes()).c_str(), format_bytes(model.activation_bytes()).c_str(),
+                 format_bytes(plan.plan.peak_bytes).c_str(), format_bytes(plan.flat_lower_bound_bytes).c_str(),
+                 model.kv_offload() ? (", host K/V " + format_bytes(model.host_offload_bytes())).c_str() : "");
+    std::fflush(out);
+  }
+  backend.device_memory().reset_peak();
+
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(shape.tokens)), targets(inputs.size());
+  std::vector<double> losses, copy_losses, far_losses;
+  const std::int64_t log_every = run.log_every > 0 ? run.log_every : std::max<std::int64_t>(1, run.steps / 25);
+  double interval_seconds = 0, interval_loss = 0, interval_copy = 0, interval_far = 0, interval_comm = 0;
+  double total_comm = 0, total_step = 0;
+  std::uint64_t total_comm_bytes = 0;
+  std::int64_t interval_steps = 0;
+  const auto start = clock::now();
+  for (std::int64_t step = 1; step <= run.steps; ++step) {
+    next(std::span<std::int32_t>(inputs), std::span<std::int32_t>(targets));
+    const auto t0 = clock::now();
+    const float loss = model.train_step(inputs, targets, run.adamw);
+    if (!std::isfinite(loss)) {
+      char lr[32];
+      std::snprintf(lr, sizeof lr, "%g", run.adamw.learning_rate);
+      throw error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
+                  ", training diverged (--lr " + lr + " is too large?)" +
+                  (run.checkpoint_out.empty() ? "" : "; no checkpoint written"));
+    }
+    const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const communication_totals comm = model.step_communication();
+    interval_seconds += seconds, total_step += seconds;
+    interval_comm += comm.seconds, total_comm += comm.seconds, total_comm_bytes += comm.payload_bytes;
+    losses.push_back(loss);
+    if (run.predictable) copy_losses.push_back(model.mean_loss(*run.predictable));
+    if (run.far) far_losses.push_back(model.mean_loss(*run.far));
+    interval_loss += loss;
+    interval_copy += run.predictable ? copy_losses.back() : 0.0;
+    interval_far += run.far ? far_losses.back() : 0.0;
+    ++interval_steps;
+    if (speaker && !run.json && (step % log_every == 0 || step == run.steps)) {
+      const double n = static_cast<double>(interval_steps);
+      char copy[64] = "-";
+      if (run.predictable) std::snprintf(copy, sizeof copy, "%.4f", interval_copy / n);
+      if (run.far) {
+        const std::size_t used = std::strlen(copy);
+        std::snprintf(copy + used, sizeof copy - used, " (far %.4f)", interval_far / n);
+      }
+      std::fprintf(out,
+                   "step %5lld  loss %.4f  %s %s  %6.0f tokens/s  %5.2f ms/step  "
+                   "rank 0: device peak %s, communication %.2f ms/step\n",
+                   static_cast<long long>(step), interval_loss / n, run.predictable_label.c_str(), copy,
+                   n * static_cast<double>(shape.tokens) / interval_seconds, interval_seconds / n * 1e3,
+                   format_bytes(backend.device_memory().peak_bytes()).c_str(), interval_comm / n * 1e3);
+      std::fflush(out);
+      interval_seconds = interval_loss = interval_copy = interval_far = interval_comm = 0;
+      interval_steps = 0;
+    }
+  }
+  const double total = std::chrono::duration<double>(clock::now() - start).count();
+  const double steps = static_cast<double>(run.steps);
+  if (!run.checkpoint_out.empty()) {
+    std::vector<float> parameters(model.parameter_count());
+    model.get_parameters(parameters);  // collective
+    if (speaker) write_gpt2_checkpoint(run.checkpoint_out, config, parameters);
+  }
+  const gpt2_rank_figures mine{rank,
+                               model.stage(),
+                               model.sequence_parallel_rank(),
+                               backend.device_memory().peak_bytes(),
+                               model.parameter_state_bytes(),
+                               model.activation_bytes(),
+                               total_comm / steps,
+                               static_cast<std::uint64_t>(static_cast<double>(total_comm_bytes) / steps),
+                               total_step / steps};
+  if (!run.json) {
+    std::fprintf(out,
+                 "rank %d: device peak %s (parameters+gradients+AdamW %s, activations %s); communication %.2f ms "
+                 "of a %.2f ms step (%.1f%%), %s per step\n",
+                 rank, format_bytes(mine.device_peak_bytes).c_str(), format_bytes(mine.parameter_state_bytes).c_str(),
+                 format_bytes(mine.activation_bytes).c_str(), mine.communication_seconds * 1e3,
+                 mine.step_seconds * 1e3,
+                 mine.step_seconds > 0 ? 100.0 * mine.communication_seconds / mine.step_seconds : 0.0,
+                 format_bytes(mine.communication_bytes).c_str());
+    std::fflush(out);
+  }
+  const std::vector<gpt2_rank_figures> ranks = detail::gather_rank_figures(backend, world, mine);
+  const double tokens_per_second = steps * static_cast<double>(shape.tokens) / total;
+  if (speaker && run.json) {
+    json_writer j;
+    j.begin_object();
+    j.key("model").begin_object();
+    j.field("layers", config.num_layers).field("channels", config.channels);
+    j.field("heads", config.num_heads).field("vocab", config.vocab_size);
+    j.field("padded_vocab", config.padded_vocab_size);
+    j.field("parameters", model.parameter_count()).end_object();
+    j.field("data", run.data_name).field("context", shape.tokens);
+    j.field("ranks", world.size()).field("sequence_parallel", shape.sp).field("pipeline_stages", shape.pp);
+    j.field("subsequences", shape.subsequences);
+    j.key("subsequence_tokens").begin_array();
+    for (std::size_t k = 0; k < shape.partition.count(); ++k) j.value(shape.partition.tokens(k));
+    j.end_array();
+    j.field("layout_chunk", shape.layout_chunk).field("attention_chunk", shape.attention_chunk);
+    j.field("mlp_chunk", shape.mlp_chunk).field("loss_chunk", shape.loss_chunk);
+    j.field("kv_offload", model.kv_offload());
+    j.field("steps", run.steps).field("lr", run.adamw.learning_rate).field("weight_decay", run.adamw.weight_decay);
+    j.field("seed", run.seed).field("init_std", run.init_std).field("seconds", total).field("tokens_per_second", tokens_per_second);
+    j.key("loss").begin_array();
+    for (double l : losses) j.value(l);
+    j.end_array();
+    auto series = [&](const std::string& key, bool has, const std::vector<double>& v) {
+      j.key(key);
+      if (!has) {
+        j.null();
+        return;
+      }
+      j.begin_array();
+      for (double l : v) j.value(l);
+      j.end_array();
+    };
+    series(run.predictable_key, run.predictable.has_value(), copy_losses);
+    if (run.far) series("far_" + run.predictable_key, true, far_losses);
+    j.key("rank_figures").begin_array();
+    for (const auto& r : ranks) {
+      j.begin_object();
+      j.field("rank", r.rank).field("stage", r.stage).field("sequence_parallel_rank", r.sequence_parallel_rank);
+      j.field("device_peak_bytes", r.device_peak_bytes).field("parameter_state_bytes", r.parameter_state_bytes);
+      j.field("activation_bytes", r.activation_bytes);
+      j.field("step_seconds", r.step_seconds).field("communication_seconds_per_step", r.communication_seconds);
+      j.field("communication_bytes_per_step", r.communication_bytes);
+      j.end_object();
+    }
+    j.end_array();
+    if (!run.checkpoint_out.empty()) j.field("checkpoint_out", run.checkpoint_out);
+    j.end_object();
+    std::fprintf(out, "%s\n", j.str().c_str());
+  } else if (speaker) {
+    std::fprintf(out, "done: %lld steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f", static_cast<long long>(run.steps),
+                 total, tokens_per_second, losses.front(), losses.back());
+    if (run.predictable) {
+      std::fprintf(out, "; %s %.4f -> %.4f", run.predictable_label.c_str(), copy_losses.front(), copy_losses.back());
+    }
+    if (run.far) std::fprintf(out, " (far %.4f -> %.4f)", far_losses.front(), far_losses.back());
+    std::fprintf(out, "\n");
+    if (!run.checkpoint_out.empty()) std::fprintf(out, "checkpoint written to %s\n", run.checkpoint_out.c_str());
+  }
+  std::fflush(out);
+  return losses;
+}
+
+}  // namespace memo

@@ -1,0 +1,304 @@
+#include "memo/model/gpt2_parallel_model.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpt2_reference.hpp"
+#include "memo/backend/host_backend.hpp"
+#include "memo/backend/thread_communicator.hpp"
+#include "memo/model/gpt2_model.hpp"
+
+namespace {
+
+using parallel = memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend>;
+using single = memo::gpt2_model<memo::host_backend>;
+
+// maxT=64, V=11, Vp=16, L=4, NH=4, C=16: four layers for up to four stages,
+// four heads for up to four sequence-parallel ranks.
+memo::gpt2_config shape() { return {64, 11, 16, 4, 4, 16}; }
+constexpr std::int64_t context = 32;
+
+memo::host_backend::options one_thread() {
+  memo::host_backend::options o;
+  o.compute_threads = 1;
+  return o;
+}
+
+/// Runs `body(rank, communicator, backend)` on P threads; returns each
+/// rank's error message ("" when it returned normally).
+using rank_body = std::function<void(int, memo::thread_communicator&, memo::host_backend&)>;
+
+std::vector<std::string> on_ranks(int P, const rank_body& body,
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) {
+  memo::thread_communicator::options options;
+  options.timeout = timeout;
+  auto comms = memo::thread_communicator::create_group(P, options);
+  std::vector<std::string> errors(static_cast<std::size_t>(P));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+      try {
+        memo::host_backend backend(one_thread());
+        body(r, comm, backend);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+struct result {
+  std::vector<float> losses;        // per step
+  std::vector<float> token_losses;  // of the first step
+  std::vector<float> gradients;     // of the first step
+  std::vector<float> parameters;    // after the last step
+};
+
+const memo::ops::adamw_config adamw{.learning_rate = 1e-2, .weight_decay = 0.01};
+
+/// `steps` AdamW steps of the single-device model from `params`.
+result single_run(const std::vector<float>& params, const std::vector<std::int32_t>& in,
+                  const std::vector<std::int32_t>& tg, int steps, std::int64_t attention_chunk) {
+  memo::host_backend backend(one_thread());
+  single m(backend, shape(), {.context = context, .loss_chunk = 5, .attention_chunk = attention_chunk});
+  m.set_parameters(params);
+  result out;
+  out.gradients.resize(m.parameter_count());
+  out.parameters.resize(m.parameter_count());
+  for (int s = 0; s < steps; ++s) {
+    out.losses.push_back(m.forward_backward(in, tg));
+    if (s == 0) {
+      m.get_gradients(out.gradients);
+      out.token_losses.assign(m.token_losses().begin(), m.token_losses().end());
+    }
+    m.update(adamw);
+  }
+  m.get_parameters(out.parameters);
+  return out;
+}
+
+/// The same on P = S x Q thread ranks; every rank's result must agree, and
+/// rank 0's is returned.
+result parallel_run(const memo::gpt2_parallel_options& options, const std::vector<float>& params,
+                    const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg, int steps) {
+  const int P = options.sequence_parallel * options.pipeline_stages;
+  std::vector<result> per_rank(static_cast<std::size_t>(P));
+  const auto errors = on_ranks(P, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+    parallel m(backend, comm, shape(), options);
+    m.set_parameters(params);
+    result& out = per_rank[static_cast<std::size_t>(r)];
+    out.gradients.resize(m.parameter_count());
+    out.parameters.resize(m.parameter_count());
+    for (int s = 0; s < steps; ++s) {
+      out.losses.push_back(m.forward_backward(in, tg));
+      if (s == 0) {
+        m.get_gradients(out.gradients);
+        out.token_losses.assign(m.token_losses().begin(), m.token_losses().end());
+      }
+      m.update(adamw);
+    }
+    m.get_parameters(out.parameters);
+  });
+  for (const auto& e : errors) REQUIRE(e == "");
+  for (int r = 1; r < P; ++r) {
+    CHECK(per_rank[static_cast<std::size_t>(r)].losses == per_rank[0].losses);
+    CHECK(per_rank[static_cast<std::size_t>(r)].gradients == per_rank[0].gradients);
+    CHECK(per_rank[static_cast<std::size_t>(r)].parameters == per_rank[0].parameters);
+  }
+  return per_rank[0];
+}
+
+/// max |a - b| / max(1, max |b|).
+double scaled_error(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0, scale = 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+  }
+  return worst / scale;
+}
+
+}  // namespace
+
+TEST_CASE("gpt2_parallel_model: sequence parallel, pipelined and both give the single-device losses and gradients") {
+  const auto params = memo_test::random_parameters(shape(), 3);
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  const memo_test::vec p64(params.begin(), params.end());
+  memo_test::vec ref_losses;
+  const double ref = memo_test::reference_loss(shape(), p64, in, tg, &ref_losses);
+  struct setting {
+    int sp, pp, subsequences;
+    bool balanced, offload;
+    std::int64_t chunk;  // FPDT layout chunk
+  };
+  const setting settings[] = {
+      {1, 1, 1, true, false, 8},   // one rank: the same model on the parallel code path
+      {2, 1, 1, true, false, 4},   // FPDT over two ranks, four chunks each
+      {4, 1, 1, true, true, 2},    // four ranks, host K/V
+      {1, 1, 4, false, false, 4},  // subsequences without stages: K/V and dK/dV carried
+      {1, 2, 2, true, false, 4},   // two stages
+      {1, 4, 4, false, false, 8},  // four stages, one layer each
+      {2, 2, 4, true, false, 2},   // both: two stages of two ranks
+  };
+  // The single-device run uses the same attention chunk (so each head's
+  // arithmetic is the same; what differs is the order of sums).
+  for (const auto& s : settings) {
+    const std::int64_t attention_chunk = s.sp * s.chunk;
+    CAPTURE(s.sp);
+    CAPTURE(s.pp);
+    CAPTURE(s.subsequences);
+    CAPTURE(s.offload);
+    const result want = single_run(params, in, tg, 3, attention_chunk);
+    const result got = parallel_run({.context = context,
+                                     .sequence_parallel = s.sp,
+                                     .pipeline_stages = s.pp,
+                                     .subsequences = s.subsequences,
+                                     .balanced_subsequences = s.balanced,
+                                     .layout_chunk = s.chunk,
+                                     .attention_chunk = attention_chunk,
+                                     .loss_chunk = 3,
+                                     .kv_offload = s.offload},
+                                    params, in, tg, 3);
+    // The first loss and every token's against the fp64 model.
+    CHECK(got.losses[0] == doctest::Approx(ref).epsilon(1e-5));
+    for (std::int64_t t = 0; t < context; ++t) {
+      const auto k = static_cast<std::size_t>(t);
+      CHECK(got.token_losses[k] == doctest::Approx(ref_losses[k]).epsilon(1e-5));
+    }
+    // Per-step losses (AdamW replicated on every rank) and the gradients
+    // against one device. (Trained parameters are not compared: AdamW turns
+    // a gradient of 1e-12 instead of 0, on a parameter no token uses, into a
+    // full step of the learning rate.)
+    for (std::size_t k = 0; k < want.losses.size(); ++k) {
+      CHECK(got.losses[k] == doctest::Approx(want.losses[k]).epsilon(1e-6));
+    }
+    CHECK(scaled_error(got.gradients, want.gradients) < 2e-6);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, naming the numbers") {
+  struct bad {
+    int ranks;
+    memo::gpt2_parallel_options options;
+    const char* message;
+  };
+  const bad cases[] = {
+      {4, {.context = context, .sequence_parallel = 3}, "sequence parallel 3 x pipeline stages 1 must equal the 4 ranks"},
+      {3, {.context = context, .sequence_parallel = 3}, "4 heads are not divisible by 3 sequence-parallel ranks"},
+      {3, {.context = context, .pipeline_stages = 3}, "4 layers are not divisible by 3 pipeline stages"},
+      {2, {.context = 30, .sequence_parallel = 2, .layout_chunk = 4}, "context 30 is not a multiple of 2 ranks x chunk 4"},
+      {2, {.context = 32, .sequence_parallel = 2, .subsequences = 8, .layout_chunk = 4},
+       "context 32 has 4 chunk groups of 8 tokens, fewer than the 8 subsequences"},
+      {2, {.context = 32, .pipeline_stages = 2, .subsequences = 1}, "1 subsequences for 2 pipeline stages"},
+      {2, {.context = 32, .pipeline_stages = 2, .kv_offload = true}, "host K/V (kv_offload) needs one subsequence"},
+      {2, {.context = 32, .sequence_parallel = 2, .subsequences = 2, .layout_chunk = 4, .attention_chunk = 3},
+       "attention chunk 3 does not divide a chunk group of 8 tokens"},
+      {1, {.context = 65}, "context 65 must lie in [1, maxT 64]"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    const auto errors = on_ranks(c.ranks, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+      parallel m(backend, comm, shape(), c.options);
+    }, std::chrono::milliseconds(5000));
+    for (const auto& e : errors) CHECK(e.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails its peers instead of hanging") {
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  for (const bool pipeline : {false, true}) {
+    CAPTURE(pipeline);
+    const memo::gpt2_parallel_options options{.context = context,
+                                              .sequence_parallel = pipeline ? 1 : 2,
+                                              .pipeline_stages = pipeline ? 2 : 1};
+    // Rank 1 steps once, then gives a token outside the vocabulary (its
+    // check fails before any collective) and leaves; rank 0 steps on.
+    const auto errors = on_ranks(2, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+      parallel m(backend, comm, shape(), options);
+      m.initialize(1);
+      m.train_step(in, tg, {});
+      auto mine = in;
+      if (r == 1) mine[5] = 11;
+      m.train_step(mine, tg, {});
+    }, std::chrono::milliseconds(20000));
+    CHECK(errors[1].find("input token 11 at position 5 is outside the vocabulary [0, 11)") != std::string::npos);
+    CHECK(errors[0].find("rank 1") != std::string::npos);
+    CHECK(errors[0].find("left the group") != std::string::npos);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: a step allocates nothing; its plan holds chunked MLP and loss buffers") {
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  const auto errors = on_ranks(4, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+    const memo::gpt2_parallel_options options{
+        .context = context, .sequence_parallel = 2, .pipeline_stages = 2, .subsequences = 2, .layout_chunk = 4,
+        .loss_chunk = 4};
+    parallel m(backend, comm, shape(), options);
+    m.initialize(7);
+    m.train_step(in, tg, {});
+    const auto device = backend.device_memory().allocation_count();
+    const auto pinned = backend.pinned_memory().allocation_count();
+    const auto bytes = backend.device_memory().current_bytes();
+    for (int s = 0; s < 2; ++s) m.train_step(in, tg, {});
+    CHECK(backend.device_memory().allocation_count() == device);
+    CHECK(backend.pinned_memory().allocation_count() == pinned);
+    CHECK(backend.device_memory().current_bytes() == bytes);
+    CHECK(bytes == m.parameter_state_bytes() + m.activation_bytes());
+    // A stage holds its two layers (12 C^2 + 13 C each), the token
+    // embedding [Vp, C], and the position embedding [maxT, C] (stage 0) or
+    // the final layernorm [2 C] (stage 1); four copies of 4 bytes.
+    const std::uint64_t C = 16, held = 2 * (12 * C * C + 13 * C) + 16 * C + (m.stage() == 0 ? 64 * C : 2 * C);
+    CHECK(m.parameter_state_bytes() == 16 * held);
+    // Two layers per stage, two subsequences: four block sections.
+    CHECK(m.step_trace().sections.size() == 4);
+    // The MLP's gradient buffers are [c / 2, 4C] = [2, 64] floats, never
+    // [rows of a subsequence, 4C]; the logits buffer is [4, Vp] (last stage).
+    const std::uint64_t mlp = 2 * 64 * 4, whole = 8 * 64 * 4;
+    bool has_mlp = false, has_whole = false, has_logits = false;
+    for (const auto& b : m.step_trace().problem.buffers) {
+      has_mlp = has_mlp || b.size_bytes == mlp;
+      has_whole = has_whole || b.size_bytes == whole;
+      has_logits = has_logits || b.size_bytes == 4 * 16 * 4;
+    }
+    CHECK(has_mlp);
+    CHECK_FALSE(has_whole);
+    CHECK(has_logits == (m.stage() == 1));
+    CHECK(m.memory_plan().plan.peak_bytes >= m.memory_plan().flat_lower_bound_bytes);
+    // Communication was counted: the all-to-alls, the hand-offs, the sums.
+    CHECK(m.step_communication().calls > 0);
+    CHECK(m.step_communication().payload_bytes > 0);
+    CHECK(m.step_communication().seconds > 0.0);
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+TEST_CASE("gpt2_parallel_model: all-to-alls behind the attention's compute change no bit") {
+  const auto params = memo_test::random_parameters(shape(), 5);
+  const auto in = memo_test::random_tokens(context, 11, 3), tg = memo_test::random_tokens(context, 11, 4);
+  for (const int pp : {1, 2}) {
+    CAPTURE(pp);
+    memo::gpt2_parallel_options options{.context = context,
+                                        .sequence_parallel = 2,
+                                        .pipeline_stages = pp,
+                                        .subsequences = 2 * pp,
+                                        .layout_chunk = 2,
+                                        .attention_chunk = 4,
+                                        .loss_chunk = 4};
+    const result overlapped = parallel_run(options, params, in, tg, 2);
+    options.overlap_exchanges = false;
+    const result serial = parallel_run(options, params, in, tg, 2);
+    CHECK(overlapped.losses == serial.losses);
+    CHECK(overlapped.gradients == serial.gradients);
+    CHECK(overlapped.token_losses == serial.token_losses);
+  }
+}
