@@ -182,9 +182,7 @@ int main(int argc, char** argv) {
       j.begin_object().field("example", "pipeline_example");
       j.field("model_loss_max_difference", loss_difference);
       j.field("attention_max_difference", difference);
-      j.key("balanced_lengths").begin_array();
-      for (const std::uint64_t n : balanced.lengths()) j.value(n);
-      j.end_array();
+      j.field("balanced_lengths", balanced.lengths());
       j.field("balanced_over_equal_cost", cost_ratio);
       j.field("plain_step", plain_step).field("multiplexed_step", multiplexed_step);
       j.field("sp", solution.best.sp).field("pp", solution.best.pp).field("n", solution.best.n);

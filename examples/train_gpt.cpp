@@ -721,29 +721,13 @@ int run(const options& o) {
     j.key("memory_plan");
     write_plan_json(j, model, plan, caching);
     j.field("seconds", total).field("tokens_per_second", tokens_per_second);
-    j.key("loss").begin_array();
-    for (double l : losses) j.value(l);
-    j.end_array();
-    auto series = [&](const char* name, bool has, const std::vector<double>& v) {
-      j.key(name);
-      if (!has) {
-        j.null();
-        return;
-      }
-      j.begin_array();
-      for (double l : v) j.value(l);
-      j.end_array();
-    };
+    j.field("loss", losses);
+    using series = std::optional<std::span<const double>>;  // null where the data has none
     const bool recall = data.builtin() && o.task == builtin_task::recall;
-    series("answer_loss", recall, predictable_losses);
-    series("far_answer_loss", recall && far.has_value(), far_losses);
-    series("copied_half_loss", data.builtin() && !recall, predictable_losses);
-    j.key("chance_loss");
-    if (data.builtin()) {
-      j.value(data.chance_loss());
-    } else {
-      j.null();
-    }
+    j.field("answer_loss", recall ? series(predictable_losses) : std::nullopt);
+    j.field("far_answer_loss", recall && far.has_value() ? series(far_losses) : std::nullopt);
+    j.field("copied_half_loss", data.builtin() && !recall ? series(predictable_losses) : std::nullopt);
+    j.field("chance_loss", data.builtin() ? std::optional(data.chance_loss()) : std::nullopt);
     if (!o.checkpoint_out.empty()) j.field("checkpoint_out", o.checkpoint_out);
     j.end_object();
     std::printf("%s\n", j.str().c_str());

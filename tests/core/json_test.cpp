@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 TEST_CASE("json: writer handles commas, nesting, escapes and non-finite numbers") {
   memo::json_writer j;
@@ -35,6 +37,21 @@ TEST_CASE("json: writer writes an optional as its value or null") {
       .field("path", std::optional<std::string>("p.csv"))
       .end_object();
   CHECK(j.str() == R"({"some":32,"none":null,"path":"p.csv"})");
+}
+
+TEST_CASE("json: writer writes a sequence as an array, an absent one as null") {
+  const std::vector<double> losses{2.5, std::numeric_limits<double>::infinity(), 0.125};
+  const std::vector<std::int64_t> empty;
+  using series = std::optional<std::span<const double>>;
+  memo::json_writer j;
+  j.begin_object()
+      .field("loss", losses)
+      .field("steps", empty)
+      .field("names", std::vector<std::string>{"a", "b"})
+      .field("some", series(losses))
+      .field("none", series())
+      .end_object();
+  CHECK(j.str() == R"({"loss":[2.5,null,0.125],"steps":[],"names":["a","b"],"some":[2.5,null,0.125],"none":null})");
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -68,6 +69,17 @@ class json_writer {
     separate();
     out_ += "null";
     return *this;
+  }
+  /// A sequence of numbers, strings or flags, written as an array.
+  template <class T>
+  json_writer& value(std::span<const T> items) {
+    begin_array();
+    for (const T& item : items) value(item);
+    return end_array();
+  }
+  template <class T>
+  json_writer& value(const std::vector<T>& items) {
+    return value(std::span<const T>(items));
   }
   /// An absent optional is written as `null`.
   template <class T>

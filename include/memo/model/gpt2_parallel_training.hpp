@@ -250,21 +250,10 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     j.field("kv_offload", model.kv_offload());
     j.field("steps", run.steps).field("lr", run.adamw.learning_rate).field("weight_decay", run.adamw.weight_decay);
     j.field("seed", run.seed).field("init_std", run.init_std).field("seconds", total).field("tokens_per_second", tokens_per_second);
-    j.key("loss").begin_array();
-    for (double l : losses) j.value(l);
-    j.end_array();
-    auto series = [&](const std::string& key, bool has, const std::vector<double>& v) {
-      j.key(key);
-      if (!has) {
-        j.null();
-        return;
-      }
-      j.begin_array();
-      for (double l : v) j.value(l);
-      j.end_array();
-    };
-    series(run.predictable_key, run.predictable.has_value(), copy_losses);
-    if (run.far) series("far_" + run.predictable_key, true, far_losses);
+    j.field("loss", losses);
+    using series = std::optional<std::span<const double>>;  // null where the data has none
+    j.field(run.predictable_key, run.predictable.has_value() ? series(copy_losses) : std::nullopt);
+    if (run.far) j.field("far_" + run.predictable_key, far_losses);
     j.key("rank_figures").begin_array();
     for (const auto& r : ranks) {
       j.begin_object();
