@@ -23,6 +23,7 @@
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
+#include <memo/core/text.hpp>
 #include <memo/model/attention.hpp>
 
 #include <algorithm>
@@ -104,6 +105,7 @@ double time_gemm(memo::host_backend& backend, memo::host_backend::stream& stream
 int main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
+  std::int64_t min_tokens = 0;
   std::int64_t max_tokens = 65536;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -111,10 +113,15 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--json") {
       json = true;
-    } else if (arg == "--max-tokens" && i + 1 < argc) {
-      max_tokens = std::atoll(argv[++i]);
+    } else if ((arg == "--max-tokens" || arg == "--min-tokens") && i + 1 < argc) {
+      const auto n = memo::detail::parse_integer<std::int64_t>(argv[++i]);
+      if (!n || *n < 1) {
+        std::fprintf(stderr, "attention_bench: %s '%s' is not a positive integer\n", arg.c_str(), argv[i]);
+        return 2;
+      }
+      (arg == "--max-tokens" ? max_tokens : min_tokens) = *n;
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--quick] [--json] [--max-tokens N]\n");
+      std::fprintf(stderr, "usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N]\n");
       return 2;
     }
   }
@@ -132,7 +139,7 @@ int main(int argc, char** argv) {
   std::vector<problem> problems;
   for (const std::int64_t d : head_dims) {
     for (const std::int64_t t : lengths) {
-      if (t > max_tokens) continue;
+      if (t < min_tokens || t > max_tokens) continue;
       problem p;
       p.shape = {t, heads, kv_heads, d, memo::host_attention_chunk(d, cache_bytes), true};
       const auto qn = static_cast<std::size_t>(t * heads * d);

@@ -283,27 +283,29 @@ memory_case run_memory_case(memo::host_backend& backend, const model_shape& m, s
 int main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
+  std::int64_t min_context = 1024;
   std::int64_t max_context = 16384;
   model_shape shape;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto number = [&](std::int64_t low) {
-      const std::int64_t v = i + 1 < argc ? std::atoll(argv[++i]) : 0;
-      if (v < low) {
+      const auto v = i + 1 < argc ? memo::detail::parse_integer<std::int64_t>(argv[++i]) : std::nullopt;
+      if (!v || *v < low) {
         std::fprintf(stderr, "train_bench: %s needs an integer >= %lld\n", arg.c_str(), static_cast<long long>(low));
         std::exit(2);
       }
-      return v;
+      return *v;
     };
     if (arg == "--quick") quick = true;
     else if (arg == "--json") json = true;
     else if (arg == "--max-context") max_context = number(256);
+    else if (arg == "--min-context") min_context = number(256);
     else if (arg == "--layers") shape.layers = number(1);
     else if (arg == "--channels") shape.channels = number(1);
     else if (arg == "--heads") shape.heads = number(1);
     else {
       std::fprintf(stderr,
-                   "usage: train_bench [--quick] [--json] [--max-context N] [--layers N] [--channels C] "
+                   "usage: train_bench [--quick] [--json] [--min-context N] [--max-context N] [--layers N] [--channels C] "
                    "[--heads H]\n");
       return 2;
     }
@@ -322,7 +324,7 @@ int main(int argc, char** argv) {
 
     // Speed: one model per context, all built first.
     std::vector<std::int64_t> contexts;
-    for (std::int64_t t = quick ? 256 : 1024; t <= (quick ? 512 : max_context); t *= 2) contexts.push_back(t);
+    for (std::int64_t t = quick ? 256 : min_context; t <= (quick ? 512 : max_context); t *= 2) contexts.push_back(t);
     std::vector<timed_context> runs;
     for (const std::int64_t t : contexts) {
       timed_context r;

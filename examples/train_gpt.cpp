@@ -51,14 +51,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <optional>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -111,7 +114,8 @@ struct options {
   builtin_task task = builtin_task::recall;
   std::int64_t keys = 4, values = 4;  // the recall task
   std::int64_t copy_vocab = 16;       // the copy task: token ids in [0, copy_vocab)
-  bool json = false, shape_given = false, task_option_given = false;
+  bool json = false, shape_given = false;
+  std::set<std::string, std::less<>> given;  // every option on the command line
   std::optional<double> alpha;  // --alpha X
   bool alpha_auto = false;      // --alpha auto
   bool kv_offload = false;
@@ -152,9 +156,15 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    o.given.emplace(arg);
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw usage_error(std::string(arg) + " needs a value");
       return argv[++i];
+    };
+    auto path = [&]() -> std::string {
+      std::string text = value();
+      if (text.empty()) throw usage_error(std::string(arg) + " '' is not a file name");
+      return text;
     };
     if (arg == "--help") {
       std::fputs(usage, stdout);
@@ -182,26 +192,28 @@ options parse(int argc, char** argv) {
     } else if (arg == "--seed") {
       o.seed = parse_int<std::uint64_t>(arg, value(), 0, std::numeric_limits<std::uint64_t>::max());
     } else if (arg == "--init-std") {
-      o.init_std = parse_number(arg, value());
-      if (*o.init_std == 0.0) throw usage_error("--init-std '0' is not a positive number");
+      const std::string text = value();
+      o.init_std = parse_number(arg, text);
+      // Beyond 1 the first layernorm's variance overflows fp32 at GPT-2's widths.
+      if (!(*o.init_std > 0.0 && *o.init_std <= 1.0)) {
+        throw usage_error("--init-std '" + text + "' is not a number in (0, 1]");
+      }
     } else if (arg == "--task") {
       const std::string text = value();
       if (text != "recall" && text != "copy") throw usage_error("--task '" + text + "' is not 'recall' or 'copy'");
       o.task = text == "recall" ? builtin_task::recall : builtin_task::copy;
-      o.task_option_given = true;
     } else if (arg == "--keys") {
-      o.keys = parse_int<std::int64_t>(arg, value(), 1, 65536), o.task_option_given = true;
+      o.keys = parse_int<std::int64_t>(arg, value(), 1, 65536);
     } else if (arg == "--values") {
-      o.values = parse_int<std::int64_t>(arg, value(), 2, 65536), o.task_option_given = true;
+      o.values = parse_int<std::int64_t>(arg, value(), 2, 65536);
     } else if (arg == "--copy-vocab") {
       o.copy_vocab = parse_int<std::int64_t>(arg, value(), 2, 65536);
-      o.task_option_given = true;
     } else if (arg == "--data") {
-      o.data = value();
+      o.data = path();
     } else if (arg == "--checkpoint-in") {
-      o.checkpoint_in = value();
+      o.checkpoint_in = path();
     } else if (arg == "--checkpoint-out") {
-      o.checkpoint_out = value();
+      o.checkpoint_out = path();
     } else if (arg == "--alpha") {
       const std::string text = value();
       if (text == "auto") {
@@ -224,7 +236,7 @@ options parse(int argc, char** argv) {
       }
       o.device_budget = *bytes;
     } else if (arg == "--timeline") {
-      o.timeline = value();
+      o.timeline = path();
     } else if (arg == "--print-plan") {
       o.print_plan = true;
     } else if (arg == "--sp") {
@@ -252,9 +264,42 @@ options parse(int argc, char** argv) {
   if (o.shape_given && !o.checkpoint_in.empty()) {
     throw usage_error("--checkpoint-in fixes the model's shape: drop --layers/--channels/--heads");
   }
-  if (o.task_option_given && !o.data.empty()) {
-    throw usage_error("--task, --keys, --values and --copy-vocab describe the built-in data: "
-                      "they do not apply with --data");
+  // An option that would be ignored is an error: the user meant something.
+  auto refuse = [&](std::initializer_list<std::string_view> names, const std::string& why) {
+    for (const std::string_view name : names) {
+      if (o.given.contains(name)) throw usage_error(std::string(name) + " " + why);
+    }
+  };
+  if (!o.data.empty()) {
+    refuse({"--task", "--keys", "--values", "--copy-vocab"},
+           "describes the built-in data: it does not apply with --data");
+  }
+  if (o.task == builtin_task::copy) refuse({"--keys", "--values"}, "describes the recall task, not --task copy");
+  if (o.task == builtin_task::recall) refuse({"--copy-vocab"}, "describes the copy task: add --task copy");
+  if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1) {
+    refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout"},
+           "applies across ranks only: add --sp or --pp above 1");
+  }
+  // An output that is also an input would destroy it (a checkpoint may be
+  // rewritten in place: it is read before the new one replaces it).
+  auto same_file = [](const std::string& a, const std::string& b) {
+    if (a.empty() || b.empty()) return false;
+    std::error_code ec;
+    if (std::filesystem::equivalent(a, b, ec)) return true;
+    return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
+  };
+  const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data}, {"--checkpoint-in", &o.checkpoint_in}};
+  for (const auto& [output, out_path] :
+       {std::pair{"--checkpoint-out", &o.checkpoint_out}, std::pair{"--timeline", &o.timeline}}) {
+    for (const auto& [input, in_path] : inputs) {
+      if (std::string_view(output) == "--checkpoint-out" && std::string_view(input) == "--checkpoint-in") continue;
+      if (same_file(*out_path, *in_path)) {
+        throw usage_error(std::string(output) + " '" + *out_path + "' is the " + input + " file: writing it would destroy it");
+      }
+    }
+  }
+  if (same_file(o.checkpoint_out, o.timeline)) {
+    throw usage_error("--checkpoint-out and --timeline name the same file '" + o.timeline + "'");
   }
   if (o.data.empty()) {
     // The task's own checks, reported as usage errors.
@@ -383,7 +428,12 @@ void write_timeline(const std::string& path, const memo::gpt2_config& config, st
   step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
   step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
   step.protocol = protocol;
-  memo::simulate_memo_step(step, profile).trace.write_chrome_trace(path);
+  // Written like a checkpoint: complete or not at all, an existing file kept
+  // on failure.
+  const std::string json = memo::simulate_memo_step(step, profile).trace.chrome_trace_json();
+  memo::atomic_file_writer file(path);
+  file.write(std::as_bytes(std::span(json)));
+  file.commit();
 }
 
 /// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
@@ -553,6 +603,21 @@ int run(const options& o) {
   if (!o.checkpoint_in.empty()) {
     checkpoint = memo::read_gpt2_checkpoint(o.checkpoint_in, o.context);
     config = checkpoint->config;
+    // The format holds any float; training from a NaN or an infinity only
+    // diverges at the first step, far from the cause.
+    const auto& p = checkpoint->parameters;
+    if (const auto bad = std::find_if(p.begin(), p.end(), [](float v) { return !std::isfinite(v); }); bad != p.end()) {
+      const auto index = static_cast<std::uint64_t>(bad - p.begin());
+      const memo::gpt2_parameter_table table = memo::gpt2_parameter_layout(config);
+      const auto tensor = std::find_if(table.tensors.begin(), table.tensors.end(), [&](const auto& t) {
+        return index >= t.offset && index < t.offset + t.count;
+      });
+      throw memo::error("checkpoint '" + o.checkpoint_in + "': parameter " + std::to_string(index) + " (" +
+                        std::string(tensor->name) + " element " + std::to_string(index - tensor->offset) +
+                        ", byte offset " +
+                        std::to_string(memo::llmc_header_bytes + index * memo::detail::gpt2_bytes_per_element(checkpoint->stored_as)) +
+                        ") is " + (std::isnan(*bad) ? "nan" : "infinite") + ": the file cannot be trained from");
+    }
   } else {
     const std::int64_t vocab = data.builtin() ? data.vocab() : gpt2_vocab;
     config = {static_cast<std::int32_t>(o.context), static_cast<std::int32_t>(vocab), padded(vocab),
@@ -642,15 +707,7 @@ int run(const options& o) {
     data.next(step - 1, inputs, targets);
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, adamw);
-    if (!std::isfinite(loss)) {
-      // Diverged: every later step and a checkpoint would hold garbage, and
-      // the checkpoint could replace a good one.
-      char lr[32];
-      std::snprintf(lr, sizeof lr, "%g", o.lr);
-      throw memo::error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
-                        ", training diverged (--lr " + lr + " is too large?)" +
-                        (o.checkpoint_out.empty() ? "" : "; no checkpoint written"));
-    }
+    if (!std::isfinite(loss)) throw memo::training_diverged(step, loss, o.lr, !o.checkpoint_out.empty());
     interval_seconds += std::chrono::duration<double>(clock::now() - t0).count();
     losses.push_back(loss);
     if (predictable) predictable_losses.push_back(model.mean_loss(*predictable));

@@ -190,6 +190,21 @@ TEST_CASE("gpt2_model: a training step allocates nothing through the backend's r
   CHECK(device_bytes == m.parameter_state_bytes() + m.activation_bytes());
 }
 
+TEST_CASE("gpt2_model: device memory that runs out while the model is built is an error, and nothing leaks") {
+  // Room for the parameter state but not for the step's activations: the
+  // constructor fails after the state's zeroing is queued on the stream, so
+  // it must drain that work before the state's buffers are freed (under
+  // AddressSanitizer, a use after free otherwise).
+  fixture probe;
+  const std::size_t state_bytes = model(probe.backend, probe.config, {.context = context}).parameter_state_bytes();
+  memo::host_backend::options o = two_threads();
+  o.device_capacity_bytes = state_bytes + probe.backend.stream_workspace_bytes();
+  memo::host_backend small(o);
+  CHECK_THROWS_WITH(model(small, probe.config, {.context = context}), doctest::Contains("exhausted"));
+  CHECK(small.device_memory().current_bytes() == 0);
+  CHECK(small.pinned_memory().current_bytes() == 0);
+}
+
 TEST_CASE("gpt2_model: bad shapes and token ids are errors naming the value") {
   fixture f;
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 9}),

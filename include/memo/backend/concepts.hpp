@@ -159,4 +159,15 @@ concept Backend =
 template <class B>
 inline constexpr bool is_backend = Backend<B>;
 
+/// Waits for the work queued on `stream` and drops its error: for
+/// destructors and unwinding, which must not free a buffer that queued work
+/// still uses, and whose error is reported where the work is synchronised.
+template <Backend B>
+void drain(B& backend, typename B::stream& stream) noexcept {
+  try {
+    backend.synchronize(stream);
+  } catch (...) {  // reported by the owner's own synchronize, or already on its way
+  }
+}
+
 }  // namespace memo

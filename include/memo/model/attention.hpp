@@ -132,12 +132,7 @@ class chunked_causal_attention {
   chunked_causal_attention& operator=(const chunked_causal_attention&) = delete;
 
   ~chunked_causal_attention() {
-    if (!copy_) return;
-    try {
-      backend_.synchronize(*copy_);
-    } catch (...) {
-      // The error also reached the caller's stream through copy_done_.
-    }
+    if (copy_) drain(backend_, *copy_);  // its error also reached the caller's stream
   }
 
   [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }

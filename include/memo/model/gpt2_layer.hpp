@@ -330,10 +330,7 @@ class stream_synchronizing_resource {
     return upstream_->allocate(bytes, alignment);
   }
   void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
-    try {
-      backend_->synchronize(*stream_);
-    } catch (...) {  // reported by the caller's own synchronize
-    }
+    drain(*backend_, *stream_);
     upstream_->deallocate(pointer, bytes, alignment);
   }
   [[nodiscard]] std::size_t current_bytes() const { return upstream_->current_bytes(); }

@@ -159,20 +159,22 @@ class gpt2_model {
     }
     stream_.emplace(backend.make_stream("gpt2_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    state_.emplace(backend, *stream_, table_);
-    p_ = state_->parameters();
-    g_ = state_->gradients();
-    memory_.emplace(backend, *stream_, config_, T_, chunk_, attention_shape_, options, p_.layer(0),
-                    g_.layer(0));
+    try {  // a failed allocation must not free buffers the stream is zeroing
+      state_.emplace(backend, *stream_, table_);
+      p_ = state_->parameters();
+      g_ = state_->gradients();
+      memory_.emplace(backend, *stream_, config_, T_, chunk_, attention_shape_, options, p_.layer(0),
+                      g_.layer(0));
+    } catch (...) {
+      drain(backend, *stream_);
+      throw;
+    }
     backend.synchronize(*stream_);
   }
   gpt2_model(const gpt2_model&) = delete;
   gpt2_model& operator=(const gpt2_model&) = delete;
   ~gpt2_model() {
-    try {
-      if (stream_) backend_->synchronize(*stream_);
-    } catch (...) {  // a failed step was reported where it was synchronised
-    }
+    if (stream_) drain(*backend_, *stream_);
   }
 
   [[nodiscard]] const gpt2_config& config() const noexcept { return config_; }

@@ -282,19 +282,21 @@ class gpt2_parallel_model {
     }
     stream_.emplace(backend.make_stream("gpt2_parallel_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    state_.emplace(backend, *stream_, stage_table_);
-    p_ = state_->parameters();
-    g_ = state_->gradients();
-    plan_step();
+    try {  // a failed allocation must not free buffers the stream is zeroing
+      state_.emplace(backend, *stream_, stage_table_);
+      p_ = state_->parameters();
+      g_ = state_->gradients();
+      plan_step();
+    } catch (...) {
+      drain(backend, *stream_);
+      throw;
+    }
     backend.synchronize(*stream_);
   }
   gpt2_parallel_model(const gpt2_parallel_model&) = delete;
   gpt2_parallel_model& operator=(const gpt2_parallel_model&) = delete;
   ~gpt2_parallel_model() {
-    try {
-      if (stream_) backend_->synchronize(*stream_);
-    } catch (...) {  // a failed step was reported where it was synchronised
-    }
+    if (stream_) drain(*backend_, *stream_);
   }
 
   [[nodiscard]] const gpt2_config& config() const noexcept { return config_; }

@@ -53,6 +53,18 @@ struct gpt2_parallel_training {
 };
 
 /// One rank's figures, as gathered for the report.
+/// The error for a step whose loss is not finite: every later step and a
+/// checkpoint would hold garbage (and the checkpoint could replace a good
+/// one), so training stops there.
+inline error training_diverged(std::int64_t step, float loss, double learning_rate, bool checkpoint_asked) {
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "step %lld: the loss is %s, training diverged (non-finite weights, or a learning rate of %g "
+                "too large for this model)",
+                static_cast<long long>(step), std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", learning_rate);
+  return error(std::string(text) + (checkpoint_asked ? "; no checkpoint written" : ""));
+}
+
 struct gpt2_rank_figures {
   int rank = 0, stage = 0, sequence_parallel_rank = 0;
   std::uint64_t device_peak_bytes = 0, parameter_state_bytes = 0, activation_bytes = 0;
@@ -165,13 +177,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     next(std::span<std::int32_t>(inputs), std::span<std::int32_t>(targets));
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, run.adamw);
-    if (!std::isfinite(loss)) {
-      char lr[32];
-      std::snprintf(lr, sizeof lr, "%g", run.adamw.learning_rate);
-      throw error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
-                  ", training diverged (--lr " + lr + " is too large?)" +
-                  (run.checkpoint_out.empty() ? "" : "; no checkpoint written"));
-    }
+    if (!std::isfinite(loss)) throw training_diverged(step, loss, run.adamw.learning_rate, !run.checkpoint_out.empty());
     const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
     const communication_totals comm = model.step_communication();
     interval_seconds += seconds, total_step += seconds;

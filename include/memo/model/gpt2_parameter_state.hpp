@@ -38,11 +38,11 @@ class gpt2_parameter_state {
   gpt2_parameter_state(B& backend, typename B::stream& on, const gpt2_parameter_table& table)
       : backend_(&backend), table_(table) {
     const auto P = static_cast<std::size_t>(table.total);
-    for (auto* b : {&params_, &grads_, &adam_m_, &adam_v_}) {
-      *b = device_floats(backend.device_memory(), P);
-      backend.memset_async(b->data(), 0, b->size_bytes(), on);
-    }
+    // Every allocation before any work is queued: a failed one then leaves
+    // no memset running on a buffer its unwinding frees.
+    for (auto* b : {&params_, &grads_, &adam_m_, &adam_v_}) *b = device_floats(backend.device_memory(), P);
     staging_ = buffer<float, pinned_resource>(backend.pinned_memory(), P);
+    for (auto* b : {&params_, &grads_, &adam_m_, &adam_v_}) backend.memset_async(b->data(), 0, b->size_bytes(), on);
     p_ = view_gpt2_parameters(table_, params_.span());
     g_ = view_gpt2_parameters(table_, grads_.span());
   }

@@ -29,6 +29,7 @@
 
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/text.hpp"
 #include "memo/plan/dsa_problem.hpp"
 
 namespace memo {
@@ -74,53 +75,7 @@ inline std::vector<std::string_view> split_words(std::string_view text) {
   throw error(text);
 }
 
-template <class Int>
-std::optional<Int> parse_integer(std::string_view text) {
-  Int value{};
-  if (text.empty()) return std::nullopt;
-  if (text.front() == '+') text.remove_prefix(1);
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
-  return value;
-}
 
-
-/// `text` for an error message: at most 64 characters (then "..." and the
-/// full length), control bytes and non-ASCII bytes as \xNN.
-inline std::string quote(std::string_view text) {
-  constexpr std::size_t shown = 64;
-  std::string out;
-  for (std::size_t k = 0; k < text.size() && k < shown; ++k) {
-    const auto c = static_cast<unsigned char>(text[k]);
-    if (c < 0x20 || c >= 0x7f || c == '\\') {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (text.size() > shown) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
-
-/// Why `text` is not an integer of type Int: out of range when it is a
-/// well-formed number, malformed otherwise.
-template <class Int>
-std::string integer_problem(std::string_view text) {
-  std::string_view digits = text;
-  if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) digits.remove_prefix(1);
-  const bool numeric = !digits.empty() && std::all_of(digits.begin(), digits.end(),
-                                                      [](char c) { return c >= '0' && c <= '9'; });
-  if (numeric) {
-    return "'" + quote(text) + "' does not fit in " +
-           (std::numeric_limits<Int>::is_signed ? "a signed" : "an unsigned") + " 64-bit integer (" +
-           std::to_string(std::numeric_limits<Int>::min()) + " to " +
-           std::to_string(std::numeric_limits<Int>::max()) + ")";
-  }
-  return "'" + quote(text) + "' is not " +
-         (std::numeric_limits<Int>::is_signed ? "an integer" : "a non-negative integer");
-}
 
 /// A byte count with an optional binary unit suffix; nullopt when malformed
 /// or out of range. A leading '-' is reported by the caller as a negative size.
