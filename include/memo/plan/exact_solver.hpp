@@ -52,12 +52,17 @@ namespace memo {
 namespace detail {
 
 /// Searches over the same component that differ only in how they rank
-/// buffers. Fixed rankings run round robin with node limits that double
-/// every round (so one of them eventually finishes its tree, which proves
-/// infeasibility); between rounds, as many nodes again go to short searches
-/// with pseudo-randomly perturbed rankings (restarts), because a depth-first
-/// search whose early choices were wrong thrashes near the leaves, and a
-/// fresh ranking is the cheapest way out.
+/// buffers and pick the buffer to branch on. Fixed rankings run round robin
+/// with node limits that double every round (so one of them eventually
+/// finishes its tree, which proves infeasibility); between rounds,
+/// `restart_share` times as many nodes go to short searches (restarts),
+/// because a depth-first search whose early choices were wrong thrashes
+/// below them, and a fresh start is the cheapest way out. With
+/// `tight_branching`, a restart ranks the buffers in a shuffled order,
+/// branches on the most constrained tight section with one of five fit
+/// orders in turn, and gets a node budget of n times the next term of the
+/// Luby sequence (1, 1, 2, 1, 1, 2, 4, ...); without it, restarts rank by
+/// perturbed keys, branch canonically and get 3n nodes each.
 class search_portfolio {
  public:
   using clock = dsa_search::clock;
@@ -82,14 +87,30 @@ class search_portfolio {
         if (auto v = conclude(result, k)) return *v;
       }
       if (!options_.restarts) continue;
-      // Restarts: as many nodes as the fixed rankings had, in short searches.
-      for (std::uint64_t spent = 0; spent < fixed_ * limit; spent += first_limit_) {
+      const std::uint64_t share = std::uint64_t{options_.restart_share} * fixed_;
+      const std::uint64_t quota = share != 0 && limit > exact_u64_max / share ? exact_u64_max : share * limit;
+      for (std::uint64_t spent = 0; spent < quota;) {
         if (clock::now() >= deadline) return verdict::unknown;
-        // Alternately around the heaviest-load ranking and the bottom-left one.
         ++seed_;
-        const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
-        dsa_search restart(*buffers_, *table_, rank_by, seed_, options_);
-        const auto result = restart.search(work_, target, target, deadline, first_limit_);
+        std::optional<dsa_search> made;
+        std::uint64_t budget = first_limit_;
+        if (options_.tight_branching) {
+          static constexpr search_strategy::fit_order fits[] = {
+              search_strategy::fit_order::contact_flush, search_strategy::fit_order::contact_flush,
+              search_strategy::fit_order::flush, search_strategy::fit_order::flush,
+              search_strategy::fit_order::contact};
+          const std::size_t turn = seed_ % std::size(fits);
+          const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn]};
+          made.emplace(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
+          budget = luby(seed_) * std::max<std::uint64_t>(64, buffers_->size());
+        } else {
+          // Alternately around the heaviest-load ranking and the bottom-left one.
+          const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
+          made.emplace(*buffers_, *table_, rank_by, seed_, options_);
+        }
+        dsa_search& restart = *made;
+        spent = saturating_add(spent, budget);
+        const auto result = restart.search(work_, target, target, deadline, budget);
         restart_nodes_ += restart.nodes();
         if (result == dsa_search::outcome::found) {
           if (searches_.size() == fixed_) {
@@ -120,6 +141,17 @@ class search_portfolio {
   }
 
  private:
+  // The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, 1, 2, ... (term i >= 1): a
+  // restart schedule within a log factor of the best fixed budget.
+  static std::uint64_t luby(std::uint64_t i) {
+    for (;;) {
+      std::uint64_t k = 1;
+      while ((std::uint64_t{1} << k) - 1 < i) ++k;
+      if (i == (std::uint64_t{1} << k) - 1) return std::uint64_t{1} << (k - 1);
+      i -= (std::uint64_t{1} << (k - 1)) - 1;
+    }
+  }
+
   std::optional<verdict> conclude(dsa_search::outcome result, std::size_t k) {
     switch (result) {
       case dsa_search::outcome::found: best_ = k; return verdict::feasible;
