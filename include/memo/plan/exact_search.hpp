@@ -463,8 +463,10 @@ class dsa_search {
     // the lowest floor of the unplaced buffers live there, so that plus the
     // section's remaining load must fit. The lowest floor can only rise
     // where the buffer that set it was r itself or a neighbour whose floor
-    // just rose; only those sections are rescanned, and r's own sections
-    // (where the unplaced bytes changed) also get the stacking bound.
+    // just rose. r's own sections (where the unplaced bytes changed) are
+    // rescanned with the stacking bound, and so are the sections of every
+    // neighbour whose floor rose; with light bounds, those only where the
+    // lowest floor may have risen, without stacking.
     if (++stamp_ == 0) {  // wrapped: no section may look rescanned already
       std::fill(w.stamp.begin(), w.stamp.end(), 0u);
       stamp_ = 1;
@@ -482,7 +484,7 @@ class dsa_search {
       const std::uint64_t was = saturating_align_up(std::max(w.trail[e].second, long_part), mask_[q]);
       if (was == now) continue;
       for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
-        if (w.lowest[sec] == was) rescan(sec, false);
+        if (!strategy_.light_bounds || w.lowest[sec] == was) rescan(sec, !strategy_.light_bounds);
       }
     }
     if (!long_.empty()) {

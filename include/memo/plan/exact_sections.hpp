@@ -188,9 +188,19 @@ class placed_max_tree {
     }
     counts_.pop_back();
   }
-  /// Highest end of the placed buffers live in some section of [first, last).
+  /// Highest end of the placed buffers live in some section of [first, last)
+  /// (first < last): the `below` maxima of the nodes that tile the range,
+  /// and the `cover` maxima of every node that overlaps it without lying
+  /// inside it, which are the ancestors of its first and last leaf.
   [[nodiscard]] std::uint64_t max(std::size_t first, std::size_t last) const {
-    return max(1, 0, size_, first, last);
+    std::uint64_t best = 0;
+    for (std::size_t node = (first + size_) >> 1; node >= 1; node >>= 1) best = std::max(best, cover_[node]);
+    for (std::size_t node = (last - 1 + size_) >> 1; node >= 1; node >>= 1) best = std::max(best, cover_[node]);
+    for (std::size_t lo = first + size_, hi = last + size_; lo < hi; lo >>= 1, hi >>= 1) {
+      if (lo & 1u) best = std::max(best, below_[lo++]);
+      if (hi & 1u) best = std::max(best, below_[--hi]);
+    }
+    return best;
   }
 
  private:
@@ -210,13 +220,6 @@ class placed_max_tree {
     const std::size_t mid = (lo + hi) / 2;
     insert(2 * node, lo, mid, first, last, end);
     insert(2 * node + 1, mid, hi, first, last, end);
-  }
-  [[nodiscard]] std::uint64_t max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first,
-                                  std::size_t last) const {
-    if (last <= lo || hi <= first) return 0;
-    if (first <= lo && hi <= last) return below_[node];
-    const std::size_t mid = (lo + hi) / 2;
-    return std::max({cover_[node], max(2 * node, lo, mid, first, last), max(2 * node + 1, mid, hi, first, last)});
   }
 
   std::size_t size_ = 1;

@@ -100,7 +100,7 @@ class search_portfolio {
               search_strategy::fit_order::flush, search_strategy::fit_order::flush,
               search_strategy::fit_order::contact};
           const std::size_t turn = seed_ % std::size(fits);
-          const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn]};
+          const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn], true};
           made.emplace(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
           budget = luby(seed_) * std::max<std::uint64_t>(64, buffers_->size());
         } else {

@@ -120,6 +120,10 @@ struct search_strategy {
   bool tight_first = false;
   bool leftmost = false;
   fit_order fit = fit_order::rank;
+  /// The stacking bound only in the sections of the buffer just placed
+  /// (not in those of the neighbours it raised): cheaper nodes, weaker
+  /// pruning; for short dives that look for a plan rather than a proof.
+  bool light_bounds = false;
 };
 
 /// The buffers of a component in rank order (rank -> index).
