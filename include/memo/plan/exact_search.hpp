@@ -43,7 +43,7 @@ class dsa_search {
 
   dsa_search(const std::vector<dsa_buffer>& buffers, const section_table& table, ranking rank_by,
              std::uint64_t seed = 0, const exact_options& options = {}, search_strategy strategy = {})
-      : table_(&table), options_(options), strategy_(strategy) {
+      : table_(&table), options_(options), strategy_(strategy), seed_(seed) {
     n_ = table.n;
     const std::vector<std::uint32_t> order = rank_buffers(buffers, table, rank_by, seed);
     original_ = order;
@@ -367,14 +367,24 @@ class dsa_search {
     }
     clock_->expired(t.sections + unplaced_count_);
     if (chosen == none) return fallback;
+    // Equal fits are taken in a pseudo-random order drawn from the seed, so
+    // that dives over the same ranking still differ.
+    auto shuffle_key = [&](std::uint32_t r) {
+      std::uint64_t h = (seed_ ^ original_[r]) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 29;
+      return h * 0xbf58476d1ce4e5b9ull;
+    };
     std::uint32_t pick = none;
     std::uint64_t best = 0;
+    std::uint64_t best_key = 0;
     for (const std::uint32_t r : candidates) {
       if (first_[r] > chosen || chosen >= last_[r]) continue;
       const std::uint64_t score = fit_score(r, level);
-      if (pick == none || score > best || (score == best && r < pick)) {
+      const std::uint64_t key = shuffle_key(r);
+      if (pick == none || score > best || (score == best && key < best_key)) {
         pick = r;
         best = score;
+        best_key = key;
       }
     }
     return pick == none ? fallback : pick;
@@ -637,6 +647,7 @@ class dsa_search {
   const section_table* table_;
   exact_options options_;
   search_strategy strategy_;
+  std::uint64_t seed_ = 0;
   std::uint32_t n_ = 0;
   std::vector<std::uint32_t> original_;
   std::vector<std::uint32_t> rank_of_;

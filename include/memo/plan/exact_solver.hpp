@@ -60,8 +60,9 @@ namespace detail {
 /// below them, and a fresh start is the cheapest way out. With
 /// `tight_branching`, a restart ranks the buffers in a shuffled order,
 /// branches on the most constrained tight section with one of five fit
-/// orders in turn, and gets a node budget of n times the next term of the
-/// Luby sequence (1, 1, 2, 1, 1, 2, 4, ...); without it, restarts rank by
+/// orders in turn (equal fits in a pseudo-random order), uses the light
+/// bounds, and gets a node budget of n times the next term of the Luby
+/// sequence (1, 1, 2, 1, 1, 2, 4, ...); without it, restarts rank by
 /// perturbed keys, branch canonically and get 3n nodes each.
 class search_portfolio {
  public:
@@ -92,23 +93,8 @@ class search_portfolio {
       for (std::uint64_t spent = 0; spent < quota;) {
         if (clock::now() >= deadline) return verdict::unknown;
         ++seed_;
-        std::optional<dsa_search> made;
         std::uint64_t budget = first_limit_;
-        if (options_.tight_branching) {
-          static constexpr search_strategy::fit_order fits[] = {
-              search_strategy::fit_order::contact_flush, search_strategy::fit_order::contact_flush,
-              search_strategy::fit_order::flush, search_strategy::fit_order::flush,
-              search_strategy::fit_order::contact};
-          const std::size_t turn = seed_ % std::size(fits);
-          const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn], true};
-          made.emplace(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
-          budget = luby(seed_) * std::max<std::uint64_t>(64, buffers_->size());
-        } else {
-          // Alternately around the heaviest-load ranking and the bottom-left one.
-          const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
-          made.emplace(*buffers_, *table_, rank_by, seed_, options_);
-        }
-        dsa_search& restart = *made;
+        dsa_search restart = next_dive(budget);
         spent = saturating_add(spent, budget);
         const auto result = restart.search(work_, target, target, deadline, budget);
         restart_nodes_ += restart.nodes();
@@ -141,6 +127,22 @@ class search_portfolio {
   }
 
  private:
+  // The next restart and its node budget.
+  dsa_search next_dive(std::uint64_t& budget) {
+    if (!options_.tight_branching) {
+      // Alternately around the heaviest-load ranking and the bottom-left one.
+      const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
+      budget = first_limit_;
+      return dsa_search(*buffers_, *table_, rank_by, seed_, options_);
+    }
+    using fit = search_strategy::fit_order;
+    static constexpr fit fits[] = {fit::contact_flush, fit::contact_flush, fit::flush, fit::flush, fit::contact};
+    const std::size_t turn = seed_ % std::size(fits);
+    const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn], true};
+    budget = luby(seed_) * std::max<std::uint64_t>(64, buffers_->size());
+    return dsa_search(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
+  }
+
   // The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, 1, 2, ... (term i >= 1): a
   // restart schedule within a log factor of the best fixed budget.
   static std::uint64_t luby(std::uint64_t i) {
