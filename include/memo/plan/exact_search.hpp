@@ -55,12 +55,19 @@ class dsa_search {
     twin_before_.assign(n_, none);
     twin_after_.assign(n_, none);
     is_long_.assign(n_, 0);
+    // Every offset is a multiple of the smallest alignment g, so a buffer
+    // with another one above it in some section keeps the bytes up to the
+    // next multiple of g free there: its padding.
+    std::uint64_t g = exact_u64_max;
+    for (const auto& b : buffers) g = std::min(g, b.alignment);
+    pad_.assign(n_, 0);
     for (std::uint32_t r = 0; r < n_; ++r) {
       const std::uint32_t i = order[r];
       const auto& b = buffers[i];
       rank_of_[i] = r;
       size_[r] = b.size_bytes;
       mask_[r] = b.alignment - 1;
+      pad_[r] = (g - b.size_bytes % g) % g;
       first_[r] = table.first[i];
       last_[r] = table.last[i];
       is_long_[r] = table.in_long[i];
@@ -512,6 +519,8 @@ class dsa_search {
     if (w.stamp[sec] == stamp_) return;
     w.stamp[sec] = stamp_;
     std::uint64_t lowest = exact_u64_max;
+    wide padding = 0;          // of the unplaced members here
+    std::uint64_t top_pad = 0;  // the largest: the topmost one keeps none
     auto& lows = w.scratch;
     lows.clear();
     for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
@@ -519,23 +528,29 @@ class dsa_search {
       if (w.placed[q]) continue;
       const std::uint64_t floor = aligned_floor(q);
       lowest = std::min(lowest, floor);
-      if (stacking) lows.emplace_back(floor, size_[q]);
+      padding += pad_[q];
+      top_pad = std::max(top_pad, pad_[q]);
+      if (stacking) lows.emplace_back(floor, q);
     }
     clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
     if (stacking && lows.size() > 1) {
-      // Stacking: the buffers here that cannot start below e all fit above e.
+      // Stacking: the buffers here that cannot start below e all fit above
+      // e, each but the topmost with its padding.
       std::sort(lows.begin(), lows.end());
       wide above = 0;
+      std::uint64_t most = 0;
       for (std::size_t k = lows.size(); k-- > 0;) {
-        above += lows[k].second;
-        top_ = std::max(top_, wide{lows[k].first} + above);
+        const auto q = static_cast<std::uint32_t>(lows[k].second);
+        above += wide{size_[q]} + pad_[q];
+        most = std::max(most, pad_[q]);
+        top_ = std::max(top_, wide{lows[k].first} + above - most);
       }
     }
     if (lowest == w.lowest[sec]) return;
     w.section_trail.emplace_back(sec, w.lowest[sec]);
     w.lowest[sec] = lowest;
     const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
-    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec]);
+    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec] + padding - top_pad);
   }
 
   // A section where level + unplaced bytes == target is tight: its
@@ -577,7 +592,8 @@ class dsa_search {
   // only be placed
   // above a time neighbour placed later, so at or above at + min_size. In
   // each section of the skipped buffer, for every height e, the unplaced
-  // buffers that cannot start below e must all fit above it (members only:
+  // buffers that cannot start below e must all fit above it, each but the
+  // topmost with its padding (members only:
   // leaving out the long buffers' bytes keeps it sound). This catches a
   // section left unfillable at a height as soon as its last candidate there
   // is skipped, instead of when the search moves past the height.
@@ -594,14 +610,17 @@ class dsa_search {
         if (w.placed[q]) continue;
         const std::uint64_t floor = aligned_floor(q);
         const bool blocked = floor < at || (floor == at && excluded(q, at));
-        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, size_[q]);
+        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, q);
       }
       clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
       std::sort(lows.begin(), lows.end());
       wide above = 0;
+      std::uint64_t most = 0;
       for (std::size_t k = lows.size(); k-- > 0;) {
-        above += lows[k].second;
-        if (wide{lows[k].first} + above > target_) return false;
+        const auto q = static_cast<std::uint32_t>(lows[k].second);
+        above += wide{size_[q]} + pad_[q];
+        most = std::max(most, pad_[q]);
+        if (wide{lows[k].first} + above - most > target_) return false;
       }
       const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
       const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
@@ -653,6 +672,7 @@ class dsa_search {
   std::vector<std::uint32_t> rank_of_;
   std::vector<std::uint64_t> size_;
   std::vector<std::uint64_t> mask_;
+  std::vector<std::uint64_t> pad_;  // up to the next multiple of the smallest alignment
   std::vector<std::uint32_t> first_;
   std::vector<std::uint32_t> last_;  // one past
   std::vector<std::uint32_t> twin_before_;

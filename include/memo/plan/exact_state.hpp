@@ -71,7 +71,7 @@ struct search_workspace {
   std::vector<std::uint64_t> long_part;          // per short buffer: long_ends over its span,
   std::vector<std::uint64_t> long_part_version;  // valid while long_version is unchanged
   std::uint64_t long_version = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, size)
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, rank)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> level_starts;  // candidate spans
   std::vector<std::uint8_t> level_reach;
   // Branching: every unplaced buffer's aligned floor at the current node,
