@@ -552,6 +552,7 @@ int main(int argc, char** argv) {
     off("no-symmetry", &memo::exact_options::symmetry);
     off("no-decomposition", &memo::exact_options::decomposition);
     off("no-restarts", &memo::exact_options::restarts);
+    off("no-tight-branching", &memo::exact_options::tight_branching);
     struct item {
       const char* family;
       const char* mode;

@@ -723,3 +723,46 @@ TEST_CASE("exact: the exact plan check catches wrapping ends and overlaps") {
   CHECK(reason.find("share addresses") != std::string::npos);
   CHECK(!memo::detail::exact_plan_peak(fits, {0, half - 1}, half, reason).has_value());
 }
+
+TEST_CASE("exact: the placed-ends tree and its trail undo 64-bit ends exactly") {
+  // Inserts random intervals with ends spread over the whole 64-bit range
+  // (so both halves of every trailed value matter), then erases them one by
+  // one; after every step each range maximum is compared with a plain list.
+  std::mt19937_64 rng(7);
+  const std::size_t sections = 13;
+  memo::detail::placed_max_tree tree;
+  tree.reset(sections);
+  struct placed {
+    std::size_t first, last;
+    std::uint64_t end;
+  };
+  std::vector<placed> stack;
+  const std::uint64_t edges[] = {0, 1, 0xffffffffu, std::uint64_t{1} << 32, std::numeric_limits<std::uint64_t>::max()};
+  auto check_all = [&] {
+    for (std::size_t first = 0; first < sections; ++first) {
+      for (std::size_t last = first + 1; last <= sections; ++last) {
+        std::uint64_t expected = 0;
+        for (const auto& p : stack) {
+          if (p.first < last && first < p.last) expected = std::max(expected, p.end);
+        }
+        REQUIRE(tree.max(first, last) == expected);
+      }
+    }
+  };
+  for (int step = 0; step < 40; ++step) {
+    const std::size_t a = rng() % sections, b = rng() % sections;
+    const placed p{std::min(a, b), std::max(a, b) + 1, step % 3 == 0 ? edges[rng() % 5] : rng()};
+    tree.insert(p.first, p.last, p.end);
+    stack.push_back(p);
+    check_all();
+  }
+  while (!stack.empty()) {
+    tree.erase();
+    stack.pop_back();
+    check_all();
+  }
+  const memo::detail::trail_entry entry(0x7fffffffu, 0xfedcba9876543210u);
+  CHECK(entry.index() == 0x7fffffffu);
+  CHECK(entry.value() == 0xfedcba9876543210u);
+  static_assert(sizeof(memo::detail::trail_entry) == 12);
+}

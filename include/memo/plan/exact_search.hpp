@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -49,35 +50,28 @@ class dsa_search {
     original_ = order;
     rank_of_.resize(n_);
     size_.resize(n_);
-    mask_.resize(n_);
+    shift_.resize(n_);
     first_.resize(n_);
     last_.resize(n_);
-    twin_before_.assign(n_, none);
-    twin_after_.assign(n_, none);
-    is_long_.assign(n_, 0);
-    // Every offset is a multiple of the smallest alignment g, so a buffer
-    // with another one above it in some section keeps the bytes up to the
-    // next multiple of g free there: its padding.
-    std::uint64_t g = exact_u64_max;
-    for (const auto& b : buffers) g = std::min(g, b.alignment);
-    pad_.assign(n_, 0);
+    flags_.assign(n_, 0);
+    std::uint64_t smallest = exact_u64_max;
+    for (const auto& b : buffers) smallest = std::min(smallest, b.alignment);
+    granule_mask_ = buffers.empty() ? 0 : smallest - 1;
     for (std::uint32_t r = 0; r < n_; ++r) {
       const std::uint32_t i = order[r];
       const auto& b = buffers[i];
       rank_of_[i] = r;
       size_[r] = b.size_bytes;
-      mask_[r] = b.alignment - 1;
-      pad_[r] = (g - b.size_bytes % g) % g;
+      shift_[r] = static_cast<std::uint8_t>(std::countr_zero(b.alignment));
       first_[r] = table.first[i];
       last_[r] = table.last[i];
-      is_long_[r] = table.in_long[i];
+      if (table.in_long[i]) flags_[r] |= long_flag;
       if (table.in_long[i]) long_.push_back(r);
       if (r > 0 && options_.symmetry) {
         const auto& p = buffers[order[r - 1]];
         if (p.size_bytes == b.size_bytes && p.lower == b.lower && p.upper == b.upper &&
             p.alignment == b.alignment) {
-          twin_before_[r] = r - 1;
-          twin_after_[r - 1] = r;
+          flags_[r] |= twin_flag;
         }
       }
     }
@@ -116,6 +110,12 @@ class dsa_search {
     return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
   }
 
+  /// Drops the plan this search found (another search's is kept instead).
+  void forget_plan() {
+    std::vector<std::uint64_t>().swap(best_);
+    has_plan_ = false;
+  }
+
   /// The best plan found by any search so far (by rank), if any.
   [[nodiscard]] bool has_plan() const noexcept { return has_plan_; }
   [[nodiscard]] std::uint64_t best_peak() const noexcept { return best_peak_; }
@@ -124,6 +124,9 @@ class dsa_search {
 
  private:
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  // Ranks are below 2^29 (section_table refuses more buffers), so the
+  // top bit of a rank is free to carry a flag in the exclusion trail.
+  static constexpr std::uint32_t excluded_bit = std::uint32_t{1} << 31;
   using wide = wide_uint;
 
   void reset() {
@@ -176,7 +179,7 @@ class dsa_search {
   // trails nothing per short buffer under it.
   [[nodiscard]] std::uint64_t floor_of(std::uint32_t r) const noexcept {
     auto& w = *w_;
-    if (is_long_[r]) return w.placed_ends.max(first_[r], last_[r]);
+    if (is_long(r)) return w.placed_ends.max(first_[r], last_[r]);
     if (long_.empty()) return w.floor[r];
     if (w.long_part_version[r] != w.long_version) {
       w.long_part[r] = w.long_ends.max(first_[r], last_[r]);
@@ -185,7 +188,21 @@ class dsa_search {
     return std::max(w.floor[r], w.long_part[r]);
   }
   [[nodiscard]] std::uint64_t aligned_floor(std::uint32_t r) const noexcept {
-    return saturating_align_up(floor_of(r), mask_[r]);
+    return saturating_align_up(floor_of(r), mask(r));
+  }
+  [[nodiscard]] bool is_long(std::uint32_t r) const noexcept { return (flags_[r] & long_flag) != 0; }
+  [[nodiscard]] std::uint32_t twin_before(std::uint32_t r) const noexcept {
+    return (flags_[r] & twin_flag) != 0 ? r - 1 : none;
+  }
+  [[nodiscard]] std::uint32_t twin_after(std::uint32_t r) const noexcept {
+    return r + 1 < n_ && (flags_[r + 1] & twin_flag) != 0 ? r + 1 : none;
+  }
+  [[nodiscard]] std::uint64_t mask(std::uint32_t r) const noexcept { return (std::uint64_t{1} << shift_[r]) - 1; }
+  // Every offset is a multiple of the smallest alignment, so a buffer with
+  // another one above it in some section keeps the bytes up to the next
+  // multiple free there: its padding.
+  [[nodiscard]] std::uint64_t pad(std::uint32_t r) const noexcept {
+    return (granule_mask_ + 1 - (size_[r] & granule_mask_)) & granule_mask_;
   }
   [[nodiscard]] bool overlaps(std::uint32_t a, std::uint32_t b) const noexcept {
     return first_[a] < last_[b] && first_[b] < last_[a];
@@ -237,8 +254,8 @@ class dsa_search {
   // the one placed lower, so none of them can sit at the level either.
   void exclude(std::uint32_t r, std::uint64_t level) {
     auto& w = *w_;
-    for (std::uint32_t q = r; q != none; q = twin_after_[q]) {
-      w.exclusion_trail.emplace_back(q, w.excluded_at[q], w.excluded[q]);
+    for (std::uint32_t q = r; q != none; q = twin_after(q)) {
+      w.exclusion_trail.emplace_back(q | (w.excluded[q] != 0 ? excluded_bit : 0u), w.excluded_at[q]);
       w.excluded_at[q] = level;
       w.excluded[q] = 1;
     }
@@ -247,9 +264,10 @@ class dsa_search {
     auto& w = *w_;
     const std::size_t mark = frames_.back().exclusion_mark;
     while (w.exclusion_trail.size() > mark) {
-      const auto [q, at, flag] = w.exclusion_trail.back();
-      w.excluded_at[q] = at;
-      w.excluded[q] = flag;
+      const std::uint32_t code = w.exclusion_trail.back().index();
+      const std::uint32_t q = code & ~excluded_bit;
+      w.excluded_at[q] = w.exclusion_trail.back().value();
+      w.excluded[q] = static_cast<std::uint8_t>((code & excluded_bit) != 0);
       w.exclusion_trail.pop_back();
     }
     frames_.pop_back();
@@ -313,7 +331,7 @@ class dsa_search {
           dead = w.unplaced_neighbours[r] == 0;  // blocked for good
           continue;
         }
-        if (twin_before_[r] != none && !w.placed[twin_before_[r]]) continue;
+        if (twin_before(r) != none && !w.placed[twin_before(r)]) continue;
         if (at < pick_offset || (at == pick_offset && r < pick)) {
           pick = r;
           pick_offset = at;
@@ -356,7 +374,7 @@ class dsa_search {
     for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
       const std::uint32_t r = w.unplaced[k];
       if (w.node_floor[r] != level || excluded(r, level)) continue;
-      if (twin_before_[r] != none && !w.placed[twin_before_[r]]) continue;
+      if (twin_before(r) != none && !w.placed[twin_before(r)]) continue;
       candidates.push_back(r);
       ++cover[first_[r]];
       --cover[last_[r]];
@@ -450,7 +468,7 @@ class dsa_search {
     }
     w.remaining.add(first_[r], last_[r], ~size_[r] + 1);  // minus size, mod 2^64
     w.placed_ends.insert(first_[r], last_[r], end);  // the skyline; the floors of long buffers
-    if (is_long_[r]) {
+    if (is_long(r)) {
       w.long_ends.insert(first_[r], last_[r], end);
       ++w.long_version;
     }
@@ -470,7 +488,7 @@ class dsa_search {
       const std::uint32_t q = w.unplaced[q_at];
       if (!overlaps(q, r)) continue;
       --w.unplaced_neighbours[q];
-      if (!is_long_[q] && !is_long_[r] && w.floor[q] < end) {
+      if (!is_long(q) && !is_long(r) && w.floor[q] < end) {
         w.trail.emplace_back(q, w.floor[q]);
         w.floor[q] = end;
       }
@@ -488,17 +506,17 @@ class dsa_search {
       std::fill(w.stamp.begin(), w.stamp.end(), 0u);
       stamp_ = 1;
     }
-    const bool r_long = is_long_[r] != 0;
+    const bool r_long = is_long(r);
     for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) {
       w.rem[sec] -= size_[r];
       if (!r_long) rescan(sec, true);
     }
     clock_->expired(last_[r] - first_[r]);
     for (std::size_t e = trail_before; e < w.trail.size(); ++e) {
-      const std::uint32_t q = w.trail[e].first;
+      const std::uint32_t q = w.trail[e].index();
       const std::uint64_t now = aligned_floor(q);  // refreshes the long part of q
       const std::uint64_t long_part = long_.empty() ? 0 : w.long_part[q];
-      const std::uint64_t was = saturating_align_up(std::max(w.trail[e].second, long_part), mask_[q]);
+      const std::uint64_t was = saturating_align_up(std::max(w.trail[e].value(), long_part), mask(q));
       if (was == now) continue;
       for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
         if (!strategy_.light_bounds || w.lowest[sec] == was) rescan(sec, !strategy_.light_bounds);
@@ -528,8 +546,8 @@ class dsa_search {
       if (w.placed[q]) continue;
       const std::uint64_t floor = aligned_floor(q);
       lowest = std::min(lowest, floor);
-      padding += pad_[q];
-      top_pad = std::max(top_pad, pad_[q]);
+      padding += pad(q);
+      top_pad = std::max(top_pad, pad(q));
       if (stacking) lows.emplace_back(floor, q);
     }
     clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
@@ -541,8 +559,8 @@ class dsa_search {
       std::uint64_t most = 0;
       for (std::size_t k = lows.size(); k-- > 0;) {
         const auto q = static_cast<std::uint32_t>(lows[k].second);
-        above += wide{size_[q]} + pad_[q];
-        most = std::max(most, pad_[q]);
+        above += wide{size_[q]} + pad(q);
+        most = std::max(most, pad(q));
         top_ = std::max(top_, wide{lows[k].first} + above - most);
       }
     }
@@ -600,7 +618,7 @@ class dsa_search {
   bool skip_fits(std::uint32_t skipped, std::uint64_t at, std::uint64_t min_size) {
     auto& w = *w_;
     const auto& t = *table_;
-    if (is_long_[skipped]) return true;
+    if (is_long(skipped)) return true;
     const std::uint64_t blocked_from = saturating_add(at, min_size);
     auto& lows = w.scratch;
     for (std::uint32_t sec = first_[skipped]; sec < last_[skipped]; ++sec) {
@@ -618,8 +636,8 @@ class dsa_search {
       std::uint64_t most = 0;
       for (std::size_t k = lows.size(); k-- > 0;) {
         const auto q = static_cast<std::uint32_t>(lows[k].second);
-        above += wide{size_[q]} + pad_[q];
-        most = std::max(most, pad_[q]);
+        above += wide{size_[q]} + pad(q);
+        most = std::max(most, pad(q));
         if (wide{lows[k].first} + above - most > target_) return false;
       }
       const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
@@ -634,11 +652,11 @@ class dsa_search {
     const undo_record u = undo_.back();
     undo_.pop_back();
     while (w.section_trail.size() > u.section_trail_size) {
-      w.lowest[w.section_trail.back().first] = w.section_trail.back().second;
+      w.lowest[w.section_trail.back().index()] = w.section_trail.back().value();
       w.section_trail.pop_back();
     }
     while (w.trail.size() > u.trail_size) {
-      w.floor[w.trail.back().first] = w.trail.back().second;
+      w.floor[w.trail.back().index()] = w.trail.back().value();
       w.trail.pop_back();
     }
     for (std::uint32_t q_at = 0; q_at < unplaced_count_; ++q_at) {
@@ -653,7 +671,7 @@ class dsa_search {
     }
     w.remaining.add(first_[r], last_[r], size_[r]);
     w.placed_ends.erase();
-    if (is_long_[r]) {
+    if (is_long(r)) {
       w.long_ends.erase();
       ++w.long_version;
     }
@@ -671,13 +689,15 @@ class dsa_search {
   std::vector<std::uint32_t> original_;
   std::vector<std::uint32_t> rank_of_;
   std::vector<std::uint64_t> size_;
-  std::vector<std::uint64_t> mask_;
-  std::vector<std::uint64_t> pad_;  // up to the next multiple of the smallest alignment
+  std::vector<std::uint8_t> shift_;  // log2 of the alignment
   std::vector<std::uint32_t> first_;
   std::vector<std::uint32_t> last_;  // one past
-  std::vector<std::uint32_t> twin_before_;
-  std::vector<std::uint32_t> twin_after_;
-  std::vector<std::uint8_t> is_long_;
+  // Per rank: no section membership (`long_flag`); the same size, lifetime
+  // and alignment as the buffer ranked just before (`twin_flag`).
+  static constexpr std::uint8_t long_flag = 1;
+  static constexpr std::uint8_t twin_flag = 2;
+  std::vector<std::uint8_t> flags_;
+  std::uint64_t granule_mask_ = 0;  // the smallest alignment, minus one
   std::vector<std::uint32_t> long_;  // ranks of the buffers without section membership
 
   // Search state (the rest lives in the workspace).

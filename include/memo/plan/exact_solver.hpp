@@ -104,7 +104,7 @@ class search_portfolio {
           } else {
             searches_[fixed_] = std::move(restart);
           }
-          best_ = fixed_;
+          keep_only(fixed_);
           return verdict::feasible;
         }
         if (auto v = conclude(result, fixed_)) return *v;
@@ -127,6 +127,15 @@ class search_portfolio {
   }
 
  private:
+  // Makes search k's plan the best one; the others' plans are dropped (a
+  // plan is n offsets, and every new plan is better than the old ones).
+  void keep_only(std::size_t k) {
+    best_ = k;
+    for (std::size_t j = 0; j < searches_.size(); ++j) {
+      if (j != k) searches_[j].forget_plan();
+    }
+  }
+
   // The next restart and its node budget.
   dsa_search next_dive(std::uint64_t& budget) {
     if (!options_.tight_branching) {
@@ -156,7 +165,7 @@ class search_portfolio {
 
   std::optional<verdict> conclude(dsa_search::outcome result, std::size_t k) {
     switch (result) {
-      case dsa_search::outcome::found: best_ = k; return verdict::feasible;
+      case dsa_search::outcome::found: keep_only(k); return verdict::feasible;
       case dsa_search::outcome::exhausted: return verdict::infeasible;
       case dsa_search::outcome::timed_out: return verdict::unknown;
       case dsa_search::outcome::out_of_nodes: return std::nullopt;
@@ -222,6 +231,7 @@ class exact_solver {
     std::vector<std::optional<detail::section_table>> tables(components.size());
     std::uint64_t lower_bound = 0;
     for (std::size_t c = 0; c < components.size(); ++c) {
+      parts[c].reserve(components[c].size());
       for (const auto i : components[c]) parts[c].push_back(buffers[i]);
       const std::size_t budget =
           std::max(options_.membership_per_buffer * parts[c].size(), options_.membership_floor);

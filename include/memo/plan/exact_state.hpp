@@ -15,8 +15,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <numeric>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,8 +60,8 @@ struct search_workspace {
   std::vector<std::uint32_t> unplaced_neighbours;
   std::vector<std::uint32_t> unplaced;
   std::vector<std::uint32_t> position;
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> trail;          // (rank, old floor)
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> section_trail;  // (section, old lowest)
+  std::deque<trail_entry> trail;           // (rank, old floor); grows by blocks, without a doubling copy
+  std::vector<trail_entry> section_trail;  // (section, old lowest)
   std::vector<std::uint64_t> rem;     // unplaced bytes live in each section
   std::vector<std::uint64_t> lowest;  // lowest aligned floor of the short unplaced buffers there
   std::vector<std::uint32_t> stamp;
@@ -79,7 +79,7 @@ struct search_workspace {
   std::vector<std::uint64_t> node_floor;
   std::vector<std::uint64_t> excluded_at;
   std::vector<std::uint8_t> excluded;
-  std::vector<std::tuple<std::uint32_t, std::uint64_t, std::uint8_t>> exclusion_trail;  // (rank, old level, old flag)
+  std::vector<trail_entry> exclusion_trail;  // (rank + 2^31 if it was excluded, the level it was excluded from)
   std::vector<std::int32_t> cover;        // per section: candidates starting there minus those ending
   std::vector<std::uint32_t> candidates;  // ranks
 };
