@@ -19,7 +19,8 @@
 // The chunk follows host_attention_chunk(head_dim, 1 MiB): the tiles of one
 // head stay inside a core's share of L2 while its row math runs.
 //
-// Usage: attention_bench [--quick] [--json] [--max-tokens N]
+// Usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N]
+//                        [--head-dim 64|128]
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
   std::int64_t min_tokens = 0;
+  std::int64_t only_head_dim = 0;  // 0: both
   std::int64_t max_tokens = 65536;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -113,6 +115,13 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--head-dim" && i + 1 < argc) {
+      const auto d = memo::detail::parse_integer<std::int64_t>(argv[++i]);
+      if (!d || (*d != 64 && *d != 128)) {
+        std::fprintf(stderr, "attention_bench: --head-dim '%s' is not 64 or 128\n", argv[i]);
+        return 2;
+      }
+      only_head_dim = *d;
     } else if ((arg == "--max-tokens" || arg == "--min-tokens") && i + 1 < argc) {
       const auto n = memo::detail::parse_integer<std::int64_t>(argv[++i]);
       if (!n || *n < 1) {
@@ -121,11 +130,18 @@ int main(int argc, char** argv) {
       }
       (arg == "--max-tokens" ? max_tokens : min_tokens) = *n;
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N]\n");
+      std::fprintf(stderr,
+                   "usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N] "
+                   "[--head-dim 64|128]\n");
       return 2;
     }
   }
 
+  if (min_tokens > max_tokens) {
+    std::fprintf(stderr, "attention_bench: --min-tokens %lld is above --max-tokens %lld: no length to time\n",
+                 static_cast<long long>(min_tokens), static_cast<long long>(max_tokens));
+    return 2;
+  }
   memo::host_backend backend;
   auto stream = backend.make_stream("compute");
   const int rounds = 5;
@@ -138,6 +154,7 @@ int main(int argc, char** argv) {
 
   std::vector<problem> problems;
   for (const std::int64_t d : head_dims) {
+    if (only_head_dim != 0 && d != only_head_dim) continue;
     for (const std::int64_t t : lengths) {
       if (t < min_tokens || t > max_tokens) continue;
       problem p;
@@ -157,6 +174,11 @@ int main(int argc, char** argv) {
       p.pinned_bytes = attention::required_pinned_bytes(p.shape);
       problems.push_back(std::move(p));
     }
+  }
+  if (problems.empty()) {
+    std::fprintf(stderr, "attention_bench: no length of 4096, 8192, ..., 65536 lies in [%lld, %lld]\n",
+                 static_cast<long long>(min_tokens), static_cast<long long>(max_tokens));
+    return 2;
   }
 
   gemm_reference gemm;

@@ -38,8 +38,8 @@
 // The timed runs also print the device peak the host backend measured
 // beside memo's predicted bytes.
 //
-// Usage: train_bench [--quick] [--json] [--max-context N] [--layers N]
-//                    [--channels C] [--heads H]
+// Usage: train_bench [--quick] [--json] [--min-context N] [--max-context N]
+//                    [--layers N] [--channels C] [--heads H]
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/bytes.hpp>
 #include <memo/core/json.hpp>
@@ -305,10 +305,15 @@ int main(int argc, char** argv) {
     else if (arg == "--heads") shape.heads = number(1);
     else {
       std::fprintf(stderr,
-                   "usage: train_bench [--quick] [--json] [--min-context N] [--max-context N] [--layers N] [--channels C] "
-                   "[--heads H]\n");
+                   "usage: train_bench [--quick] [--json] [--min-context N] [--max-context N] [--layers N] "
+                   "[--channels C] [--heads H]\n");
       return 2;
     }
+  }
+  if (min_context > max_context) {
+    std::fprintf(stderr, "train_bench: --min-context %lld is above --max-context %lld: no context to time\n",
+                 static_cast<long long>(min_context), static_cast<long long>(max_context));
+    return 2;
   }
   if (shape.channels % shape.heads != 0) {
     std::fprintf(stderr, "train_bench: --channels %lld is not a multiple of --heads %lld\n",

@@ -3,7 +3,10 @@
 // returns is checked by a validator written here (128-bit sums, every pair
 // of buffers), never by memo::validate; a problem it rejects must raise
 // memo::error. On up to six buffers a proven result must equal the
-// brute-force optimum (every order, lowest aligned offset first).
+// brute-force optimum (every order, lowest aligned offset first). One input
+// byte turns switches of memo::exact_options off (dominance, section
+// bounds, symmetry, decomposition, restarts, tight branching) and sets the
+// restarts' share: the answers must stay exact with any of them.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -104,6 +107,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     switches.membership_per_buffer = 0;
     switches.membership_floor = head % 5;
   }
+  // Every switch off now and then, from one more input byte: each must keep
+  // the answers exact.
+  const std::uint64_t off = in.take(1);
+  switches.dominance = (off & 0x01u) == 0;
+  switches.section_bounds = (off & 0x02u) == 0;
+  switches.symmetry = (off & 0x04u) == 0;
+  switches.decomposition = (off & 0x08u) == 0;
+  switches.restarts = (off & 0x10u) == 0;
+  switches.tight_branching = (off & 0x20u) == 0;
+  switches.restart_share = static_cast<std::uint32_t>(off >> 6);  // 0 to 3
   memo::exact_solver solver(switches);
   try {
     const auto result = solver.solve(problem, options);

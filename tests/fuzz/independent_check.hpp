@@ -5,8 +5,10 @@
 // a finding (abort).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "memo/plan/dsa_problem.hpp"
 
@@ -33,6 +35,41 @@ inline void require_independently_valid(const memo::dsa_problem& p, const memo::
   }
   if (peak != plan.peak_bytes) std::abort();
   if (p.capacity_bytes && peak > *p.capacity_bytes) std::abort();
+}
+
+// A picture of `plan` (memo::plan_svg) that a viewer can draw and that
+// shows this plan: a complete <svg> element, one rectangle per buffer in
+// order whose tooltip names its id, offset and lifetime, and every
+// coordinate a finite number inside the 960 x 540 canvas (no nan or inf,
+// nothing wrapped to a huge or negative value near the 64-bit limits).
+inline void require_sound_svg(const memo::dsa_problem& p, const memo::dsa_plan& plan, const std::string& svg) {
+  if (svg.rfind("<svg ", 0) != 0 || svg.size() < 7 || svg.substr(svg.size() - 7) != "</svg>\n") std::abort();
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < p.buffers.size(); ++i) {
+    const auto& b = p.buffers[i];
+    const std::string title = "<title>id " + std::to_string(b.id) + ": ";
+    at = svg.find(title, at);
+    if (at == std::string::npos) std::abort();
+    const std::string where = " at offset " + std::to_string(plan.offsets[i]) + ", live [" +
+                              std::to_string(b.lower) + ", " + std::to_string(b.upper) + ")</title>";
+    const std::size_t close = svg.find("</title>", at);
+    if (close == std::string::npos || svg.compare(close + 8 - where.size(), where.size(), where) != 0) std::abort();
+    at = close;
+  }
+  if (svg.find("<title>id ", at) != std::string::npos) std::abort();  // one rectangle per buffer
+  for (const char* attribute : {" x=\"", " y=\"", " width=\"", " height=\"", " x1=\"", " y1=\"", " x2=\"", " y2=\""}) {
+    const std::string key = attribute;
+    for (std::size_t k = svg.find(key); k != std::string::npos; k = svg.find(key, k + 1)) {
+      const std::size_t from = k + key.size();
+      const std::size_t to = svg.find('"', from);
+      if (to == std::string::npos) std::abort();
+      const std::string value = svg.substr(from, to - from);
+      if (value == "100%") continue;  // the background
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end != value.c_str() + value.size() || !std::isfinite(v) || v < 0.0 || v > 960.0) std::abort();
+    }
+  }
 }
 
 // The lower bound recomputed at every buffer's start, in 128 bits.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>  // mkfifo (POSIX)
+
 #include "io_test_support.hpp"
 
 namespace {
@@ -131,6 +133,17 @@ TEST_CASE("binary_file: writing to a full device is an error naming the device")
   CHECK(contains(message, "No space left on device"));
   // The device is written in place, never replaced by a rename.
   CHECK(std::filesystem::is_character_file("/dev/full"));
+}
+
+TEST_CASE("binary_file: a FIFO as the target is refused at once, not waited on") {
+  memo_test::scratch_directory dir;
+  const auto fifo = dir / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Opening it for writing would block until a reader came: the test would hang.
+  const auto message = error_of([&] { memo::atomic_file_writer out(fifo); });
+  CHECK(contains(message, fifo.string()));
+  CHECK(contains(message, "is a FIFO or a socket"));
+  CHECK(std::filesystem::is_fifo(fifo));
 }
 
 TEST_CASE("binary_file: reading names the file, the missing bytes and the offset") {

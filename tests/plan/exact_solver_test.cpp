@@ -166,12 +166,28 @@ TEST_CASE("exact: respects alignment and still matches brute force") {
   }
 }
 
-TEST_CASE("exact: every ranking decides exactly (found at the optimum, exhausted below it)") {
-  // The portfolio may take its proof from any ranking, restarts included, so
+// Every way a search may rank buffers and pick the one it branches on: the
+// complete searches' canonical order, and the dives' tight-section
+// branching with each fit order, leftmost or most constrained, with light
+// or full bounds.
+std::vector<memo::detail::search_strategy> every_strategy() {
+  using fit = memo::detail::search_strategy::fit_order;
+  std::vector<memo::detail::search_strategy> all = {{}};
+  for (const fit order : {fit::rank, fit::flush, fit::contact, fit::contact_flush}) {
+    for (const bool leftmost : {false, true}) {
+      for (const bool light : {false, true}) all.push_back({true, leftmost, order, light});
+    }
+  }
+  return all;
+}
+
+TEST_CASE("exact: every ranking and strategy decides exactly (found at the optimum, exhausted below it)") {
+  // The portfolio may take its proof from any search, restarts included, so
   // each one on its own must be complete.
   using search = memo::detail::dsa_search;
   std::mt19937_64 rng(31);
   const auto far = search::clock::now() + std::chrono::hours(1);
+  const auto strategies = every_strategy();
   for (int trial = 0; trial < 120; ++trial) {
     const std::size_t n = 2 + static_cast<std::size_t>(trial % 7);
     const auto buffers = random_buffers(rng, n, 5, 12, trial % 2 == 0);
@@ -180,9 +196,11 @@ TEST_CASE("exact: every ranking decides exactly (found at the optimum, exhausted
     // A small membership budget on odd trials: some buffers are summarised.
     const memo::detail::section_table table(buffers, trial % 2 == 1 ? 3 : 1000);
     memo::detail::search_workspace work;
-    for (int variant = 0; variant < 7; ++variant) {
-      const auto ranking = variant < 4 ? static_cast<search::ranking>(variant) : search::ranking::perturbed;
-      search at(buffers, table, ranking, static_cast<std::uint64_t>(variant));
+    for (int variant = 0; variant < 9; ++variant) {
+      const auto ranking = variant < 7 ? static_cast<search::ranking>(variant) : search::ranking::shuffled;
+      const auto& strategy = strategies[static_cast<std::size_t>(trial + variant) % strategies.size()];
+      INFO("variant " << variant << " tight " << strategy.tight_first << " leftmost " << strategy.leftmost);
+      search at(buffers, table, ranking, static_cast<std::uint64_t>(variant), {}, strategy);
       REQUIRE(at.search(work, optimum, optimum, far) == search::outcome::found);
       CHECK(at.best_peak() == optimum);
       memo::dsa_plan plan;
@@ -190,9 +208,80 @@ TEST_CASE("exact: every ranking decides exactly (found at the optimum, exhausted
       for (std::uint32_t r = 0; r < n; ++r) plan.offsets[at.original_index(r)] = at.best_offsets()[r];
       plan.peak_bytes = at.best_peak();
       CHECK(independent_peak(buffers, plan.offsets) == optimum);
-      search below(buffers, table, ranking, static_cast<std::uint64_t>(variant));
+      search below(buffers, table, ranking, static_cast<std::uint64_t>(variant), {}, strategy);
       CHECK(below.search(work, optimum - 1, optimum - 1, far) == search::outcome::exhausted);
     }
+  }
+}
+
+// A w x h rectangle (h ticks of time, w bytes) cut at random into `pieces`
+// buffers: every instant carries exactly w bytes, so a plan at the lower
+// bound exists and leaves no byte free. Written here, independent of
+// bench/exact_bench.cpp.
+std::vector<dsa_buffer> cut_rectangle(std::mt19937_64& rng, std::size_t pieces, std::int64_t ticks,
+                                      std::uint64_t bytes) {
+  struct rect {
+    std::int64_t t0, t1;
+    std::uint64_t b0, b1;
+  };
+  std::vector<rect> rects = {{0, ticks, 0, bytes}};
+  for (int guard = 0; rects.size() < pieces && guard < 100000; ++guard) {
+    const std::size_t k = rng() % rects.size();
+    const rect r = rects[k];
+    if (rng() % 2 == 0 && r.t1 - r.t0 >= 2) {
+      const std::int64_t at = r.t0 + 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(r.t1 - r.t0 - 1));
+      rects[k] = {r.t0, at, r.b0, r.b1};
+      rects.push_back({at, r.t1, r.b0, r.b1});
+    } else if (r.b1 - r.b0 >= 2) {
+      const std::uint64_t at = r.b0 + 1 + rng() % (r.b1 - r.b0 - 1);
+      rects[k] = {r.t0, r.t1, r.b0, at};
+      rects.push_back({r.t0, r.t1, at, r.b1});
+    }
+  }
+  std::vector<dsa_buffer> buffers;
+  for (const auto& r : rects) buffers.push_back({buffers.size(), r.b1 - r.b0, r.t0, r.t1, 1});
+  std::shuffle(buffers.begin(), buffers.end(), rng);
+  return buffers;
+}
+
+TEST_CASE("exact: perfect packings of a cut rectangle are found by every strategy") {
+  // Every section is tight from the start, so the dives branch on tight
+  // sections throughout. Each strategy must find the plan at the lower
+  // bound, and prove that one byte less is infeasible.
+  using search = memo::detail::dsa_search;
+  std::mt19937_64 rng(43);
+  const auto far = search::clock::now() + std::chrono::hours(1);
+  const auto strategies = every_strategy();
+  for (int trial = 0; trial < 12; ++trial) {
+    const auto buffers = cut_rectangle(rng, 6 + static_cast<std::size_t>(trial) * 3, 12, 64);
+    const std::uint64_t bound = static_cast<std::uint64_t>(load_bound128(buffers));
+    REQUIRE(bound == 64);
+    INFO("trial " << trial << ", " << buffers.size() << " buffers");
+    const memo::detail::section_table table(buffers, 1000);
+    memo::detail::search_workspace work;
+    for (const auto& strategy : strategies) {
+      INFO("tight " << strategy.tight_first << " leftmost " << strategy.leftmost << " light "
+                    << strategy.light_bounds);
+      search at(buffers, table, search::ranking::shuffled, static_cast<std::uint64_t>(trial), {}, strategy);
+      REQUIRE(at.search(work, bound, bound, far) == search::outcome::found);
+      std::vector<std::uint64_t> offsets(buffers.size());
+      for (std::uint32_t r = 0; r < buffers.size(); ++r) offsets[at.original_index(r)] = at.best_offsets()[r];
+      CHECK(independent_peak(buffers, offsets) == bound);
+      if (buffers.size() <= 12) {
+        search below(buffers, table, search::ranking::shuffled, static_cast<std::uint64_t>(trial), {}, strategy);
+        CHECK(below.search(work, bound - 1, bound - 1, far) == search::outcome::exhausted);
+      }
+    }
+    // The solver, at capacity = lower bound and minimising: the plan at the
+    // bound, proven.
+    memo::exact_solver solver;
+    dsa_problem fit{buffers, bound};
+    const auto fitted = solver.solve(fit, {});
+    CHECK(independent_peak(buffers, fitted.plan.offsets) == bound);
+    CHECK(fitted.proven_optimal);
+    const auto best = solver.solve(dsa_problem{buffers, {}}, {});
+    CHECK(best.plan.peak_bytes == bound);
+    CHECK(best.proven_optimal);
   }
 }
 
@@ -633,4 +722,47 @@ TEST_CASE("exact: the exact plan check catches wrapping ends and overlaps") {
   CHECK(!memo::detail::exact_plan_peak(fits, {0, half - 2}, std::nullopt, reason).has_value());
   CHECK(reason.find("share addresses") != std::string::npos);
   CHECK(!memo::detail::exact_plan_peak(fits, {0, half - 1}, half, reason).has_value());
+}
+
+TEST_CASE("exact: the placed-ends tree and its trail undo 64-bit ends exactly") {
+  // Inserts random intervals with ends spread over the whole 64-bit range
+  // (so both halves of every trailed value matter), then erases them one by
+  // one; after every step each range maximum is compared with a plain list.
+  std::mt19937_64 rng(7);
+  const std::size_t sections = 13;
+  memo::detail::placed_max_tree tree;
+  tree.reset(sections);
+  struct placed {
+    std::size_t first, last;
+    std::uint64_t end;
+  };
+  std::vector<placed> stack;
+  const std::uint64_t edges[] = {0, 1, 0xffffffffu, std::uint64_t{1} << 32, std::numeric_limits<std::uint64_t>::max()};
+  auto check_all = [&] {
+    for (std::size_t first = 0; first < sections; ++first) {
+      for (std::size_t last = first + 1; last <= sections; ++last) {
+        std::uint64_t expected = 0;
+        for (const auto& p : stack) {
+          if (p.first < last && first < p.last) expected = std::max(expected, p.end);
+        }
+        REQUIRE(tree.max(first, last) == expected);
+      }
+    }
+  };
+  for (int step = 0; step < 40; ++step) {
+    const std::size_t a = rng() % sections, b = rng() % sections;
+    const placed p{std::min(a, b), std::max(a, b) + 1, step % 3 == 0 ? edges[rng() % 5] : rng()};
+    tree.insert(p.first, p.last, p.end);
+    stack.push_back(p);
+    check_all();
+  }
+  while (!stack.empty()) {
+    tree.erase();
+    stack.pop_back();
+    check_all();
+  }
+  const memo::detail::trail_entry entry(0x7fffffffu, 0xfedcba9876543210u);
+  CHECK(entry.index() == 0x7fffffffu);
+  CHECK(entry.value() == 0xfedcba9876543210u);
+  static_assert(sizeof(memo::detail::trail_entry) == 12);
 }

@@ -14,9 +14,9 @@
 // the sync to disk and the close succeeded. A failed or abandoned write (a
 // full disk, a size limit, an exception in between) removes the temporary
 // file and leaves an existing target exactly as it was. A target that exists
-// and is not a regular file (a device such as /dev/full or /dev/null, a FIFO)
-// cannot be replaced by a rename and is written in place; its failures are
-// still reported. A symbolic link at the target is replaced, not written
+// and is a device (such as /dev/full or /dev/null) cannot be replaced by a
+// rename and is written in place; its failures are still reported. A FIFO or
+// a socket is refused: opening one blocks until a reader comes. A symbolic link at the target is replaced, not written
 // through.
 #pragma once
 

@@ -166,6 +166,7 @@ inline dsa_problem parse_dsa_csv(std::string_view text, std::string_view source 
   detail::check_representable(problem, source);
   problem.capacity_bytes = options.capacity_bytes;
   detail::check_capacity(problem, source);
+  problem.buffers.shrink_to_fit();  // the growth's slack would outlive the parse
   return problem;
 }
 

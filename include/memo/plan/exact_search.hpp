@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -42,33 +43,35 @@ class dsa_search {
   enum class outcome { found, exhausted, timed_out, out_of_nodes };
 
   dsa_search(const std::vector<dsa_buffer>& buffers, const section_table& table, ranking rank_by,
-             std::uint64_t seed = 0, const exact_options& options = {})
-      : table_(&table), options_(options) {
+             std::uint64_t seed = 0, const exact_options& options = {}, search_strategy strategy = {})
+      : table_(&table), options_(options), strategy_(strategy), seed_(seed) {
     n_ = table.n;
     const std::vector<std::uint32_t> order = rank_buffers(buffers, table, rank_by, seed);
     original_ = order;
     rank_of_.resize(n_);
     size_.resize(n_);
-    mask_.resize(n_);
+    shift_.resize(n_);
     first_.resize(n_);
     last_.resize(n_);
-    twin_before_.assign(n_, none);
-    is_long_.assign(n_, 0);
+    flags_.assign(n_, 0);
+    std::uint64_t smallest = exact_u64_max;
+    for (const auto& b : buffers) smallest = std::min(smallest, b.alignment);
+    granule_mask_ = buffers.empty() ? 0 : smallest - 1;
     for (std::uint32_t r = 0; r < n_; ++r) {
       const std::uint32_t i = order[r];
       const auto& b = buffers[i];
       rank_of_[i] = r;
       size_[r] = b.size_bytes;
-      mask_[r] = b.alignment - 1;
+      shift_[r] = static_cast<std::uint8_t>(std::countr_zero(b.alignment));
       first_[r] = table.first[i];
       last_[r] = table.last[i];
-      is_long_[r] = table.in_long[i];
+      if (table.in_long[i]) flags_[r] |= long_flag;
       if (table.in_long[i]) long_.push_back(r);
       if (r > 0 && options_.symmetry) {
         const auto& p = buffers[order[r - 1]];
         if (p.size_bytes == b.size_bytes && p.lower == b.lower && p.upper == b.upper &&
             p.alignment == b.alignment) {
-          twin_before_[r] = r - 1;
+          flags_[r] |= twin_flag;
         }
       }
     }
@@ -107,6 +110,12 @@ class dsa_search {
     return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
   }
 
+  /// Drops the plan this search found (another search's is kept instead).
+  void forget_plan() {
+    std::vector<std::uint64_t>().swap(best_);
+    has_plan_ = false;
+  }
+
   /// The best plan found by any search so far (by rank), if any.
   [[nodiscard]] bool has_plan() const noexcept { return has_plan_; }
   [[nodiscard]] std::uint64_t best_peak() const noexcept { return best_peak_; }
@@ -115,6 +124,9 @@ class dsa_search {
 
  private:
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  // Ranks are below 2^29 (section_table refuses more buffers), so the
+  // top bit of a rank is free to carry a flag in the exclusion trail.
+  static constexpr std::uint32_t excluded_bit = std::uint32_t{1} << 31;
   using wide = wide_uint;
 
   void reset() {
@@ -140,6 +152,10 @@ class dsa_search {
     w.long_part.assign(n_, 0);
     w.long_part_version.assign(n_, 0);
     w.long_version = 1;
+    w.node_floor.assign(n_, 0);
+    w.excluded_at.assign(n_, 0);
+    w.excluded.assign(n_, 0);
+    w.exclusion_trail.clear();
     if (options_.section_bounds) {
       w.rem = t.load;
       w.lowest.assign(t.sections, 0);
@@ -163,7 +179,7 @@ class dsa_search {
   // trails nothing per short buffer under it.
   [[nodiscard]] std::uint64_t floor_of(std::uint32_t r) const noexcept {
     auto& w = *w_;
-    if (is_long_[r]) return w.placed_ends.max(first_[r], last_[r]);
+    if (is_long(r)) return w.placed_ends.max(first_[r], last_[r]);
     if (long_.empty()) return w.floor[r];
     if (w.long_part_version[r] != w.long_version) {
       w.long_part[r] = w.long_ends.max(first_[r], last_[r]);
@@ -172,7 +188,21 @@ class dsa_search {
     return std::max(w.floor[r], w.long_part[r]);
   }
   [[nodiscard]] std::uint64_t aligned_floor(std::uint32_t r) const noexcept {
-    return saturating_align_up(floor_of(r), mask_[r]);
+    return saturating_align_up(floor_of(r), mask(r));
+  }
+  [[nodiscard]] bool is_long(std::uint32_t r) const noexcept { return (flags_[r] & long_flag) != 0; }
+  [[nodiscard]] std::uint32_t twin_before(std::uint32_t r) const noexcept {
+    return (flags_[r] & twin_flag) != 0 ? r - 1 : none;
+  }
+  [[nodiscard]] std::uint32_t twin_after(std::uint32_t r) const noexcept {
+    return r + 1 < n_ && (flags_[r + 1] & twin_flag) != 0 ? r + 1 : none;
+  }
+  [[nodiscard]] std::uint64_t mask(std::uint32_t r) const noexcept { return (std::uint64_t{1} << shift_[r]) - 1; }
+  // Every offset is a multiple of the smallest alignment, so a buffer with
+  // another one above it in some section keeps the bytes up to the next
+  // multiple free there: its padding.
+  [[nodiscard]] std::uint64_t pad(std::uint32_t r) const noexcept {
+    return (granule_mask_ + 1 - (size_[r] & granule_mask_)) & granule_mask_;
   }
   [[nodiscard]] bool overlaps(std::uint32_t a, std::uint32_t b) const noexcept {
     return first_[a] < last_[b] && first_[b] < last_[a];
@@ -203,23 +233,51 @@ class dsa_search {
     }
   }
 
-  // The depth-first search over (offset, rank) keys, with an explicit stack
-  // (one frame per placed buffer, so tens of thousands deep is fine). A
-  // frame's `last_offset`/`last_rank` is the key every buffer placed below
-  // it must exceed; `pick` is the buffer its current child placed.
+  // The depth-first search, with an explicit stack (one frame per placed
+  // buffer, so tens of thousands deep is fine). A frame's `level` is the
+  // offset below which nothing more is placed in its subtree; a buffer
+  // skipped at the level is excluded from it (trailed, undone when the
+  // frame is popped). `pick` is the buffer its current child placed.
   struct frame {
-    std::uint64_t last_offset;
-    std::int64_t last_rank;
+    std::uint64_t level;
     std::uint32_t pick;
     std::uint64_t pick_offset;
-    std::uint64_t min_size;  // smallest unplaced buffer when `pick` was chosen
+    std::uint64_t min_size;       // smallest unplaced buffer when `pick` was chosen
+    std::size_t exclusion_mark;   // exclusion trail size when the frame was pushed
   };
+
+  [[nodiscard]] bool excluded(std::uint32_t r, std::uint64_t level) const noexcept {
+    return w_->excluded[r] != 0 && w_->excluded_at[r] == level;
+  }
+  // Excludes r from `level` (it will sit higher). With symmetry, its later
+  // identical twins too: the one of two identical buffers placed first is
+  // the one placed lower, so none of them can sit at the level either.
+  void exclude(std::uint32_t r, std::uint64_t level) {
+    auto& w = *w_;
+    for (std::uint32_t q = r; q != none; q = twin_after(q)) {
+      w.exclusion_trail.emplace_back(q | (w.excluded[q] != 0 ? excluded_bit : 0u), w.excluded_at[q]);
+      w.excluded_at[q] = level;
+      w.excluded[q] = 1;
+    }
+  }
+  void pop_frame() {
+    auto& w = *w_;
+    const std::size_t mark = frames_.back().exclusion_mark;
+    while (w.exclusion_trail.size() > mark) {
+      const std::uint32_t code = w.exclusion_trail.back().index();
+      const std::uint32_t q = code & ~excluded_bit;
+      w.excluded_at[q] = w.exclusion_trail.back().value();
+      w.excluded[q] = static_cast<std::uint8_t>((code & excluded_bit) != 0);
+      w.exclusion_trail.pop_back();
+    }
+    frames_.pop_back();
+  }
 
   void descend() {
     auto& w = *w_;
     auto& stack = frames_;
     stack.clear();
-    stack.push_back({0, -1, none, 0, 0});
+    stack.push_back({0, none, 0, 0, w.exclusion_trail.size()});
     bool returning = false;
     while (!stack.empty()) {
       frame& f = stack.back();
@@ -229,30 +287,31 @@ class dsa_search {
         // (each O(unplaced)) would take seconds past the deadline.
         if (stop_) break;
         unplace(f.pick);
-        f.last_offset = f.pick_offset;  // skip `pick` at this offset
-        f.last_rank = f.pick;
+        f.level = f.pick_offset;
+        exclude(f.pick, f.level);  // skip `pick` at this offset
         const std::uint32_t skipped = f.pick;
         f.pick = none;
         returning = false;
-        if (options_.section_bounds && !skip_fits(skipped, f.last_offset, f.min_size)) {
+        if (options_.section_bounds && !skip_fits(skipped, f.level, f.min_size)) {
           returning = true;
-          stack.pop_back();
+          pop_frame();
           continue;
         }
       }
       if (unplaced_count_ == 0) {
         record();
-        stack.pop_back();
+        pop_frame();
         returning = true;
         continue;
       }
       returning = true;  // unless a child is pushed below
       if (out_of_time(unplaced_count_)) {
-        stack.pop_back();
+        pop_frame();
         continue;
       }
-      // Scan the unplaced buffers: find the smallest key above the last one,
-      // and fail early on buffers that can no longer fit.
+      // Scan the unplaced buffers: find the smallest (floor, rank) not below
+      // the level nor excluded from it, and fail early on buffers that can
+      // no longer fit.
       std::uint32_t pick = none;
       std::uint64_t pick_offset = exact_u64_max;
       std::uint64_t lowest_end = exact_u64_max;
@@ -261,19 +320,18 @@ class dsa_search {
       for (std::uint32_t k = 0; k < unplaced_count_ && !dead; ++k) {
         const std::uint32_t r = w.unplaced[k];
         const std::uint64_t at = aligned_floor(r);
+        w.node_floor[r] = at;
         if (!ends_within(at, size_[r], target_)) {
           dead = true;
           break;
         }
         lowest_end = std::min(lowest_end, at + size_[r]);
         min_size = std::min(min_size, size_[r]);
-        const bool above =
-            at > f.last_offset || (at == f.last_offset && static_cast<std::int64_t>(r) > f.last_rank);
-        if (!above) {
+        if (at < f.level || (at == f.level && excluded(r, at))) {
           dead = w.unplaced_neighbours[r] == 0;  // blocked for good
           continue;
         }
-        if (twin_before_[r] != none && !w.placed[twin_before_[r]]) continue;
+        if (twin_before(r) != none && !w.placed[twin_before(r)]) continue;
         if (at < pick_offset || (at == pick_offset && r < pick)) {
           pick = r;
           pick_offset = at;
@@ -285,17 +343,111 @@ class dsa_search {
       // Bound: every unplaced buffer ends at or above pick_offset.
       const wide needed = pick == none ? 0 : wide{pick_offset} + w.remaining.max_all();
       if (dead || pick == none || (options_.dominance && pick_offset >= lowest_end) || top_ > target_ ||
-          needed > target_ || (options_.section_bounds && needed == target_ && !level_coverable(f, pick_offset))) {
-        stack.pop_back();
+          needed > target_ || (options_.section_bounds && needed == target_ && !level_coverable(pick_offset))) {
+        pop_frame();
         continue;
+      }
+      if (strategy_.tight_first && options_.section_bounds && needed == target_) {
+        pick = tight_pick(pick_offset, pick);
       }
       place(pick, pick_offset);
       f.pick = pick;
       f.pick_offset = pick_offset;
       f.min_size = min_size;
       returning = false;
-      stack.push_back({pick_offset, pick, none, 0, 0});
+      stack.push_back({pick_offset, none, 0, 0, w.exclusion_trail.size()});
     }
+  }
+
+  // The level is tight somewhere: some section's unplaced bytes fill it
+  // exactly from the level up, so a buffer must sit at the level there.
+  // Picks the tight section with the fewest candidates covering it (or the
+  // first one), then among those the best fit; `fallback` (the canonical
+  // pick) if no tight section is found.
+  std::uint32_t tight_pick(std::uint64_t level, std::uint32_t fallback) {
+    auto& w = *w_;
+    const auto& t = *table_;
+    auto& cover = w.cover;
+    auto& candidates = w.candidates;
+    cover.assign(t.sections + 1, 0);
+    candidates.clear();
+    for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
+      const std::uint32_t r = w.unplaced[k];
+      if (w.node_floor[r] != level || excluded(r, level)) continue;
+      if (twin_before(r) != none && !w.placed[twin_before(r)]) continue;
+      candidates.push_back(r);
+      ++cover[first_[r]];
+      --cover[last_[r]];
+    }
+    std::uint32_t chosen = none;
+    std::int64_t fewest = std::numeric_limits<std::int64_t>::max();
+    std::int64_t running = 0;
+    for (std::uint32_t sec = 0; sec < t.sections; ++sec) {
+      running += cover[sec];
+      const bool tight = w.rem[sec] != 0 && wide{level} + w.rem[sec] == target_;
+      if (!tight || running >= fewest) continue;
+      chosen = sec;
+      fewest = running;
+      if (strategy_.leftmost) break;
+    }
+    clock_->expired(t.sections + unplaced_count_);
+    if (chosen == none) return fallback;
+    // Equal fits are taken in a pseudo-random order drawn from the seed, so
+    // that dives over the same ranking still differ.
+    auto shuffle_key = [&](std::uint32_t r) {
+      std::uint64_t h = (seed_ ^ original_[r]) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 29;
+      return h * 0xbf58476d1ce4e5b9ull;
+    };
+    std::uint32_t pick = none;
+    std::uint64_t best = 0;
+    std::uint64_t best_key = 0;
+    for (const std::uint32_t r : candidates) {
+      if (first_[r] > chosen || chosen >= last_[r]) continue;
+      const std::uint64_t score = fit_score(r, level);
+      const std::uint64_t key = shuffle_key(r);
+      if (pick == none || score > best || (score == best && key < best_key)) {
+        pick = r;
+        best = score;
+        best_key = key;
+      }
+    }
+    return pick == none ? fallback : pick;
+  }
+
+  // How well r at `level` fits the skyline beside it (higher is better).
+  // A side is flush when the skyline there is level with r's top; its
+  // contact is how much of r's side the skyline there covers (all of it at
+  // either end of the timeline).
+  [[nodiscard]] std::uint64_t fit_score(std::uint32_t r, std::uint64_t level) const {
+    using fit = search_strategy::fit_order;
+    if (strategy_.fit == fit::rank) return 0;
+    const auto& t = *table_;
+    const std::uint64_t top = level + size_[r];  // fits: ends_within held
+    std::uint64_t flush = 0;
+    std::uint64_t walls = 0;
+    wide contact = 0;  // in units of size / 2^10
+    auto side = [&](bool at_end, std::uint32_t sec) {
+      if (at_end) {
+        ++walls;
+        contact += wide{1} << 10;
+        return;
+      }
+      const std::uint64_t sky = w_->placed_ends.max(sec, sec + 1);
+      if (sky == top) ++flush;
+      const std::uint64_t covered = sky > level ? std::min(sky - level, size_[r]) : 0;
+      contact += (wide{covered} << 10) / size_[r];
+    };
+    side(first_[r] == 0, first_[r] - 1);
+    side(last_[r] == t.sections, last_[r]);
+    const auto touching = static_cast<std::uint64_t>(contact);  // at most 2^11
+    switch (strategy_.fit) {
+      case fit::flush: return 2 * flush + walls;
+      case fit::contact: return touching;
+      case fit::contact_flush: return (flush << 12) + touching;
+      case fit::rank: break;
+    }
+    return 0;
   }
 
   struct undo_record {
@@ -315,8 +467,8 @@ class dsa_search {
       top_ = std::max(top_, wide{at} + w.remaining.max(first_[r], last_[r]));
     }
     w.remaining.add(first_[r], last_[r], ~size_[r] + 1);  // minus size, mod 2^64
-    if (!long_.empty()) w.placed_ends.insert(first_[r], last_[r], end);
-    if (is_long_[r]) {
+    w.placed_ends.insert(first_[r], last_[r], end);  // the skyline; the floors of long buffers
+    if (is_long(r)) {
       w.long_ends.insert(first_[r], last_[r], end);
       ++w.long_version;
     }
@@ -336,7 +488,7 @@ class dsa_search {
       const std::uint32_t q = w.unplaced[q_at];
       if (!overlaps(q, r)) continue;
       --w.unplaced_neighbours[q];
-      if (!is_long_[q] && !is_long_[r] && w.floor[q] < end) {
+      if (!is_long(q) && !is_long(r) && w.floor[q] < end) {
         w.trail.emplace_back(q, w.floor[q]);
         w.floor[q] = end;
       }
@@ -346,25 +498,28 @@ class dsa_search {
     // the lowest floor of the unplaced buffers live there, so that plus the
     // section's remaining load must fit. The lowest floor can only rise
     // where the buffer that set it was r itself or a neighbour whose floor
-    // just rose; only those sections are rescanned.
+    // just rose. r's own sections (where the unplaced bytes changed) are
+    // rescanned with the stacking bound, and so are the sections of every
+    // neighbour whose floor rose; with light bounds, those only where the
+    // lowest floor may have risen, without stacking.
     if (++stamp_ == 0) {  // wrapped: no section may look rescanned already
       std::fill(w.stamp.begin(), w.stamp.end(), 0u);
       stamp_ = 1;
     }
-    const bool r_long = is_long_[r] != 0;
+    const bool r_long = is_long(r);
     for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) {
       w.rem[sec] -= size_[r];
-      if (!r_long && w.lowest[sec] == at) rescan(sec);
+      if (!r_long) rescan(sec, true);
     }
     clock_->expired(last_[r] - first_[r]);
     for (std::size_t e = trail_before; e < w.trail.size(); ++e) {
-      const std::uint32_t q = w.trail[e].first;
+      const std::uint32_t q = w.trail[e].index();
       const std::uint64_t now = aligned_floor(q);  // refreshes the long part of q
       const std::uint64_t long_part = long_.empty() ? 0 : w.long_part[q];
-      const std::uint64_t was = saturating_align_up(std::max(w.trail[e].second, long_part), mask_[q]);
+      const std::uint64_t was = saturating_align_up(std::max(w.trail[e].value(), long_part), mask(q));
       if (was == now) continue;
       for (std::uint32_t sec = first_[q]; sec < last_[q]; ++sec) {
-        if (stacking_ || w.lowest[sec] == was) rescan(sec);
+        if (!strategy_.light_bounds || w.lowest[sec] == was) rescan(sec, !strategy_.light_bounds);
       }
     }
     if (!long_.empty()) {
@@ -376,12 +531,14 @@ class dsa_search {
     }
   }
 
-  void rescan(std::uint32_t sec) {
+  void rescan(std::uint32_t sec, bool stacking) {
     auto& w = *w_;
     const auto& t = *table_;
     if (w.stamp[sec] == stamp_) return;
     w.stamp[sec] = stamp_;
     std::uint64_t lowest = exact_u64_max;
+    wide padding = 0;          // of the unplaced members here
+    std::uint64_t top_pad = 0;  // the largest: the topmost one keeps none
     auto& lows = w.scratch;
     lows.clear();
     for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
@@ -389,40 +546,45 @@ class dsa_search {
       if (w.placed[q]) continue;
       const std::uint64_t floor = aligned_floor(q);
       lowest = std::min(lowest, floor);
-      if (stacking_) lows.emplace_back(floor, size_[q]);
+      padding += pad(q);
+      top_pad = std::max(top_pad, pad(q));
+      if (stacking) lows.emplace_back(floor, q);
     }
     clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
-    if (stacking_ && lows.size() > 1) {
-      // Stacking: the buffers here that cannot start below e all fit above e.
+    if (stacking && lows.size() > 1) {
+      // Stacking: the buffers here that cannot start below e all fit above
+      // e, each but the topmost with its padding.
       std::sort(lows.begin(), lows.end());
       wide above = 0;
+      std::uint64_t most = 0;
       for (std::size_t k = lows.size(); k-- > 0;) {
-        above += lows[k].second;
-        top_ = std::max(top_, wide{lows[k].first} + above);
+        const auto q = static_cast<std::uint32_t>(lows[k].second);
+        above += wide{size_[q]} + pad(q);
+        most = std::max(most, pad(q));
+        top_ = std::max(top_, wide{lows[k].first} + above - most);
       }
     }
     if (lowest == w.lowest[sec]) return;
     w.section_trail.emplace_back(sec, w.lowest[sec]);
     w.lowest[sec] = lowest;
     const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
-    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec]);
+    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec] + padding - top_pad);
   }
 
-  // A section where pick_offset + unplaced bytes == target is tight: its
-  // unplaced buffers must fill [pick_offset, target) without a gap, so one
-  // of them sits exactly at pick_offset. Those at pick_offset share no
-  // instant, and only the candidates (floor pick_offset, key above the
-  // last one) can be there. So some time-disjoint set of candidates must
-  // cover every tight section: an interval DP over the sections.
-  bool level_coverable(const frame& f, std::uint64_t level) {
+  // A section where level + unplaced bytes == target is tight: its
+  // unplaced buffers must fill [level, target) without a gap, so one of
+  // them sits exactly at the level. Those at the level share no instant,
+  // and only the candidates (floor at the level, not excluded from it) can
+  // be there. So some time-disjoint set of candidates must cover every
+  // tight section: an interval DP over the sections.
+  bool level_coverable(std::uint64_t level) {
     auto& w = *w_;
     const auto& t = *table_;
     auto& starts = w.level_starts;
     starts.clear();
     for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
       const std::uint32_t r = w.unplaced[k];
-      if (aligned_floor(r) != level) continue;
-      if (level == f.last_offset && static_cast<std::int64_t>(r) <= f.last_rank) continue;
+      if (w.node_floor[r] != level || excluded(r, level)) continue;
       starts.emplace_back(first_[r], last_[r]);
     }
     std::sort(starts.begin(), starts.end());
@@ -444,17 +606,19 @@ class dsa_search {
   }
 
   // After `skipped` was skipped at offset `at`: every unplaced buffer whose
-  // key is now at or below (at, skipped) is blocked, and can only be placed
+  // floor is below `at`, or at it and excluded from it, is blocked, and can
+  // only be placed
   // above a time neighbour placed later, so at or above at + min_size. In
   // each section of the skipped buffer, for every height e, the unplaced
-  // buffers that cannot start below e must all fit above it (members only:
+  // buffers that cannot start below e must all fit above it, each but the
+  // topmost with its padding (members only:
   // leaving out the long buffers' bytes keeps it sound). This catches a
   // section left unfillable at a height as soon as its last candidate there
   // is skipped, instead of when the search moves past the height.
   bool skip_fits(std::uint32_t skipped, std::uint64_t at, std::uint64_t min_size) {
     auto& w = *w_;
     const auto& t = *table_;
-    if (is_long_[skipped]) return true;
+    if (is_long(skipped)) return true;
     const std::uint64_t blocked_from = saturating_add(at, min_size);
     auto& lows = w.scratch;
     for (std::uint32_t sec = first_[skipped]; sec < last_[skipped]; ++sec) {
@@ -463,15 +627,18 @@ class dsa_search {
         const std::uint32_t q = rank_of_[t.members[m]];
         if (w.placed[q]) continue;
         const std::uint64_t floor = aligned_floor(q);
-        const bool blocked = floor < at || (floor == at && q <= skipped);
-        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, size_[q]);
+        const bool blocked = floor < at || (floor == at && excluded(q, at));
+        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, q);
       }
       clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
       std::sort(lows.begin(), lows.end());
       wide above = 0;
+      std::uint64_t most = 0;
       for (std::size_t k = lows.size(); k-- > 0;) {
-        above += lows[k].second;
-        if (wide{lows[k].first} + above > target_) return false;
+        const auto q = static_cast<std::uint32_t>(lows[k].second);
+        above += wide{size_[q]} + pad(q);
+        most = std::max(most, pad(q));
+        if (wide{lows[k].first} + above - most > target_) return false;
       }
       const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
       const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
@@ -485,11 +652,11 @@ class dsa_search {
     const undo_record u = undo_.back();
     undo_.pop_back();
     while (w.section_trail.size() > u.section_trail_size) {
-      w.lowest[w.section_trail.back().first] = w.section_trail.back().second;
+      w.lowest[w.section_trail.back().index()] = w.section_trail.back().value();
       w.section_trail.pop_back();
     }
     while (w.trail.size() > u.trail_size) {
-      w.floor[w.trail.back().first] = w.trail.back().second;
+      w.floor[w.trail.back().index()] = w.trail.back().value();
       w.trail.pop_back();
     }
     for (std::uint32_t q_at = 0; q_at < unplaced_count_; ++q_at) {
@@ -503,8 +670,8 @@ class dsa_search {
       for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) w.rem[sec] += size_[r];
     }
     w.remaining.add(first_[r], last_[r], size_[r]);
-    if (!long_.empty()) w.placed_ends.erase();
-    if (is_long_[r]) {
+    w.placed_ends.erase();
+    if (is_long(r)) {
       w.long_ends.erase();
       ++w.long_version;
     }
@@ -516,16 +683,21 @@ class dsa_search {
   // Problem (by rank).
   const section_table* table_;
   exact_options options_;
+  search_strategy strategy_;
+  std::uint64_t seed_ = 0;
   std::uint32_t n_ = 0;
   std::vector<std::uint32_t> original_;
   std::vector<std::uint32_t> rank_of_;
   std::vector<std::uint64_t> size_;
-  std::vector<std::uint64_t> mask_;
+  std::vector<std::uint8_t> shift_;  // log2 of the alignment
   std::vector<std::uint32_t> first_;
   std::vector<std::uint32_t> last_;  // one past
-  std::vector<std::uint32_t> twin_before_;
-  bool stacking_ = true;  // the stacking bound in every rescan (else only the lowest floor)
-  std::vector<std::uint8_t> is_long_;
+  // Per rank: no section membership (`long_flag`); the same size, lifetime
+  // and alignment as the buffer ranked just before (`twin_flag`).
+  static constexpr std::uint8_t long_flag = 1;
+  static constexpr std::uint8_t twin_flag = 2;
+  std::vector<std::uint8_t> flags_;
+  std::uint64_t granule_mask_ = 0;  // the smallest alignment, minus one
   std::vector<std::uint32_t> long_;  // ranks of the buffers without section membership
 
   // Search state (the rest lives in the workspace).

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -54,6 +55,19 @@ __extension__ typedef unsigned __int128 wide_uint;
 [[nodiscard]] inline std::uint64_t lifetime_ticks(const dsa_buffer& b) noexcept {
   return static_cast<std::uint64_t>(b.upper) - static_cast<std::uint64_t>(b.lower);
 }
+
+/// An (index, 64-bit value) pair in 12 bytes instead of std::pair's 16:
+/// the search's trails keep one for every value changed along its path.
+class trail_entry {
+ public:
+  trail_entry(std::uint32_t index, std::uint64_t value) noexcept
+      : index_(index), low_(static_cast<std::uint32_t>(value)), high_(static_cast<std::uint32_t>(value >> 32)) {}
+  [[nodiscard]] std::uint32_t index() const noexcept { return index_; }
+  [[nodiscard]] std::uint64_t value() const noexcept { return std::uint64_t{high_} << 32 | low_; }
+
+ private:
+  std::uint32_t index_, low_, high_;
+};
 
 /// Checks a deadline every `period` calls, so loops stay cheap.
 class deadline_clock {
@@ -182,15 +196,25 @@ class placed_max_tree {
   /// Undoes the last insert.
   void erase() {
     for (std::uint32_t k = counts_.back(); k > 0; --k) {
-      const auto [code, old] = trail_.back();
-      (code & 1u ? cover_ : below_)[code >> 1] = old;
+      const std::uint32_t code = trail_.back().index();
+      (code & 1u ? cover_ : below_)[code >> 1] = trail_.back().value();
       trail_.pop_back();
     }
     counts_.pop_back();
   }
-  /// Highest end of the placed buffers live in some section of [first, last).
+  /// Highest end of the placed buffers live in some section of [first, last)
+  /// (first < last): the `below` maxima of the nodes that tile the range,
+  /// and the `cover` maxima of every node that overlaps it without lying
+  /// inside it, which are the ancestors of its first and last leaf.
   [[nodiscard]] std::uint64_t max(std::size_t first, std::size_t last) const {
-    return max(1, 0, size_, first, last);
+    std::uint64_t best = 0;
+    for (std::size_t node = (first + size_) >> 1; node >= 1; node >>= 1) best = std::max(best, cover_[node]);
+    for (std::size_t node = (last - 1 + size_) >> 1; node >= 1; node >>= 1) best = std::max(best, cover_[node]);
+    for (std::size_t lo = first + size_, hi = last + size_; lo < hi; lo >>= 1, hi >>= 1) {
+      if (lo & 1u) best = std::max(best, below_[lo++]);
+      if (hi & 1u) best = std::max(best, below_[--hi]);
+    }
+    return best;
   }
 
  private:
@@ -211,18 +235,11 @@ class placed_max_tree {
     insert(2 * node, lo, mid, first, last, end);
     insert(2 * node + 1, mid, hi, first, last, end);
   }
-  [[nodiscard]] std::uint64_t max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first,
-                                  std::size_t last) const {
-    if (last <= lo || hi <= first) return 0;
-    if (first <= lo && hi <= last) return below_[node];
-    const std::size_t mid = (lo + hi) / 2;
-    return std::max({cover_[node], max(2 * node, lo, mid, first, last), max(2 * node + 1, mid, hi, first, last)});
-  }
 
   std::size_t size_ = 1;
   std::vector<std::uint64_t> cover_;
   std::vector<std::uint64_t> below_;
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> trail_;  // (2 node + is_cover, old value)
+  std::deque<trail_entry> trail_;  // (2 node + is_cover, old value); grows by blocks
   std::vector<std::uint32_t> counts_;                           // trail entries per insert
 };
 
@@ -245,8 +262,10 @@ struct section_table {
 
   /// At most `membership_budget` (buffer, section) entries are stored.
   section_table(const std::vector<dsa_buffer>& buffers, std::size_t membership_budget) {
-    expects(buffers.size() < std::numeric_limits<std::uint32_t>::max() / 2, [&] {
-      return "the exact search handles fewer than 2^31 buffers per component, got " +
+    // At most 2n sections, so the placed-ends tree has fewer than 2^31
+    // nodes and its trail codes (2 node + 1) fit in 32 bits.
+    expects(buffers.size() <= (std::size_t{1} << 29), [&] {
+      return "the exact search handles at most 2^29 buffers per component, got " +
              std::to_string(buffers.size());
     });
     n = static_cast<std::uint32_t>(buffers.size());

@@ -52,12 +52,18 @@ namespace memo {
 namespace detail {
 
 /// Searches over the same component that differ only in how they rank
-/// buffers. Fixed rankings run round robin with node limits that double
-/// every round (so one of them eventually finishes its tree, which proves
-/// infeasibility); between rounds, as many nodes again go to short searches
-/// with pseudo-randomly perturbed rankings (restarts), because a depth-first
-/// search whose early choices were wrong thrashes near the leaves, and a
-/// fresh ranking is the cheapest way out.
+/// buffers and pick the buffer to branch on. Fixed rankings run round robin
+/// with node limits that double every round (so one of them eventually
+/// finishes its tree, which proves infeasibility); between rounds,
+/// `restart_share` times as many nodes go to short searches (restarts),
+/// because a depth-first search whose early choices were wrong thrashes
+/// below them, and a fresh start is the cheapest way out. With
+/// `tight_branching`, a restart ranks the buffers in a shuffled order,
+/// branches on the most constrained tight section with one of five fit
+/// orders in turn (equal fits in a pseudo-random order), uses the light
+/// bounds, and gets a node budget of n times the next term of the Luby
+/// sequence (1, 1, 2, 1, 1, 2, 4, ...); without it, restarts rank by
+/// perturbed keys, branch canonically and get 3n nodes each.
 class search_portfolio {
  public:
   using clock = dsa_search::clock;
@@ -82,14 +88,15 @@ class search_portfolio {
         if (auto v = conclude(result, k)) return *v;
       }
       if (!options_.restarts) continue;
-      // Restarts: as many nodes as the fixed rankings had, in short searches.
-      for (std::uint64_t spent = 0; spent < fixed_ * limit; spent += first_limit_) {
+      const std::uint64_t share = std::uint64_t{options_.restart_share} * fixed_;
+      const std::uint64_t quota = share != 0 && limit > exact_u64_max / share ? exact_u64_max : share * limit;
+      for (std::uint64_t spent = 0; spent < quota;) {
         if (clock::now() >= deadline) return verdict::unknown;
-        // Alternately around the heaviest-load ranking and the bottom-left one.
         ++seed_;
-        const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
-        dsa_search restart(*buffers_, *table_, rank_by, seed_, options_);
-        const auto result = restart.search(work_, target, target, deadline, first_limit_);
+        std::uint64_t budget = first_limit_;
+        dsa_search restart = next_dive(budget);
+        spent = saturating_add(spent, budget);
+        const auto result = restart.search(work_, target, target, deadline, budget);
         restart_nodes_ += restart.nodes();
         if (result == dsa_search::outcome::found) {
           if (searches_.size() == fixed_) {
@@ -97,7 +104,7 @@ class search_portfolio {
           } else {
             searches_[fixed_] = std::move(restart);
           }
-          best_ = fixed_;
+          keep_only(fixed_);
           return verdict::feasible;
         }
         if (auto v = conclude(result, fixed_)) return *v;
@@ -120,9 +127,45 @@ class search_portfolio {
   }
 
  private:
+  // Makes search k's plan the best one; the others' plans are dropped (a
+  // plan is n offsets, and every new plan is better than the old ones).
+  void keep_only(std::size_t k) {
+    best_ = k;
+    for (std::size_t j = 0; j < searches_.size(); ++j) {
+      if (j != k) searches_[j].forget_plan();
+    }
+  }
+
+  // The next restart and its node budget.
+  dsa_search next_dive(std::uint64_t& budget) {
+    if (!options_.tight_branching) {
+      // Alternately around the heaviest-load ranking and the bottom-left one.
+      const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
+      budget = first_limit_;
+      return dsa_search(*buffers_, *table_, rank_by, seed_, options_);
+    }
+    using fit = search_strategy::fit_order;
+    static constexpr fit fits[] = {fit::contact_flush, fit::contact_flush, fit::flush, fit::flush, fit::contact};
+    const std::size_t turn = seed_ % std::size(fits);
+    const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn], true};
+    budget = luby(seed_) * std::max<std::uint64_t>(64, buffers_->size());
+    return dsa_search(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
+  }
+
+  // The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, 1, 2, ... (term i >= 1): a
+  // restart schedule within a log factor of the best fixed budget.
+  static std::uint64_t luby(std::uint64_t i) {
+    for (;;) {
+      std::uint64_t k = 1;
+      while ((std::uint64_t{1} << k) - 1 < i) ++k;
+      if (i == (std::uint64_t{1} << k) - 1) return std::uint64_t{1} << (k - 1);
+      i -= (std::uint64_t{1} << (k - 1)) - 1;
+    }
+  }
+
   std::optional<verdict> conclude(dsa_search::outcome result, std::size_t k) {
     switch (result) {
-      case dsa_search::outcome::found: best_ = k; return verdict::feasible;
+      case dsa_search::outcome::found: keep_only(k); return verdict::feasible;
       case dsa_search::outcome::exhausted: return verdict::infeasible;
       case dsa_search::outcome::timed_out: return verdict::unknown;
       case dsa_search::outcome::out_of_nodes: return std::nullopt;
@@ -188,6 +231,7 @@ class exact_solver {
     std::vector<std::optional<detail::section_table>> tables(components.size());
     std::uint64_t lower_bound = 0;
     for (std::size_t c = 0; c < components.size(); ++c) {
+      parts[c].reserve(components[c].size());
       for (const auto i : components[c]) parts[c].push_back(buffers[i]);
       const std::size_t budget =
           std::max(options_.membership_per_buffer * parts[c].size(), options_.membership_floor);

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -32,6 +33,14 @@ struct exact_options {
   bool symmetry = true;        ///< interchangeable buffers placed in a fixed order
   bool decomposition = true;   ///< solve time-disjoint components separately
   bool restarts = true;        ///< short searches under perturbed rankings between rounds
+  /// In the restarts: at a level where some section must be filled from
+  /// that level up without a gap, branch on the buffers that can cover the
+  /// most constrained such section, best skyline fit first, over shuffled
+  /// rankings (off: the restarts branch in rank order over perturbed
+  /// rankings, as the complete searches do).
+  bool tight_branching = true;
+  /// Nodes given to restarts per node of the complete searches, each round.
+  std::uint32_t restart_share = 4;
   /// (buffer, section) pairs kept for the section bounds: this many per
   /// buffer, or `membership_floor` in all if that is more (16 MiB of
   /// 4-byte entries; small instances keep every pair). Buffers beyond the
@@ -51,8 +60,8 @@ struct search_workspace {
   std::vector<std::uint32_t> unplaced_neighbours;
   std::vector<std::uint32_t> unplaced;
   std::vector<std::uint32_t> position;
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> trail;          // (rank, old floor)
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> section_trail;  // (section, old lowest)
+  std::deque<trail_entry> trail;           // (rank, old floor); grows by blocks, without a doubling copy
+  std::vector<trail_entry> section_trail;  // (section, old lowest)
   std::vector<std::uint64_t> rem;     // unplaced bytes live in each section
   std::vector<std::uint64_t> lowest;  // lowest aligned floor of the short unplaced buffers there
   std::vector<std::uint32_t> stamp;
@@ -62,9 +71,17 @@ struct search_workspace {
   std::vector<std::uint64_t> long_part;          // per short buffer: long_ends over its span,
   std::vector<std::uint64_t> long_part_version;  // valid while long_version is unchanged
   std::uint64_t long_version = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, size)
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, rank)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> level_starts;  // candidate spans
   std::vector<std::uint8_t> level_reach;
+  // Branching: every unplaced buffer's aligned floor at the current node,
+  // and the exclusions from a level (a skip), with their trail.
+  std::vector<std::uint64_t> node_floor;
+  std::vector<std::uint64_t> excluded_at;
+  std::vector<std::uint8_t> excluded;
+  std::vector<trail_entry> exclusion_trail;  // (rank + 2^31 if it was excluded, the level it was excluded from)
+  std::vector<std::int32_t> cover;        // per section: candidates starting there minus those ending
+  std::vector<std::uint32_t> candidates;  // ranks
 };
 
 /// How buffers are ranked: by the heaviest load they take part in
@@ -72,7 +89,8 @@ struct search_workspace {
 /// start time (bottom-left filling). `perturbed` is total_width_area with
 /// the load term scaled by a pseudo-random factor in [0.75, 1.25) drawn
 /// from `seed` (equal for identical buffers), `perturbed_start` is
-/// bottom-left with the area term scaled by one in [0.5, 1.5); both for
+/// bottom-left with the area term scaled by one in [0.5, 1.5), and
+/// `shuffled` a pseudo-random order drawn from `seed`; all three for
 /// restarts.
 enum class search_ranking {
   total_width_area,
@@ -80,7 +98,32 @@ enum class search_ranking {
   total_area_width,
   start_size,
   perturbed,
-  perturbed_start
+  perturbed_start,
+  shuffled
+};
+
+/// How a search picks the buffer it branches on. Canonical: the unplaced
+/// buffer of smallest (floor, rank) that is not excluded from its floor.
+/// With `tight_first`, at a level where some section is tight (its
+/// unplaced bytes fill it exactly from the level up, so some buffer must
+/// sit there at the level), the search branches on the buffers that can
+/// cover the tight section with the fewest of them (`leftmost`: the first
+/// tight section), best `fit` first; elsewhere it is canonical. Every
+/// strategy is complete: a branch places the buffer at the level or
+/// excludes it from the level, so only the shape of the tree changes.
+struct search_strategy {
+  /// Order among the buffers that can cover the chosen tight section:
+  /// `rank`; `flush` (tops level with the skyline beside them, then sides
+  /// against the ends of the timeline); `contact` (most side contact with
+  /// the skyline beside them); `contact_flush` (flush tops, then contact).
+  enum class fit_order : std::uint8_t { rank, flush, contact, contact_flush };
+  bool tight_first = false;
+  bool leftmost = false;
+  fit_order fit = fit_order::rank;
+  /// The stacking bound only in the sections of the buffer just placed
+  /// (not in those of the neighbours it raised): cheaper nodes, weaker
+  /// pruning; for short dives that look for a plan rather than a proof.
+  bool light_bounds = false;
 };
 
 /// The buffers of a component in rank order (rank -> index).
@@ -114,6 +157,16 @@ inline std::vector<std::uint32_t> rank_buffers(const std::vector<dsa_buffer>& bu
         const double scaled = static_cast<double>(area(i)) * factor;
         return {exact_u64_max - table.first[i], scaled >= 0x1.0p64 ? exact_u64_max : static_cast<std::uint64_t>(scaled),
                 width(i)};
+      }
+      case search_ranking::shuffled: {
+        // Equal for identical buffers, so that they stay adjacent.
+        std::uint64_t h = (seed + 7) * 0x9e3779b97f4a7c15ull;
+        for (const std::uint64_t v : {buffers[i].size_bytes, static_cast<std::uint64_t>(buffers[i].lower),
+                                      static_cast<std::uint64_t>(buffers[i].upper), buffers[i].alignment}) {
+          h = (h ^ v) * 0xff51afd7ed558ccdull;
+          h ^= h >> 33;
+        }
+        return {h, 0, 0};
       }
       case search_ranking::perturbed: {
         const auto& b = buffers[i];
