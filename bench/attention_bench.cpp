@@ -176,7 +176,9 @@ int main(int argc, char** argv) {
     }
   }
   if (problems.empty()) {
-    std::fprintf(stderr, "attention_bench: no length of 4096, 8192, ..., 65536 lies in [%lld, %lld]\n",
+    std::string timed;
+    for (const std::int64_t t : lengths) timed += (timed.empty() ? "" : ", ") + std::to_string(t);
+    std::fprintf(stderr, "attention_bench: none of the lengths timed (%s) lies in [%lld, %lld]\n", timed.c_str(),
                  static_cast<long long>(min_tokens), static_cast<long long>(max_tokens));
     return 2;
   }

@@ -46,6 +46,7 @@ int main() {
 #include "memo/core/device_profile.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/spread.hpp"
+#include "memo/core/text.hpp"
 #include "memo/model/gpt2_memory.hpp"
 #include "memo/model/gpt2_model.hpp"
 #include "memo/schedule/layer_cost.hpp"
@@ -128,9 +129,8 @@ int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quic
     } else if ((arg == "--layers" || arg == "--context" || arg == "--channels" || arg == "--heads" ||
                 arg == "--rounds" || arg == "--steps-per-round") &&
                i + 1 < argc) {
-      char* end = nullptr;
-      const long value = std::strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || value < 1 || value > 1'000'000) {
+      const auto value = memo::detail::parse_integer<int>(argv[++i]);
+      if (!value || *value < 1 || *value > 1'000'000) {
         std::fprintf(stderr, "model_offload_bench: %s needs a positive integer, got '%s'\n", arg.c_str(), argv[i]);
         return 2;
       }
@@ -140,7 +140,7 @@ int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quic
                    : arg == "--heads"    ? shape.heads
                    : arg == "--rounds"   ? shape.rounds
                                          : shape.steps_per_round;
-      field = static_cast<int>(value);
+      field = *value;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json] [--quick] [--layers N] [--context N] [--channels N] [--heads N] "

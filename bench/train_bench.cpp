@@ -44,6 +44,7 @@
 #include <memo/core/bytes.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
+#include <memo/core/text.hpp>
 #include <memo/model/builtin_data.hpp>
 #include <memo/model/gpt2_model.hpp>
 #include <memo/plan/caching_allocator.hpp>
@@ -54,6 +55,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -296,10 +298,20 @@ int main(int argc, char** argv) {
       }
       return *v;
     };
+    // A context: whole attention chunks (256 tokens), at most 2^24.
+    auto context = [&] {
+      const std::int64_t t = number(256);
+      if (t % 256 != 0 || t > (std::int64_t{1} << 24)) {
+        std::fprintf(stderr, "train_bench: %s %lld is not a multiple of 256 up to 16777216\n", arg.c_str(),
+                     static_cast<long long>(t));
+        std::exit(2);
+      }
+      return t;
+    };
     if (arg == "--quick") quick = true;
     else if (arg == "--json") json = true;
-    else if (arg == "--max-context") max_context = number(256);
-    else if (arg == "--min-context") min_context = number(256);
+    else if (arg == "--max-context") max_context = context();
+    else if (arg == "--min-context") min_context = context();
     else if (arg == "--layers") shape.layers = number(1);
     else if (arg == "--channels") shape.channels = number(1);
     else if (arg == "--heads") shape.heads = number(1);

@@ -32,6 +32,7 @@
 #include <memo/core/bytes.hpp>
 #include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
+#include <memo/core/text.hpp>
 #include <memo/model/binary_file.hpp>
 #include <memo/model/builtin_data.hpp>
 #include <memo/model/checkpoint.hpp>
@@ -134,13 +135,12 @@ struct options {
 template <class Int>
 Int parse_int(std::string_view option, std::string_view text, Int low,
               Int high = std::numeric_limits<std::int32_t>::max()) {
-  Int value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < low || value > high) {
+  const std::optional<Int> value = memo::detail::parse_integer<Int>(text);
+  if (!value || *value < low || *value > high) {
     throw usage_error(std::string(option) + " '" + std::string(text) + "' is not an integer in [" +
                       std::to_string(low) + ", " + std::to_string(high) + "]");
   }
-  return value;
+  return *value;
 }
 
 double parse_number(std::string_view option, const std::string& text) {
@@ -150,6 +150,14 @@ double parse_number(std::string_view option, const std::string& text) {
     throw usage_error(std::string(option) + " '" + text + "' is not a non-negative number");
   }
   return v;
+}
+
+/// The ranks mpirun started this process among (1 without a launcher).
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
 }
 
 options parse(int argc, char** argv) {
@@ -194,7 +202,9 @@ options parse(int argc, char** argv) {
     } else if (arg == "--init-std") {
       const std::string text = value();
       o.init_std = parse_number(arg, text);
-      // Beyond 1 the first layernorm's variance overflows fp32 at GPT-2's widths.
+      // GPT-2 starts from 0.02; a spread above 1 is no initialisation anyone
+      // trains from, and far above it fp32 overflows without a finite loss
+      // ever telling (the layernorms' variance).
       if (!(*o.init_std > 0.0 && *o.init_std <= 1.0)) {
         throw usage_error("--init-std '" + text + "' is not a number in (0, 1]");
       }
@@ -276,17 +286,22 @@ options parse(int argc, char** argv) {
   }
   if (o.task == builtin_task::copy) refuse({"--keys", "--values"}, "describes the recall task, not --task copy");
   if (o.task == builtin_task::recall) refuse({"--copy-vocab"}, "describes the copy task: add --task copy");
-  if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1) {
+  if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1 && launched_ranks() == 1) {
     refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout"},
-           "applies across ranks only: add --sp or --pp above 1");
+           "applies across ranks only: run under mpirun, or add --sp or --pp above 1");
   }
   // An output that is also an input would destroy it (a checkpoint may be
   // rewritten in place: it is read before the new one replaces it).
+  // A device (such as /dev/null) may be both; a path that cannot be
+  // resolved is not claimed to be another.
   auto same_file = [](const std::string& a, const std::string& b) {
     if (a.empty() || b.empty()) return false;
     std::error_code ec;
+    if (std::filesystem::is_character_file(a, ec)) return false;
     if (std::filesystem::equivalent(a, b, ec)) return true;
-    return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
+    std::error_code ea, eb;
+    const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
+    return !ea && !eb && ca == cb;
   };
   const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data}, {"--checkpoint-in", &o.checkpoint_in}};
   for (const auto& [output, out_path] :
@@ -428,12 +443,7 @@ void write_timeline(const std::string& path, const memo::gpt2_config& config, st
   step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
   step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
   step.protocol = protocol;
-  // Written like a checkpoint: complete or not at all, an existing file kept
-  // on failure.
-  const std::string json = memo::simulate_memo_step(step, profile).trace.chrome_trace_json();
-  memo::atomic_file_writer file(path);
-  file.write(std::as_bytes(std::span(json)));
-  file.commit();
+  memo::simulate_memo_step(step, profile).trace.write_chrome_trace(path);
 }
 
 /// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
@@ -508,14 +518,6 @@ class training_data {
   std::optional<builtin_task> task_;
   std::optional<memo::token_window_loader> loader_;
 };
-
-/// The ranks mpirun started this process among (1 without a launcher).
-int launched_ranks() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
-  }
-  return 1;
-}
 
 bool across_ranks(const options& o) { return o.sp > 0 || o.pp > 0 || launched_ranks() > 1; }
 
@@ -595,7 +597,16 @@ int run(const options& o) {
 
   // A checkpoint that cannot be written (a directory, a missing directory,
   // no permission) is reported now, not after the whole training run.
-  if (!o.checkpoint_out.empty()) memo::atomic_file_writer probe(o.checkpoint_out);
+  // A device or a FIFO is written in place at the end (a probe would end a
+  // reader's input early); its errors are reported then.
+  if (!o.checkpoint_out.empty()) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(o.checkpoint_out, ec);
+    if (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) ||
+        std::filesystem::is_directory(status)) {
+      memo::atomic_file_writer probe(o.checkpoint_out);
+    }
+  }
 
   // The model's shape and first parameters.
   std::optional<memo::gpt2_checkpoint> checkpoint;
@@ -605,19 +616,7 @@ int run(const options& o) {
     config = checkpoint->config;
     // The format holds any float; training from a NaN or an infinity only
     // diverges at the first step, far from the cause.
-    const auto& p = checkpoint->parameters;
-    if (const auto bad = std::find_if(p.begin(), p.end(), [](float v) { return !std::isfinite(v); }); bad != p.end()) {
-      const auto index = static_cast<std::uint64_t>(bad - p.begin());
-      const memo::gpt2_parameter_table table = memo::gpt2_parameter_layout(config);
-      const auto tensor = std::find_if(table.tensors.begin(), table.tensors.end(), [&](const auto& t) {
-        return index >= t.offset && index < t.offset + t.count;
-      });
-      throw memo::error("checkpoint '" + o.checkpoint_in + "': parameter " + std::to_string(index) + " (" +
-                        std::string(tensor->name) + " element " + std::to_string(index - tensor->offset) +
-                        ", byte offset " +
-                        std::to_string(memo::llmc_header_bytes + index * memo::detail::gpt2_bytes_per_element(checkpoint->stored_as)) +
-                        ") is " + (std::isnan(*bad) ? "nan" : "infinite") + ": the file cannot be trained from");
-    }
+    memo::expect_finite_parameters(*checkpoint, o.checkpoint_in);
   } else {
     const std::int64_t vocab = data.builtin() ? data.vocab() : gpt2_vocab;
     config = {static_cast<std::int32_t>(o.context), static_cast<std::int32_t>(vocab), padded(vocab),

@@ -8,6 +8,7 @@
 
 // core/: configuration, errors, byte arithmetic, JSON, memory regions, tensor views,
 // the transformer-layer description and device profiles
+#include "memo/core/atomic_file.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/config.hpp"
 #include "memo/core/device_profile.hpp"
@@ -16,6 +17,7 @@
 #include "memo/core/memory_region.hpp"
 #include "memo/core/spread.hpp"
 #include "memo/core/tensor_view.hpp"
+#include "memo/core/text.hpp"
 #include "memo/core/transformer_layer.hpp"
 #if MEMO_HAS_LPSOLVE
 #include "memo/core/lp_solve.hpp"

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>     // open (POSIX)
 #include <sys/stat.h>  // mkfifo (POSIX)
+#include <unistd.h>    // read, close (POSIX)
 
 #include "io_test_support.hpp"
 
@@ -135,14 +137,30 @@ TEST_CASE("binary_file: writing to a full device is an error naming the device")
   CHECK(std::filesystem::is_character_file("/dev/full"));
 }
 
-TEST_CASE("binary_file: a FIFO as the target is refused at once, not waited on") {
+TEST_CASE("binary_file: a FIFO nobody reads is an error at once; one with a reader is written") {
   memo_test::scratch_directory dir;
   const auto fifo = dir / "pipe";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  // Opening it for writing would block until a reader came: the test would hang.
+  // A blocking open would wait for a reader for ever: the test would hang.
   const auto message = error_of([&] { memo::atomic_file_writer out(fifo); });
   CHECK(contains(message, fifo.string()));
-  CHECK(contains(message, "is a FIFO or a socket"));
+  CHECK(contains(message, "is a FIFO that no process is reading"));
+  CHECK(std::filesystem::is_fifo(fifo));
+  // With a reader (this process, non-blocking), the bytes arrive in place.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  const auto bytes = pattern(1000, 7);  // below the pipe's buffer: no reader thread needed
+  {
+    memo::atomic_file_writer out(fifo);
+    out.write(bytes);
+    out.commit();
+  }
+  std::vector<std::byte> got(2000);
+  const ssize_t n = ::read(reader, got.data(), got.size());
+  ::close(reader);
+  REQUIRE(n == 1000);
+  got.resize(1000);
+  CHECK(got == bytes);
   CHECK(std::filesystem::is_fifo(fifo));
 }
 

@@ -272,3 +272,27 @@ TEST_CASE("checkpoint: a failed write keeps the existing checkpoint") {
   CHECK(bits_of(memo::read_gpt2_checkpoint(path).parameters) == bits_of(original));
   CHECK(dir.entries() == std::vector<std::string>{"keep.bin"});
 }
+
+TEST_CASE("checkpoint: a NaN or an infinity is found and named by tensor, element and byte offset") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "finite.bin";
+  // tiny(): wte [16, 8] = 128 values, then wpe [12, 8]; element 5 of wpe is index 133.
+  std::vector<float> p(1984, 0.25f);
+  memo::write_gpt2_checkpoint(path, tiny(), p);
+  CHECK_NOTHROW(memo::expect_finite_parameters(memo::read_gpt2_checkpoint(path), path));
+  p[133] = std::numeric_limits<float>::quiet_NaN();
+  p[1000] = std::numeric_limits<float>::infinity();  // after the first: not the one named
+  memo::write_gpt2_checkpoint(path, tiny(), p);
+  const auto m = error_of([&] { memo::expect_finite_parameters(memo::read_gpt2_checkpoint(path), path); });
+  CHECK(contains(m, path.string()));
+  CHECK(contains(m, "parameter 133 (wpe element 5, byte offset " + std::to_string(1024 + 4 * 133) + ") is nan"));
+  p[133] = 0.0f;
+  p[1983] = -std::numeric_limits<float>::infinity();  // the last one: lnfb's last element
+  memo::write_gpt2_checkpoint(path, tiny(), p);
+  const auto last = error_of([&] { memo::expect_finite_parameters(memo::read_gpt2_checkpoint(path), path); });
+  CHECK(contains(last, "parameter 1000 "));
+  p[1000] = 0.0f;
+  memo::write_gpt2_checkpoint(path, tiny(), p);
+  const auto end = error_of([&] { memo::expect_finite_parameters(memo::read_gpt2_checkpoint(path), path); });
+  CHECK(contains(end, "parameter 1983 (lnfb element 7, byte offset " + std::to_string(1024 + 4 * 1983) + ") is infinite"));
+}

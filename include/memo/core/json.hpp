@@ -70,7 +70,7 @@ class json_writer {
     out_ += "null";
     return *this;
   }
-  /// A sequence of numbers, strings or flags, written as an array.
+  /// A vector or span of numbers or strings, written as an array.
   template <class T>
   json_writer& value(std::span<const T> items) {
     begin_array();

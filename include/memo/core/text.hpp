@@ -24,7 +24,10 @@ template <class Int>
 std::optional<Int> parse_integer(std::string_view text) {
   Int value{};
   if (text.empty()) return std::nullopt;
-  if (text.front() == '+') text.remove_prefix(1);
+  if (text.front() == '+') {
+    text.remove_prefix(1);
+    if (text.empty() || text.front() == '-') return std::nullopt;  // "+" or "+-5"
+  }
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
   return value;
@@ -59,7 +62,9 @@ std::string integer_problem(std::string_view text) {
                                                       [](char c) { return c >= '0' && c <= '9'; });
   if (numeric) {
     return "'" + quote(text) + "' does not fit in " +
-           (std::numeric_limits<Int>::is_signed ? "a signed" : "an unsigned") + " 64-bit integer (" +
+           (std::numeric_limits<Int>::is_signed ? "a signed " : "an unsigned ") +
+           std::to_string(std::numeric_limits<Int>::digits + (std::numeric_limits<Int>::is_signed ? 1 : 0)) +
+           "-bit integer (" +
            std::to_string(std::numeric_limits<Int>::min()) + " to " +
            std::to_string(std::numeric_limits<Int>::max()) + ")";
   }

@@ -9,22 +9,13 @@
 // can be checked against it before a byte of payload is read, and a short
 // read says how many bytes were missing.
 //
-// Writing: `atomic_file_writer` writes to a new temporary file in the target's
-// directory and renames it over the target only after every write, the flush,
-// the sync to disk and the close succeeded. A failed or abandoned write (a
-// full disk, a size limit, an exception in between) removes the temporary
-// file and leaves an existing target exactly as it was. A target that exists
-// and is a device (such as /dev/full or /dev/null) cannot be replaced by a
-// rename and is written in place; its failures are still reported. A FIFO or
-// a socket is refused: opening one blocks until a reader comes. A symbolic link at the target is replaced, not written
-// through.
+// Writing: `atomic_file_writer` (core/atomic_file.hpp), complete or not at
+// all.
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -36,8 +27,7 @@
 #include <system_error>
 #include <type_traits>
 
-#include <unistd.h>  // fsync (POSIX)
-
+#include "memo/core/atomic_file.hpp"
 #include "memo/core/error.hpp"
 
 namespace memo {
@@ -66,10 +56,6 @@ inline void store_little_endian(std::byte* p, U value) noexcept {
     p[i] = static_cast<std::byte>((value >> (8 * i)) & 0xffu);
   }
 }
-
-inline std::string errno_text(int code) { return std::generic_category().message(code); }
-
-inline std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
 
 }  // namespace detail
 
@@ -172,131 +158,5 @@ class binary_file_reader {
   std::uint64_t position_ = 0;
 };
 
-/// Writes a file so that it either appears complete or not at all (see the
-/// top of this header). Call `commit()` after the last write; destroying an
-/// uncommitted writer discards what was written.
-class atomic_file_writer {
- public:
-  explicit atomic_file_writer(std::filesystem::path target) : target_(std::move(target)) {
-    std::error_code ec;
-    const auto status = std::filesystem::status(target_, ec);
-    in_place_ = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
-    if (in_place_) {
-      if (std::filesystem::is_directory(status)) {
-        throw error(detail::quoted(target_) + ": is a directory, cannot write a file there");
-      }
-      // Opening a FIFO blocks until a reader comes, and a reader would see
-      // the end of the data at the first close: neither is a file's write.
-      if (std::filesystem::is_fifo(status) || std::filesystem::is_socket(status)) {
-        throw error(detail::quoted(target_) + ": is a FIFO or a socket; write to a regular file or a device");
-      }
-      open_or_throw(target_, "wb");
-      return;
-    }
-    // A fresh name in the same directory (so the rename stays on one file
-    // system); "x" refuses to reuse a name someone else just created.
-    static std::atomic<std::uint64_t> counter{0};
-    const auto stamp = static_cast<std::uint64_t>(
-        std::chrono::steady_clock::now().time_since_epoch().count());
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      const std::uint64_t n = stamp ^ (counter.fetch_add(1) * 0x9e3779b97f4a7c15ull) ^
-                              static_cast<std::uint64_t>(::getpid());
-      temporary_ = target_;
-      temporary_ += ".tmp-" + std::to_string(n % 1000000007u);
-      file_ = std::fopen(temporary_.c_str(), "wbx");
-      if (file_ != nullptr) return;
-      if (errno != EEXIST) break;
-    }
-    throw error(detail::quoted(target_) + ": cannot create a temporary file " +
-                detail::quoted(temporary_) + " beside it: " + detail::errno_text(errno));
-  }
-  atomic_file_writer(const atomic_file_writer&) = delete;
-  atomic_file_writer& operator=(const atomic_file_writer&) = delete;
-  ~atomic_file_writer() { discard(); }
-
-  [[nodiscard]] const std::filesystem::path& target() const noexcept { return target_; }
-  [[nodiscard]] std::uint64_t written_bytes() const noexcept { return written_; }
-
-  /// Appends `bytes`; a short write is an error naming the file and the cause.
-  void write(std::span<const std::byte> bytes) {
-    expects(file_ != nullptr, [&] {
-      return detail::quoted(target_) + ": write after the file was committed or discarded";
-    });
-    if (bytes.empty()) return;
-    const std::size_t put = std::fwrite(bytes.data(), 1, bytes.size(), file_);
-    written_ += put;
-    if (put != bytes.size()) {
-      const int code = errno;
-      discard();
-      throw error(detail::quoted(target_) + ": write failed after " + std::to_string(written_) +
-                  " bytes: " + detail::errno_text(code));
-    }
-  }
-
-  /// Flushes, syncs and closes the file, then renames it over the target.
-  void commit() {
-    expects(file_ != nullptr, [&] {
-      return detail::quoted(target_) + ": commit after the file was committed or discarded";
-    });
-    if (std::fflush(file_) != 0) fail_and_throw("flushing");
-    // Devices such as /dev/null do not support fsync (EINVAL); only a real
-    // file's data must reach the disk before the rename makes it visible.
-    if (!in_place_ && ::fsync(::fileno(file_)) != 0) fail_and_throw("syncing to disk");
-    std::FILE* f = file_;
-    file_ = nullptr;
-    if (std::fclose(f) != 0) {
-      const int code = errno;
-      remove_temporary();
-      throw error(detail::quoted(target_) + ": closing after " + std::to_string(written_) +
-                  " bytes failed: " + detail::errno_text(code));
-    }
-    if (in_place_) return;
-    std::error_code ec;
-    std::filesystem::rename(temporary_, target_, ec);
-    if (ec) {
-      remove_temporary();
-      throw error(detail::quoted(target_) + ": cannot replace it with " +
-                  detail::quoted(temporary_) + ": " + ec.message());
-    }
-    temporary_.clear();
-  }
-
- private:
-  void open_or_throw(const std::filesystem::path& path, const char* mode) {
-    file_ = std::fopen(path.c_str(), mode);
-    if (file_ == nullptr) {
-      throw error(detail::quoted(path) + ": cannot open for writing: " + detail::errno_text(errno));
-    }
-  }
-
-  [[noreturn]] void fail_and_throw(const char* doing) {
-    const int code = errno;
-    discard();
-    throw error(detail::quoted(target_) + ": " + doing + " after " + std::to_string(written_) +
-                " bytes failed: " + detail::errno_text(code));
-  }
-
-  void discard() noexcept {
-    if (file_ != nullptr) {
-      std::fclose(file_);
-      file_ = nullptr;
-    }
-    remove_temporary();
-  }
-
-  void remove_temporary() noexcept {
-    if (!temporary_.empty()) {
-      std::error_code ignored;
-      std::filesystem::remove(temporary_, ignored);
-      temporary_.clear();
-    }
-  }
-
-  std::filesystem::path target_;
-  std::filesystem::path temporary_;
-  std::FILE* file_ = nullptr;
-  std::uint64_t written_ = 0;
-  bool in_place_ = false;
-};
 
 }  // namespace memo

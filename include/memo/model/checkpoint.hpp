@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -173,6 +174,25 @@ inline gpt2_checkpoint read_gpt2_checkpoint(const std::filesystem::path& path,
   checkpoint.parameters.resize(static_cast<std::size_t>(info.parameter_count));
   detail::read_gpt2_payload(file, info, checkpoint.parameters);
   return checkpoint;
+}
+
+/// Throws unless every parameter of `checkpoint` (read from `path`) is
+/// finite, naming the first that is not: its index, tensor, element and byte
+/// offset in the file. The format holds any float (a round trip keeps NaN
+/// payloads); a trainer calls this before training from it.
+inline void expect_finite_parameters(const gpt2_checkpoint& checkpoint, const std::filesystem::path& path) {
+  const auto& p = checkpoint.parameters;
+  const auto bad = std::find_if(p.begin(), p.end(), [](float v) { return !std::isfinite(v); });
+  if (bad == p.end()) return;
+  const auto index = static_cast<std::uint64_t>(bad - p.begin());
+  const gpt2_parameter_table table = gpt2_parameter_layout(checkpoint.config);
+  const auto tensor = std::find_if(table.tensors.begin(), table.tensors.end(), [&](const gpt2_tensor_info& t) {
+    return index >= t.offset && index < t.offset + t.count;
+  });
+  throw error(detail::quoted(path) + ": parameter " + std::to_string(index) + " (" + std::string(tensor->name) +
+              " element " + std::to_string(index - tensor->offset) + ", byte offset " +
+              std::to_string(llmc_header_bytes + index * detail::gpt2_bytes_per_element(checkpoint.stored_as)) +
+              ") is " + (std::isnan(*bad) ? "nan" : "infinite") + ": the model cannot train from it");
 }
 
 /// Writes a version-3 (fp32) checkpoint of `config` with `parameters` (llm.c's

@@ -622,10 +622,7 @@ class gpt2_parallel_model {
   /// Resets a step that threw part-way: drains the stream, returns what the
   /// step held of the plan and rewinds the replay.
   void abandon() noexcept {
-    try {
-      backend_->synchronize(*stream_);
-    } catch (...) {  // the error is already on its way to the caller
-    }
+    drain(*backend_, *stream_);  // the error is already on its way to the caller
     outside_->release();
     try {
       replay_->reset();

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,19 +53,20 @@ struct gpt2_parallel_training {
   std::FILE* out = stdout;
 };
 
-/// One rank's figures, as gathered for the report.
 /// The error for a step whose loss is not finite: every later step and a
 /// checkpoint would hold garbage (and the checkpoint could replace a good
-/// one), so training stops there.
-inline error training_diverged(std::int64_t step, float loss, double learning_rate, bool checkpoint_asked) {
+/// one), so training stops there. It names the caller's line.
+inline error training_diverged(std::int64_t step, float loss, double learning_rate, bool checkpoint_asked,
+                               std::source_location where = std::source_location::current()) {
   char text[160];
   std::snprintf(text, sizeof text,
                 "step %lld: the loss is %s, training diverged (non-finite weights, or a learning rate of %g "
                 "too large for this model)",
                 static_cast<long long>(step), std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", learning_rate);
-  return error(std::string(text) + (checkpoint_asked ? "; no checkpoint written" : ""));
+  return error(std::string(text) + (checkpoint_asked ? "; no checkpoint written" : ""), where);
 }
 
+/// One rank's figures, as gathered for the report.
 struct gpt2_rank_figures {
   int rank = 0, stage = 0, sequence_parallel_rank = 0;
   std::uint64_t device_peak_bytes = 0, parameter_state_bytes = 0, activation_bytes = 0;

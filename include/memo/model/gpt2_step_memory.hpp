@@ -309,8 +309,8 @@ class gpt2_step_memory {
     } catch (...) {  // the error is already on its way to the caller
     }
     outside_->release();
+    drain(*backend_, *stream_);
     try {
-      backend_->synchronize(*stream_);
       replay_->reset();
     } catch (...) {
     }

@@ -166,10 +166,7 @@ class distributed_attention {
   distributed_attention(const distributed_attention&) = delete;
   distributed_attention& operator=(const distributed_attention&) = delete;
   ~distributed_attention() {
-    try {
-      if (exchange_) backend_.synchronize(*exchange_);
-    } catch (...) {  // reported on the caller's stream, which waits for this one
-    }
+    if (exchange_) drain(backend_, *exchange_);  // its error reached the caller's stream, which waits for it
   }
 
   [[nodiscard]] const fpdt_layout& layout() const noexcept { return layout_; }

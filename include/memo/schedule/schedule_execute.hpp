@@ -252,14 +252,7 @@ class schedule_instance {
   }
 
   void drain() noexcept {
-    for (auto& stream : streams_) {
-      try {
-        backend_->synchronize(stream);
-      } catch (...) {
-        // Reported by synchronize() to callers that ask; here only the
-        // waiting matters.
-      }
-    }
+    for (auto& stream : streams_) memo::drain(*backend_, stream);  // errors: reported by synchronize()
   }
 
   B* backend_;

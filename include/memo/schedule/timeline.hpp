@@ -18,12 +18,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "memo/core/atomic_file.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/json.hpp"
 #include "memo/schedule/schedule_graph.hpp"
@@ -200,13 +201,13 @@ class timeline {
     return json.str() + "\n";
   }
 
-  /// Writes `chrome_trace_json()` to `path`.
+  /// Writes `chrome_trace_json()` to `path`, complete or not at all (an
+  /// existing file is kept when the write fails; core/atomic_file.hpp).
   void write_chrome_trace(const std::string& path) const {
-    std::ofstream file(path, std::ios::binary);
-    expects(static_cast<bool>(file), [&] { return "cannot open '" + path + "' for writing"; });
-    file << chrome_trace_json();
-    file.close();
-    expects(!file.fail(), [&] { return "writing the Chrome trace to '" + path + "' failed"; });
+    const std::string json = chrome_trace_json();
+    atomic_file_writer file(path);
+    file.write(std::as_bytes(std::span(json)));
+    file.commit();
   }
 
   /// A human table: per stream busy, stall, op count; then makespan and overlap.

@@ -385,11 +385,7 @@ class token_fraction_swapper {
 
   void drain() noexcept {
     for (auto* stream : {offload_ ? &*offload_ : nullptr, prefetch_ ? &*prefetch_ : nullptr}) {
-      if (stream == nullptr) continue;
-      try {
-        backend_->synchronize(*stream);
-      } catch (...) {
-      }
+      if (stream != nullptr) memo::drain(*backend_, *stream);
     }
   }
 
@@ -397,10 +393,7 @@ class token_fraction_swapper {
   // the release. Buffers destroyed before the swapper cannot be touched.
   void release_held_leases() noexcept {
     if (!claim_.buffers_alive()) return;
-    try {
-      backend_->synchronize(*compute_);
-    } catch (...) {
-    }
+    memo::drain(*backend_, *compute_);
     for (auto& held : leases_) {
       if (!held) continue;
       try {
