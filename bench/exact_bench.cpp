@@ -429,14 +429,14 @@ void write_group(memo::json_writer& j, const group& g) {
 void print_group(const group& g) {
   const auto e = g.exact();
   const auto t = g.seconds();
-  std::printf("%-14s %-4s %-18s %7zu %6zu/%zu %6zu/%zu %9.4f %9.4f %9.4f %8.3f [%.3f, %.3f] %10.0f\n", g.family.c_str(),
+  std::printf("%-14s %-4s %-19s %7zu %6zu/%zu %6zu/%zu %9.4f %9.4f %9.4f %8.3f [%.3f, %.3f] %10.0f\n", g.family.c_str(),
               g.mode.c_str(), g.config.c_str(), g.buffers, g.proven(), g.runs.size(), g.found(), g.runs.size(),
               g.mean_greedy(), e.median, e.max, t.median, t.min, t.max, g.nodes().median);
   std::fflush(stdout);
 }
 
 void print_header(const char* title) {
-  std::printf("\n%s\n%-14s %-4s %-18s %7s %8s %8s %9s %9s %9s %8s %16s %10s\n", title, "family", "mode", "config",
+  std::printf("\n%s\n%-14s %-4s %-19s %7s %8s %8s %9s %9s %9s %8s %16s %10s\n", title, "family", "mode", "config",
               "buffers", "proven", "found", "greedy/LB", "exact/LB", "worst", "time s", "[min, max]", "nodes");
 }
 
@@ -536,7 +536,7 @@ int main(int argc, char** argv) {
       trace_runs.push_back(make_run("trace", "min", "all", p, 0, solve_in_child(p, false, all, trace_limit)));
       const auto& r = trace_runs.back();
       if (!json) {
-        std::printf("%-14s %-4s %-18s %7zu %8s %8s %9.4f %9.5f %9s %8.3f %16s %10llu  %.0f B/buffer\n", "trace", "min",
+        std::printf("%-14s %-4s %-19s %7zu %8s %8s %9.4f %9.5f %9s %8.3f %16s %10llu  %.0f B/buffer\n", "trace", "min",
                     "all", r.buffers, r.proven ? "yes" : "no", "", ratio(r.greedy, r.bound), ratio(r.peak, r.bound), "",
                     r.seconds, "", static_cast<unsigned long long>(r.nodes), r.working_bytes_per_buffer);
         std::fflush(stdout);
