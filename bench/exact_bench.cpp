@@ -11,7 +11,8 @@
 //       sizes are multiples of 256 bytes, from 256 B to 1 MiB, 256-aligned.
 //   nested: lifetimes nest like a call stack (LIFO frees), random sizes.
 //   mixed-align: medium density, sizes of any byte count (100 B .. 1 MiB,
-//       log-uniform) with alignments of 256 B or 4 KiB.
+//       log-uniform) with alignments of 256 B or 4 KiB; also at 10, 20 and
+//       50 buffers, to show where proofs start.
 //   gpt: training-step traces of a GPT-like stack (transients around
 //       skeletal tensors kept from a layer's forward to its backward).
 //   cut: a full capacity x time rectangle cut into buffers by random
@@ -428,14 +429,14 @@ void write_group(memo::json_writer& j, const group& g) {
 void print_group(const group& g) {
   const auto e = g.exact();
   const auto t = g.seconds();
-  std::printf("%-14s %-4s %-18s %7zu %6zu/%zu %6zu/%zu %9.4f %9.4f %9.4f %8.3f [%.3f, %.3f] %10.0f\n", g.family.c_str(),
+  std::printf("%-14s %-4s %-19s %7zu %6zu/%zu %6zu/%zu %9.4f %9.4f %9.4f %8.3f [%.3f, %.3f] %10.0f\n", g.family.c_str(),
               g.mode.c_str(), g.config.c_str(), g.buffers, g.proven(), g.runs.size(), g.found(), g.runs.size(),
               g.mean_greedy(), e.median, e.max, t.median, t.min, t.max, g.nodes().median);
   std::fflush(stdout);
 }
 
 void print_header(const char* title) {
-  std::printf("\n%s\n%-14s %-4s %-18s %7s %8s %8s %9s %9s %9s %8s %16s %10s\n", title, "family", "mode", "config",
+  std::printf("\n%s\n%-14s %-4s %-19s %7s %8s %8s %9s %9s %9s %8s %16s %10s\n", title, "family", "mode", "config",
               "buffers", "proven", "found", "greedy/LB", "exact/LB", "worst", "time s", "[min, max]", "nodes");
 }
 
@@ -481,11 +482,14 @@ int main(int argc, char** argv) {
   }
   std::vector<std::size_t> sizes = {100, 300, 1000};
   std::vector<std::size_t> cut_sizes = {100, 200, 300, 400, 500};
+  // Where proofs of mixed alignments start (below the usual sizes).
+  std::vector<std::size_t> mixed_small_sizes = {10, 20, 50};
   std::vector<std::size_t> trace_sizes = {20000, 60000};
   double ablation_limit = 1.5;
   if (quick) {
     sizes = {100};
     cut_sizes = {100};
+    mixed_small_sizes = {10};
     trace_sizes = {4000};
     seeds = 1;
     limit = std::min(limit, 0.3);
@@ -509,6 +513,11 @@ int main(int argc, char** argv) {
   };
   for (const char* family : families) {
     for (const std::size_t n : sizes) {
+      if (std::string(family) == "mixed-align") {
+        for (const std::size_t m : mixed_small_sizes) {
+          if (m < n && (n == sizes.front()) && wanted(family, m)) run_group(family, "min", m);
+        }
+      }
       if (wanted(family, n)) run_group(family, "min", n);
     }
   }
@@ -527,7 +536,7 @@ int main(int argc, char** argv) {
       trace_runs.push_back(make_run("trace", "min", "all", p, 0, solve_in_child(p, false, all, trace_limit)));
       const auto& r = trace_runs.back();
       if (!json) {
-        std::printf("%-14s %-4s %-18s %7zu %8s %8s %9.4f %9.5f %9s %8.3f %16s %10llu  %.0f B/buffer\n", "trace", "min",
+        std::printf("%-14s %-4s %-19s %7zu %8s %8s %9.4f %9.5f %9s %8.3f %16s %10llu  %.0f B/buffer\n", "trace", "min",
                     "all", r.buffers, r.proven ? "yes" : "no", "", ratio(r.greedy, r.bound), ratio(r.peak, r.bound), "",
                     r.seconds, "", static_cast<unsigned long long>(r.nodes), r.working_bytes_per_buffer);
         std::fflush(stdout);
@@ -553,13 +562,14 @@ int main(int argc, char** argv) {
     off("no-decomposition", &memo::exact_options::decomposition);
     off("no-restarts", &memo::exact_options::restarts);
     off("no-tight-branching", &memo::exact_options::tight_branching);
+    off("no-alignment-bounds", &memo::exact_options::alignment_bounds);
     struct item {
       const char* family;
       const char* mode;
       std::size_t n;
     };
     std::vector<item> items = {{"cut", "fit", 300},         {"cut", "fit", 500}, {"random-dense", "min", 1000},
-                               {"random-dense", "min", 300}, {"mixed-align", "min", 100}};
+                               {"random-dense", "min", 300}, {"mixed-align", "min", 100}, {"mixed-align", "min", 10}};
     const int ablation_seeds = quick ? 1 : 3;
     if (quick) items = {{"random-dense", "min", 100}, {"cut", "fit", 50}};
     for (const auto& it : items) {

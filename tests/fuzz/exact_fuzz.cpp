@@ -117,6 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   switches.restarts = (off & 0x10u) == 0;
   switches.tight_branching = (off & 0x20u) == 0;
   switches.restart_share = static_cast<std::uint32_t>(off >> 6);  // 0 to 3
+  switches.alignment_bounds = (head & 0x40u) == 0;
   memo::exact_solver solver(switches);
   try {
     const auto result = solver.solve(problem, options);

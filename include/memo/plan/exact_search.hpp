@@ -531,6 +531,41 @@ class dsa_search {
     }
   }
 
+  // Stacking over `lows` ((lowest start, rank), sorted): for every k, the
+  // buffers from k up cannot start below lows[k].first, so they all fit
+  // above it, each but the topmost with its padding. With alignment
+  // bounds, those of them aligned to 2^slot_shift (the most aligned level
+  // here, when above the smallest alignment) start at distinct multiples
+  // of it, so each but the topmost of them takes its size rounded up to a
+  // whole slot. Returns the highest of these lower bounds on the peak.
+  [[nodiscard]] wide stacked_top(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& lows,
+                                 std::uint8_t slot_shift) const {
+    const bool slots = options_.alignment_bounds && (std::uint64_t{1} << slot_shift) > granule_mask_ + 1;
+    const wide slot_mask = (wide{1} << slot_shift) - 1;
+    wide best = 0;
+    wide above = 0;
+    std::uint64_t most = 0;
+    wide slotted = 0;            // the slot-aligned buffers from k up, each a whole slot
+    std::uint64_t most_tail = 0;  // the largest slot minus size among them
+    bool any_slotted = false;
+    for (std::size_t k = lows.size(); k-- > 0;) {
+      const auto q = static_cast<std::uint32_t>(lows[k].second);
+      above += wide{size_[q]} + pad(q);
+      most = std::max(most, pad(q));
+      best = std::max(best, wide{lows[k].first} + above - most);
+      if (!slots) continue;
+      if (shift_[q] >= slot_shift) {
+        const wide slot = (wide{size_[q]} + slot_mask) & ~slot_mask;
+        slotted += slot;
+        most_tail = std::max(most_tail, static_cast<std::uint64_t>(slot - size_[q]));
+        any_slotted = true;
+      }
+      // The lowest of them starts at a multiple of the slot at or above lows[k].first.
+      if (any_slotted) best = std::max(best, ((wide{lows[k].first} + slot_mask) & ~slot_mask) + slotted - most_tail);
+    }
+    return best;
+  }
+
   void rescan(std::uint32_t sec, bool stacking) {
     auto& w = *w_;
     const auto& t = *table_;
@@ -541,6 +576,7 @@ class dsa_search {
     std::uint64_t top_pad = 0;  // the largest: the topmost one keeps none
     auto& lows = w.scratch;
     lows.clear();
+    std::uint8_t slot_shift = 0;
     for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
       const std::uint32_t q = rank_of_[t.members[m]];
       if (w.placed[q]) continue;
@@ -548,21 +584,13 @@ class dsa_search {
       lowest = std::min(lowest, floor);
       padding += pad(q);
       top_pad = std::max(top_pad, pad(q));
+      slot_shift = std::max(slot_shift, shift_[q]);
       if (stacking) lows.emplace_back(floor, q);
     }
     clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
     if (stacking && lows.size() > 1) {
-      // Stacking: the buffers here that cannot start below e all fit above
-      // e, each but the topmost with its padding.
       std::sort(lows.begin(), lows.end());
-      wide above = 0;
-      std::uint64_t most = 0;
-      for (std::size_t k = lows.size(); k-- > 0;) {
-        const auto q = static_cast<std::uint32_t>(lows[k].second);
-        above += wide{size_[q]} + pad(q);
-        most = std::max(most, pad(q));
-        top_ = std::max(top_, wide{lows[k].first} + above - most);
-      }
+      top_ = std::max(top_, stacked_top(lows, slot_shift));
     }
     if (lowest == w.lowest[sec]) return;
     w.section_trail.emplace_back(sec, w.lowest[sec]);
@@ -623,23 +651,18 @@ class dsa_search {
     auto& lows = w.scratch;
     for (std::uint32_t sec = first_[skipped]; sec < last_[skipped]; ++sec) {
       lows.clear();
+      std::uint8_t slot_shift = 0;
       for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
         const std::uint32_t q = rank_of_[t.members[m]];
         if (w.placed[q]) continue;
         const std::uint64_t floor = aligned_floor(q);
         const bool blocked = floor < at || (floor == at && excluded(q, at));
         lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, q);
+        slot_shift = std::max(slot_shift, shift_[q]);
       }
       clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
       std::sort(lows.begin(), lows.end());
-      wide above = 0;
-      std::uint64_t most = 0;
-      for (std::size_t k = lows.size(); k-- > 0;) {
-        const auto q = static_cast<std::uint32_t>(lows[k].second);
-        above += wide{size_[q]} + pad(q);
-        most = std::max(most, pad(q));
-        if (wide{lows[k].first} + above - most > target_) return false;
-      }
+      if (stacked_top(lows, slot_shift) > target_) return false;
       const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
       const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
       if (from != exact_u64_max && wide{from} + w.rem[sec] > target_) return false;

@@ -382,4 +382,61 @@ struct section_table {
   }
 };
 
+/// The alignment-slot bound of a component: in any section, the buffers
+/// live there whose alignment is at least a (a power of two) start at
+/// distinct multiples of a, so each one below the topmost of them is
+/// followed by at least its size rounded up to a. Stacked, they reach
+///   sum of ceil_a(size) - max of (ceil_a(size) - size)
+/// over those buffers. At the smallest alignment level this is the live
+/// bytes with every buffer but the topmost padded to that alignment.
+/// Returns the maximum over every alignment level present and every
+/// section (at least the largest live sum); saturates at UINT64_MAX.
+/// Time O(L n log n) for L distinct alignments.
+[[nodiscard]] inline std::uint64_t alignment_slot_bound(const std::vector<dsa_buffer>& buffers,
+                                                        const section_table& table) {
+  std::vector<std::uint64_t> levels;
+  levels.reserve(buffers.size());
+  for (const auto& b : buffers) levels.push_back(b.alignment);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  std::size_t size = 1;
+  while (size < table.sections) size <<= 1;
+  wide_uint best = table.lower_bound;
+  std::vector<wide_uint> add(table.sections + 1);
+  std::vector<wide_uint> drop(table.sections + 1);
+  std::vector<std::uint64_t> tail(2 * size);  // per tree node: the largest tail of a buffer covering it
+  for (const std::uint64_t a : levels) {
+    const wide_uint mask = a - 1;
+    std::fill(add.begin(), add.end(), 0);
+    std::fill(drop.begin(), drop.end(), 0);
+    std::fill(tail.begin(), tail.end(), 0);
+    for (std::uint32_t i = 0; i < table.n; ++i) {
+      if (buffers[i].alignment < a) continue;
+      const wide_uint slot = (wide_uint{buffers[i].size_bytes} + mask) & ~mask;
+      add[table.first[i]] += slot;
+      drop[table.last[i]] += slot;
+      const auto t = static_cast<std::uint64_t>(slot - buffers[i].size_bytes);  // < a
+      for (std::size_t lo = table.first[i] + size, hi = table.last[i] + size; lo < hi; lo >>= 1, hi >>= 1) {
+        if (lo & 1u) {
+          tail[lo] = std::max(tail[lo], t);
+          ++lo;
+        }
+        if (hi & 1u) {
+          --hi;
+          tail[hi] = std::max(tail[hi], t);
+        }
+      }
+    }
+    wide_uint live = 0;
+    for (std::uint32_t s = 0; s < table.sections; ++s) {
+      live = live + add[s] - drop[s];
+      std::uint64_t most = 0;
+      for (std::size_t node = s + size; node >= 1; node >>= 1) most = std::max(most, tail[node]);
+      // `most` is the tail of a buffer counted in `live`, so no wrap.
+      best = std::max(best, live - most);
+    }
+  }
+  return best > exact_u64_max ? exact_u64_max : static_cast<std::uint64_t>(best);
+}
+
 }  // namespace memo::detail

@@ -229,6 +229,10 @@ class exact_solver {
     }
     std::vector<std::vector<dsa_buffer>> parts(components.size());
     std::vector<std::optional<detail::section_table>> tables(components.size());
+    // Per component: the largest live sum, or with alignment bounds the
+    // alignment-slot bound (never less). The result reports the live sum,
+    // the bound every solver shares; the search aims at the stronger one.
+    std::vector<std::uint64_t> bounds(components.size(), 0);
     std::uint64_t lower_bound = 0;
     for (std::size_t c = 0; c < components.size(); ++c) {
       parts[c].reserve(components[c].size());
@@ -237,12 +241,13 @@ class exact_solver {
           std::max(options_.membership_per_buffer * parts[c].size(), options_.membership_floor);
       tables[c].emplace(parts[c], budget);
       lower_bound = std::max(lower_bound, tables[c]->lower_bound);
+      bounds[c] = options_.alignment_bounds ? detail::alignment_slot_bound(parts[c], *tables[c]) : tables[c]->lower_bound;
     }
     result.lower_bound_bytes = lower_bound;
     std::vector<std::size_t> order(components.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return tables[a]->lower_bound > tables[b]->lower_bound;
+      return bounds[a] > bounds[b];
     });
 
     bool proven = true;
@@ -250,7 +255,7 @@ class exact_solver {
     for (const std::size_t c : order) {
       const auto& part = parts[c];
       const auto& members = components[c];
-      const std::uint64_t bound = tables[c]->lower_bound;
+      const std::uint64_t bound = bounds[c];
       std::vector<std::uint64_t> offsets(part.size(), 0);
       std::optional<std::uint64_t> best = detail::greedy_upper_bound(part, offsets, until);
       if (warm) {
@@ -278,6 +283,7 @@ class exact_solver {
       if (problem.capacity_bytes) {
         const std::uint64_t capacity = *problem.capacity_bytes;
         if (!best || *best > capacity) {
+          if (bound > capacity) throw error(capacity_message(capacity, part, bound, true, best));
           const auto found = decide(capacity, deadline);
           if (found == verdict::feasible) {
             take();

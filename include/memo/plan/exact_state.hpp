@@ -30,6 +30,12 @@ namespace memo {
 struct exact_options {
   bool dominance = true;       ///< prune branches that leave a hole a buffer could drop into
   bool section_bounds = true;  ///< per-section "lowest floor + unplaced bytes" bounds
+  /// Alignment slots: in a section, the buffers of alignment >= a start at
+  /// distinct multiples of a, so each but the topmost takes its size
+  /// rounded up to a. Raises the component's lower bound (every alignment
+  /// level, every section) and, in the search, stacks the section's most
+  /// aligned buffers in whole slots.
+  bool alignment_bounds = true;
   bool symmetry = true;        ///< interchangeable buffers placed in a fixed order
   bool decomposition = true;   ///< solve time-disjoint components separately
   bool restarts = true;        ///< short searches under perturbed rankings between rounds
