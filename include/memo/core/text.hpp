@@ -61,15 +61,20 @@ std::string integer_problem(std::string_view text) {
   const bool numeric = !digits.empty() && std::all_of(digits.begin(), digits.end(),
                                                       [](char c) { return c >= '0' && c <= '9'; });
   if (numeric) {
-    return "'" + quote(text) + "' does not fit in " +
-           (std::numeric_limits<Int>::is_signed ? "a signed " : "an unsigned ") +
-           std::to_string(std::numeric_limits<Int>::digits + (std::numeric_limits<Int>::is_signed ? 1 : 0)) +
-           "-bit integer (" +
-           std::to_string(std::numeric_limits<Int>::min()) + " to " +
-           std::to_string(std::numeric_limits<Int>::max()) + ")";
+    using limits = std::numeric_limits<Int>;
+    std::string why = "'";
+    why += quote(text);
+    why += "' does not fit in ";
+    why += limits::is_signed ? "a signed " : "an unsigned ";
+    why += std::to_string(limits::digits + (limits::is_signed ? 1 : 0));
+    why += "-bit integer (" + std::to_string(limits::min());
+    why += " to " + std::to_string(limits::max()) + ")";
+    return why;
   }
-  return "'" + quote(text) + "' is not " +
-         (std::numeric_limits<Int>::is_signed ? "an integer" : "a non-negative integer");
+  std::string why = "'";
+  why += quote(text);
+  why += std::numeric_limits<Int>::is_signed ? "' is not an integer" : "' is not a non-negative integer";
+  return why;
 }
 
 }  // namespace memo::detail
