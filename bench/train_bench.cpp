@@ -27,7 +27,11 @@
 //             chunked attention, chunked loss. The host memory that needs
 //             (host_offload_bytes()) is printed beside it. Both are linear
 //             in T for fixed chunks; the lines are measured from models
-//             built at two contexts and checked against a third.
+//             built at two contexts and checked against a third. Where this
+//             machine can hold it, the model is then built at the longest
+//             context the line gives (lowered while it is over the budget):
+//             its allocations are those of training, since a step
+//             allocates nothing.
 //   baseline: the same model with unchunked attention: each block keeps its
 //             softmax probabilities P [NH, T, T] for the backward (the
 //             scores S are a transient of the forward; dP and dS transients
@@ -260,10 +264,19 @@ struct memory_case {
   double memo_host_bytes = 0;             // host memory memo's run needs at memo_context (the line)
   std::int64_t checked_at = 0;
   double check_error = 0;
+  // memo's model built at memo_context (where the machine can hold it): the
+  // device bytes it allocated and the pinned host bytes it reserved.
+  bool built = false;
+  std::size_t built_bytes = 0;
+  double built_host_bytes = 0;
 };
 
+/// The longest contexts of `m` within `budget`. With `build`, memo's model
+/// is then built at its longest context (its plan, arena, rounding buffers
+/// and host K/V allocated, as for training; a step allocates nothing more)
+/// and the context is lowered while the built model is over the budget.
 memory_case run_memory_case(memo::host_backend& backend, const model_shape& m, std::uint64_t budget,
-                            std::int64_t base) {
+                            std::int64_t base, bool build) {
   memory_case r;
   r.model = m;
   r.budget = budget;
@@ -273,6 +286,13 @@ memory_case run_memory_case(memo::host_backend& backend, const model_shape& m, s
   const std::int64_t step = 256;
   const std::int64_t limit = std::int64_t{1} << 22;  // 4M tokens: T^2 scores stay far from 2^64 bytes
   r.memo_context = longest(step, limit, [&](std::int64_t t) { return line.at(t) <= static_cast<double>(budget); });
+  if (build) {
+    for (; r.memo_context > 0; r.memo_context -= step) {
+      r.built_bytes = memo_bytes_measured(backend, m, r.memo_context, &r.built_host_bytes);
+      if (r.built_bytes <= budget) break;
+    }
+    r.built = r.memo_context > 0;
+  }
   r.memo_bytes = line.at(r.memo_context);
   r.memo_host_bytes = host_line.at(r.memo_context);
   r.baseline_context = longest(step, limit, [&](std::int64_t t) { return baseline_reserved_bytes(m, t) <= budget; });
@@ -385,11 +405,16 @@ int main(int argc, char** argv) {
     }
     const memo::spread gemm_summary = memo::spread_of(gemm_rates);
 
-    // Memory: the timed shape in 1 GiB (quick: 64 MiB); GPT-2 124M in 80 GiB.
+    // Memory: the timed shape in 1 GiB (quick: 64 MiB), the same at GPT-2's
+    // depth of 12 layers (both built at memo's longest context), and GPT-2
+    // 124M in 80 GiB (its line only: this machine cannot hold 80 GiB).
     std::vector<memory_case> memory;
-    memory.push_back(run_memory_case(backend, shape, quick ? 64 * memo::mib : memo::gib, quick ? 512 : 1024));
+    memory.push_back(run_memory_case(backend, shape, quick ? 64 * memo::mib : memo::gib, quick ? 512 : 1024, true));
     if (!quick) {
-      memory.push_back(run_memory_case(backend, model_shape{12, 768, 12, 50257}, 80 * memo::gib, 1024));
+      model_shape deep = shape;
+      deep.layers = 12;
+      if (shape.layers != deep.layers) memory.push_back(run_memory_case(backend, deep, memo::gib, 1024, true));
+      memory.push_back(run_memory_case(backend, model_shape{12, 768, 12, 50257}, 80 * memo::gib, 1024, false));
     }
 
     if (json) {
@@ -440,6 +465,9 @@ int main(int argc, char** argv) {
             .field("memo_host_bytes", c.memo_host_bytes)
             .field("memo_line_checked_at", c.checked_at)
             .field("memo_line_check_error_bytes", c.check_error)
+            .field("memo_built_at_longest", c.built)
+            .field("memo_built_device_bytes", c.built ? std::optional(c.built_bytes) : std::nullopt)
+            .field("memo_built_host_bytes", c.built ? std::optional(c.built_host_bytes) : std::nullopt)
             .field("baseline_longest_context", c.baseline_context)
             .field("baseline_reserved_bytes", c.baseline_bytes)
             .field("ratio", c.baseline_context > 0 ? static_cast<double>(c.memo_context) / static_cast<double>(c.baseline_context) : 0.0)
@@ -482,6 +510,15 @@ int main(int argc, char** argv) {
                     "context %.1f GiB), line checked at %lld tokens: off by %.0f bytes\n",
                     c.memo_bytes_per_token, c.memo_host_bytes / memo::gib, static_cast<long long>(c.checked_at),
                     c.check_error);
+        if (c.built) {
+          std::printf("  memo built at %lld tokens: %.2f MiB of device memory (budget %.2f MiB), %.2f GiB pinned "
+                      "host memory\n",
+                      static_cast<long long>(c.memo_context), static_cast<double>(c.built_bytes) / memo::mib,
+                      static_cast<double>(c.budget) / memo::mib, c.built_host_bytes / memo::gib);
+        } else {
+          std::printf("  memo not built at %lld tokens (more memory than this machine has): the line's figure\n",
+                      static_cast<long long>(c.memo_context));
+        }
       }
     }
   } catch (const std::exception& e) {

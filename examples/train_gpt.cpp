@@ -3,9 +3,10 @@
 // By default it trains a one-layer GPT-2 with a context of 4096 tokens on the
 // built-in recall task (include/memo/model/builtin_data.hpp): each sequence
 // states a random binding of keys to values in its first half and asks for
-// it in its second half, so the loss on the answers falls from chance only
-// when attention reaches back over thousands of tokens. It prints the loss
-// on the answers whose facts are all more than a quarter of the context back.
+// it in its second half, so the loss on the answers falls below what the
+// values' frequencies alone give only when attention matches each query to
+// its own key's facts, thousands of tokens back. It prints the loss on the
+// answers whose facts are all more than a quarter of the context back.
 // --task copy trains the copy task instead (the second half repeats the
 // first). With --data it trains on an llm.c token file (GPT-2's vocabulary),
 // and it reads and writes llm.c checkpoints.
@@ -84,7 +85,7 @@ constexpr const char* usage =
     "Trains GPT-2 (fp32, batch 1) on a built-in task (recall: K keys bound to V\n"
     "values, default 4 and 4; copy: the second half repeats the first, ids below\n"
     "--copy-vocab, default 16), or on an llm.c token file with --data.\n"
-    "Defaults: 1 layer, 64 channels, 1 head, context 4096, 240 steps, lr 3e-3,\n"
+    "Defaults: 1 layer, 64 channels, 1 head, context 4096, 200 steps, lr 3e-3,\n"
     "weights N(0, 0.02 sqrt(768 / channels)). --checkpoint-in takes the model's\n"
     "shape from the checkpoint (do not combine it with --layers/--channels/--heads).\n"
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
@@ -106,7 +107,7 @@ enum class builtin_task { recall, copy };
 struct options {
   std::int64_t layers = 1, channels = 64, heads = 1, context = 4096;
   std::int64_t attention_chunk = 0;  // 0: the model's default
-  std::int64_t steps = 240;
+  std::int64_t steps = 200;
   std::int64_t log_every = 0;  // 0: about 25 progress lines
   double lr = 3e-3, weight_decay = 0.0;
   std::optional<double> init_std;  // unset: 0.02 sqrt(768 / channels)
@@ -495,6 +496,12 @@ class training_data {
   [[nodiscard]] double chance_loss() const {
     return std::log(static_cast<double>(*task_ == builtin_task::recall ? recall_.values : copy_.vocab));
   }
+  /// The recall task's answer loss from the values' frequencies alone (no
+  /// query matched to its key's facts); none for the other data.
+  [[nodiscard]] std::optional<double> frequency_loss() const {
+    if (!builtin() || *task_ != builtin_task::recall) return std::nullopt;
+    return memo::recall_task_frequency_loss(recall_);
+  }
   [[nodiscard]] std::string describe(const options& o) const {
     if (!builtin()) return o.data;
     if (*task_ == builtin_task::recall) {
@@ -784,6 +791,7 @@ int run(const options& o) {
     j.field("far_answer_loss", recall && far.has_value() ? series(far_losses) : std::nullopt);
     j.field("copied_half_loss", data.builtin() && !recall ? series(predictable_losses) : std::nullopt);
     j.field("chance_loss", data.builtin() ? std::optional(data.chance_loss()) : std::nullopt);
+    j.field("frequency_loss", data.frequency_loss());
     if (!o.checkpoint_out.empty()) j.field("checkpoint_out", o.checkpoint_out);
     j.end_object();
     std::printf("%s\n", j.str().c_str());
@@ -795,6 +803,7 @@ int run(const options& o) {
                   tail_mean(predictable_losses));
       if (far) std::printf(" (far %.4f -> %.4f)", head_mean(far_losses), tail_mean(far_losses));
       std::printf("; chance %.4f", data.chance_loss());
+      if (const auto f = data.frequency_loss()) std::printf(", value frequencies alone %.4f", *f);
     }
     std::printf(" (first and last tenth of the steps)\n");
     if (!o.checkpoint_out.empty()) std::printf("checkpoint written to %s\n", o.checkpoint_out.c_str());

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -228,6 +229,37 @@ TEST_CASE("builtin_data: the recall task's answer ranges are exactly the answers
     if (T >= 8) CHECK(far_count >= 1);
     if (count > 0) CHECK(answers.contains(answers.last()));
   }
+}
+
+TEST_CASE("builtin_data: the value-frequency loss equals its mean over every binding") {
+  // Brute force: every binding f of K keys to V values, equally likely; a
+  // query names each key with probability 1 / K; the predictor gives the
+  // answer probability (keys bound to f(k)) / K.
+  for (const auto& [K, V] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{3, 5}, std::pair{4, 4}, std::pair{5, 3},
+                             std::pair{6, 2}}) {
+    CAPTURE(K);
+    CAPTURE(V);
+    std::vector<int> f(static_cast<std::size_t>(K), 0);
+    double total = 0;
+    std::int64_t bindings = 0;
+    for (bool more = true; more; ++bindings) {
+      for (int k = 0; k < K; ++k) {
+        int same = 0;
+        for (int j = 0; j < K; ++j) same += f[static_cast<std::size_t>(j)] == f[static_cast<std::size_t>(k)];
+        total += -std::log(static_cast<double>(same) / K) / K;
+      }
+      more = false;  // the next binding, as a base-V counter
+      for (std::size_t k = 0; k < f.size() && !more; ++k) {
+        if (++f[k] < V) more = true;
+        else f[k] = 0;
+      }
+    }
+    const memo::recall_task task{64, K, V, 1};
+    CHECK(memo::recall_task_frequency_loss(task) == doctest::Approx(total / static_cast<double>(bindings)).epsilon(1e-12));
+    CHECK(memo::recall_task_frequency_loss(task) <= std::log(static_cast<double>(V)));
+  }
+  CHECK(memo::recall_task_frequency_loss({64, 1, 9, 1}) == 0.0);  // one key: its value is the only one
+  CHECK(memo::recall_task_frequency_loss({64, 4, 4, 1}) == doctest::Approx(0.9177196918347137).epsilon(1e-12));
 }
 
 TEST_CASE("builtin_data: a strided position range counts and contains what it lists") {

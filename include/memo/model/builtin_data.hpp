@@ -57,6 +57,7 @@
 // k + 1); `write_token_file` stores them in llm.c's format.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -249,6 +250,27 @@ inline position_range recall_task_far_answer_targets(const recall_task& task) {
   std::int64_t begin = h + (task.context - h) / 2;
   begin += (begin - h) % 2;  // a query's position
   return {begin, task.context - 1, 2};
+}
+
+/// The answers' expected loss (nats) for a model that has learned which
+/// values the sequence's binding uses and how often, but not which key has
+/// which: it predicts value v with probability (keys bound to v) / K. That
+/// needs no key-specific recall (attending evenly over the facts, or over
+/// earlier answers, gives it), so only an answer loss below this figure
+/// shows a query matched to its own key's facts. For key k, the number of
+/// keys sharing its value is 1 + B with B ~ Binomial(K - 1, 1 / V), so the
+/// loss is E[log(K / (1 + B))] (0.9177 for K = V = 4, against log V =
+/// 1.3863 for a model that knows nothing of the sequence).
+inline double recall_task_frequency_loss(const recall_task& task) {
+  task.validate();
+  const double K = task.keys, p = 1.0 / task.values;
+  double loss = 0;
+  for (std::int32_t b = 0; b < task.keys; ++b) {
+    const double log_pmf = std::lgamma(K) - std::lgamma(b + 1.0) - std::lgamma(K - b) + b * std::log(p) +
+                           (K - 1 - b) * std::log1p(-p);
+    loss += std::exp(log_pmf) * std::log(K / (1.0 + b));
+  }
+  return loss;
 }
 
 /// Writes sequence `index` of `task` (T tokens) into `out`.
