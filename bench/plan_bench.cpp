@@ -14,7 +14,12 @@
 //                     born after and dies before the one around it);
 //   gpt-<tokens>      a 7B GPT training iteration (hidden 4096, 32 heads,
 //                     32 layers, forward and backward) from the shape model
-//                     of memo/plan/gpt_trace.hpp.
+//                     of memo/plan/gpt_trace.hpp;
+//   gpt2-recorded     the request trace of a real step of the reference
+//                     GPT-2 (model/gpt2_model.hpp): the model is built on
+//                     the host backend, records one block backward through a
+//                     recording resource and lays the step out around it;
+//                     this is the trace its arena replays every step.
 // Small random instances also run the lp_solve MIP when it is available.
 //
 // Scaling: the three heuristics on random-medium instances of 10^4, 10^5
@@ -31,7 +36,9 @@
 #include <string>
 #include <vector>
 
+#include "memo/backend/host_backend.hpp"
 #include "memo/core/spread.hpp"
+#include "memo/model/gpt2_model.hpp"
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/exact_solver.hpp"
@@ -195,6 +202,26 @@ int main(int argc, char** argv) {
       instances.push_back(std::move(inst));
     }
 
+    {
+      // Recorded steps of the reference GPT-2 (12 layers, 128 channels, 4
+      // heads; quick: 4 layers, 64 channels), without and with skeletal
+      // offload (two rounding buffers, alpha 0.25).
+      memo::host_backend backend;
+      const std::int32_t L = quick ? 4 : 12, C = quick ? 64 : 128, NH = quick ? 1 : 4;
+      for (const std::int64_t T : quick ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{2048, 8192}) {
+        for (const bool offload : {false, true}) {
+          const memo::gpt2_config config{static_cast<std::int32_t>(T), 64, 64, L, NH, C};
+          memo::gpt2_model_options mo{.context = T};
+          if (offload) mo.offload_alpha = 0.25;
+          const memo::gpt2_model<memo::host_backend> model(backend, config, mo);
+          instance inst{"gpt2-recorded",
+                        "L" + std::to_string(L) + "-T" + std::to_string(T) + (offload ? "-a0.25" : ""), {}};
+          inst.trace = model.step_trace();
+          instances.push_back(std::move(inst));
+        }
+      }
+    }
+
     std::vector<measured> rows;
     memo::dsa_solve_options options;
     options.time_limit_seconds = time_limit;
@@ -318,9 +345,9 @@ int main(int argc, char** argv) {
                   m.results.back().seconds);
     }
 #endif
-    std::printf("\nbi-level planner on GPT traces:\n");
+    std::printf("\nbi-level planner on GPT traces (the 7B shape model and recorded GPT-2 steps):\n");
     for (const auto& m : rows) {
-      if (!m.bilevel || m.family != "gpt-7b") continue;
+      if (!m.bilevel || (m.family != "gpt-7b" && m.family != "gpt2-recorded")) continue;
       std::printf("  %-22s %zu sections, %zu level-1 solves: %.3f s, peak %.4f x flat LB; flat exact %.4f x in %.3f s (%s)\n",
                   m.name.c_str(), m.bilevel->sections.size(), m.bilevel->level1_solves, m.bilevel->seconds,
                   ratio(m.bilevel->plan.peak_bytes, m.lower_bound_bytes),
