@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "gemm_reference.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -82,21 +84,6 @@ double time_attention(memo::host_backend& backend, memo::host_backend::stream& s
                 memo::tensor_view<const float, 2>::contiguous(p.lse.data(), {H, T}),
                 view3::contiguous(p.dq.data(), {T, H, D}), view3::contiguous(p.dk.data(), {T, Hkv, D}),
                 view3::contiguous(p.dv.data(), {T, Hkv, D}));
-  backend.synchronize(stream);
-  return seconds_since(start);
-}
-
-struct gemm_reference {
-  int n = 0;
-  int repeats = 1;
-  std::vector<float> a, b, c;
-  [[nodiscard]] double flops() const { return 2.0 * n * n * n * repeats; }
-};
-
-double time_gemm(memo::host_backend& backend, memo::host_backend::stream& stream, gemm_reference& g) {
-  const memo::gemm_shape shape{g.n, g.n, g.n};
-  const auto start = clock_type::now();
-  for (int r = 0; r < g.repeats; ++r) backend.gemm(stream, shape, 1.0f, g.a.data(), g.b.data(), 0.0f, g.c.data());
   backend.synchronize(stream);
   return seconds_since(start);
 }
@@ -183,14 +170,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  gemm_reference gemm;
-  gemm.n = quick ? 512 : 1024;
-  const auto gemm_elements = static_cast<std::size_t>(gemm.n) * static_cast<std::size_t>(gemm.n);
-  gemm.a = pattern(gemm_elements, 5);
-  gemm.b = pattern(gemm_elements, 6);
-  gemm.c.assign(gemm_elements, 0.0f);
-  time_gemm(backend, stream, gemm);  // warm up, then size one measurement to ~0.1 s (quick: 0.02 s)
-  gemm.repeats = std::max(1, static_cast<int>((quick ? 0.02 : 0.1) / std::max(time_gemm(backend, stream, gemm), 1e-6)));
+  memo_bench::gemm_reference gemm(backend, stream, quick ? 512 : 1024, quick ? 0.02 : 0.1);
 
   std::vector<double> gemm_rates;
   for (int round = 0; round < rounds; ++round) {
@@ -203,7 +183,7 @@ int main(int argc, char** argv) {
         attention attn(backend, p.shape, {static_cast<std::byte*>(p.device), p.device_bytes},
                        {static_cast<std::byte*>(p.pinned), p.pinned_bytes});
         const double seconds = time_attention(backend, stream, attn, p);
-        const double gemm_rate = gemm.flops() / time_gemm(backend, stream, gemm);
+        const double gemm_rate = gemm.flops_per_second();
         gemm_rates.push_back(gemm_rate);
         p.seconds.push_back(seconds);
         p.ratio.push_back(p.flops() / seconds / gemm_rate);
@@ -224,7 +204,7 @@ int main(int argc, char** argv) {
         .field("heads", heads)
         .field("kv_heads", kv_heads)
         .field("offload", true)
-        .field("gemm_n", gemm.n)
+        .field("gemm_n", gemm.n())
         .field("gemm_gflops_median", gemm_summary.median * 1e-9)
         .field("gemm_gflops_min", gemm_summary.min * 1e-9)
         .field("gemm_gflops_max", gemm_summary.max * 1e-9)
@@ -254,7 +234,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("chunked causal attention (heads %lld, kv heads %lld, offload on), forward + backward,\n"
                 "vs backend.gemm %d^3: %.1f GF/s median [%.1f, %.1f] over %zu runs, %zu threads\n",
-                static_cast<long long>(heads), static_cast<long long>(kv_heads), gemm.n,
+                static_cast<long long>(heads), static_cast<long long>(kv_heads), gemm.n(),
                 gemm_summary.median * 1e-9, gemm_summary.min * 1e-9, gemm_summary.max * 1e-9,
                 gemm_rates.size(), backend.compute_threads());
     std::printf("ratio = attention GF/s / GEMM GF/s, median [min, max] of %d rounds\n", rounds);

@@ -63,6 +63,8 @@
 #include <string>
 #include <vector>
 
+#include "gemm_reference.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -114,21 +116,6 @@ struct timed_context {
   std::size_t peak_bytes = 0;       // the host backend's device peak while it trained
   std::vector<double> seconds, mfu, tokens_per_second;
 };
-
-struct gemm_reference {
-  int n = 0;
-  int repeats = 1;
-  std::vector<float> a, b, c;
-  [[nodiscard]] double flops() const { return 2.0 * n * n * n * repeats; }
-};
-
-double time_gemm(memo::host_backend& backend, memo::host_backend::stream& stream, gemm_reference& g) {
-  const memo::gemm_shape shape{g.n, g.n, g.n};
-  const auto start = clock_type::now();
-  for (int r = 0; r < g.repeats; ++r) backend.gemm(stream, shape, 1.0f, g.a.data(), g.b.data(), 0.0f, g.c.data());
-  backend.synchronize(stream);
-  return seconds_since(start);
-}
 
 // ---------------------------------------------------------------- memory
 
@@ -381,14 +368,7 @@ int main(int argc, char** argv) {
     const memo::ops::adamw_config adamw{.learning_rate = 1e-3, .weight_decay = 0.0};
     for (auto& r : runs) (void)r.model->train_step(r.inputs, r.targets, adamw);  // warm up
 
-    gemm_reference gemm;
-    gemm.n = quick ? 512 : 1024;
-    const auto gemm_elements = static_cast<std::size_t>(gemm.n) * static_cast<std::size_t>(gemm.n);
-    gemm.a.assign(gemm_elements, 0.25f);
-    gemm.b.assign(gemm_elements, -0.5f);
-    gemm.c.assign(gemm_elements, 0.0f);
-    time_gemm(backend, stream, gemm);
-    gemm.repeats = std::max(1, static_cast<int>((quick ? 0.02 : 0.1) / std::max(time_gemm(backend, stream, gemm), 1e-6)));
+    memo_bench::gemm_reference gemm(backend, stream, quick ? 512 : 1024, quick ? 0.02 : 0.1);
 
     std::vector<double> gemm_rates;
     for (int round = 0; round < rounds; ++round) {
@@ -396,7 +376,7 @@ int main(int argc, char** argv) {
         const auto start = clock_type::now();
         (void)r.model->train_step(r.inputs, r.targets, adamw);
         const double seconds = seconds_since(start);
-        const double rate = gemm.flops() / time_gemm(backend, stream, gemm);
+        const double rate = gemm.flops_per_second();
         gemm_rates.push_back(rate);
         r.seconds.push_back(seconds);
         r.tokens_per_second.push_back(static_cast<double>(r.context) / seconds);
@@ -428,7 +408,7 @@ int main(int argc, char** argv) {
           .field("parameters_excluding_wpe",
                  static_cast<double>(12 * shape.layers * shape.channels * shape.channels +
                                      shape.padded_vocab() * shape.channels))
-          .field("gemm_n", gemm.n)
+          .field("gemm_n", gemm.n())
           .field("gemm_gflops_median", gemm_summary.median * 1e-9)
           .field("gemm_gflops_min", gemm_summary.min * 1e-9)
           .field("gemm_gflops_max", gemm_summary.max * 1e-9);
@@ -478,7 +458,7 @@ int main(int argc, char** argv) {
     } else {
       std::printf("GPT-2 %s training on the host backend (%zu threads), batch 1, copy task;\n"
                   "backend.gemm %d^3: %.1f GF/s median [%.1f, %.1f] over %zu runs\n",
-                  shape.name().c_str(), backend.compute_threads(), gemm.n, gemm_summary.median * 1e-9,
+                  shape.name().c_str(), backend.compute_threads(), gemm.n(), gemm_summary.median * 1e-9,
                   gemm_summary.min * 1e-9, gemm_summary.max * 1e-9, gemm_rates.size());
       std::printf("MFU = model FLOPs / step time / GEMM rate; median [min, max] of %d interleaved rounds\n", rounds);
       std::printf("%7s %5s %8s  %-20s %9s %9s %10s  %11s %11s\n", "context", "chunk", "GFLOP", "MFU", "step s",
