@@ -4,10 +4,14 @@
 // figure is a projection, printed next to the paper's with the verdict of
 // its check (a ratio or MFU within 10%, a longest length within one step of
 // the paper's grid, a lower bound the paper ran, or information only).
-//  - MEMO: Table 4 (7B on 8 x A800, TP4 CP2) cell by cell, 5.3's average
-//    ratios, where each variant runs out; Table 3's longest lengths and
-//    MFU per model; 5.4's scaling of 7B to 64 GPUs.
-//  - FPDT: Table 1's 8B lengths, Tables 3 and 4, the 2M-token claim.
+//  - MEMO: Table 4 (7B on 8 x A800, TP4 CP2) cell by cell, the MFU ratios
+//    of full swapping and of MEMO to full recomputation with a plan at each
+//    length, 5.3's average ratios, where each variant runs out; Table 3's
+//    longest lengths and MFU per model; 5.4's scaling of 7B to 64 GPUs.
+//  - FPDT: Table 1's 8B lengths, Tables 3 and 4, the 2M-token claim, and
+//    the 8x longer than Ulysses of Table 3 / 5.5 and 5.2.
+// Longest lengths are judged on the paper's own grid of lengths (the
+// model's 64K-grid answer snapped down to it first).
 //  - SPPO: GPT-7B on 32/64/128 A100s: longest lengths against Megatron-LM
 //    and DeepSpeed-Ulysses (7.1, 7.3), the speedup over Megatron-LM on the
 //    same pipeline (7.1).

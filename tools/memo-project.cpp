@@ -12,13 +12,19 @@
 // N subsequences, alpha or the range of alpha_i, chunk), the per-GPU memory
 // breakdown (planned arena against a caching allocator's reserve), host
 // memory per node, where the step's time goes, tokens/GPU/s, MFU (and HFU,
-// which counts recomputation), and the first resource that runs out when
-// it does not fit, or the host link when offload outlasts compute. A
+// which counts recomputation), and every resource exceeded with its need
+// and capacity: device memory per GPU and host memory per node in the
+// order they run out (the first is the one whose shortest failing length,
+// on the 64K grid, is shortest), and the host link when offload outlasts
+// the compute it hides behind (which slows the step rather than stops
+// it). A
 // Megatron or Ulysses setting may leave GPUs idle when that reaches
 // further (said as "on 4 GPUs, 1 idle"); SPPO uses every GPU or says why
 // no setting applies.
 // `--seq max` searches the longest fitting sequence (64K grid, up to 1024M
-// tokens; an answer at that bound says longer ones may fit too).
+// tokens; an answer at that bound says longer ones may fit too), starting
+// at the shortest length where the strategy's rules admit a setting (SPPO's
+// N >= PP subsequences of 2K need PP x 2K tokens).
 // `--strategy all` puts them side by side and marks the best: the longest
 // with --seq max, else the highest MFU among those that fit. `--time-limit`
 // (600 s by default) bounds the whole run: a run that reaches it stops
@@ -192,6 +198,15 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.field("fits", p.fits()).field("sequence", bytes(p.sequence));
   if (r.capped) j.field("search_limit_reached", true);
   if (!p.fits()) j.field("limit", p.limit);
+  // Every resource exceeded, the first memory to run out first; the host
+  // link's figures are bytes per second per GPU, the memories' bytes.
+  j.key("limits").begin_array();
+  for (const auto& f : p.shortfalls) {
+    j.begin_object().field("resource", f.resource).field("need", bytes(f.need)).field("capacity", bytes(f.capacity));
+    if (f.runs_out_at > 0) j.field("runs_out_at", bytes(f.runs_out_at));
+    j.end_object();
+  }
+  j.end_array();
   j.field("link_bound", p.link_bound());
   j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp).field("sp", p.chosen.sp)
       .field("pp", p.chosen.pp).field("dp", p.chosen.dp).field("subsequences", p.chosen.subsequences)
@@ -220,10 +235,19 @@ void write_text(const row& r, bool best, bool search, int gpus) {
   }
   const auto& p = *r.result;
   const auto& d = p.device;
+  // What runs out, in the order it does: "host memory runs out (at 512K),
+  // then device memory (at 768K)"; the host link after them.
+  std::string out_of;
+  for (const auto& f : p.shortfalls) {
+    if (!f.is_memory()) continue;
+    out_of += out_of.empty() ? f.resource + " runs out" : ", then " + f.resource;
+    if (f.runs_out_at > 0 && f.runs_out_at < p.sequence) out_of += " (at " + tokens_text(f.runs_out_at) + ")";
+  }
+  if (!out_of.empty() && p.link_bound()) out_of += "; the host link cannot hide the offload";
   if (search && !p.fits()) {
-    std::cout << "not even " << tokens_text(p.sequence) << " fits: " << p.limit << " runs out\n";
+    std::cout << "not even " << tokens_text(p.sequence) << " fits: " << out_of << "\n";
   } else {
-    std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + p.limit + " runs out")
+    std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + out_of)
               << (r.capped ? " (the search stops there: longer sequences may fit too)" : "") << "\n";
   }
   std::printf("    settings: TP %d CP %d SP %d PP %d DP %d", p.chosen.tp, p.chosen.cp, p.chosen.sp, p.chosen.pp,
@@ -250,6 +274,25 @@ void write_text(const row& r, bool best, bool search, int gpus) {
               p.time.bubble);
   std::printf("    %.0f tokens/GPU/s, MFU %.2f%%, HFU %.2f%%%s\n", p.tokens_per_gpu_per_second, 100 * p.mfu,
               100 * p.hfu, p.link_bound() ? "; the host link is the bottleneck (offload outlasts compute)" : "");
+  if (!p.shortfalls.empty()) {
+    std::string line;
+    for (const auto& f : p.shortfalls) {
+      char text[160];
+      if (f.resource == "device memory") {
+        std::snprintf(text, sizeof text, "device memory %s of %s GiB per GPU", gib_text(f.need).c_str(),
+                      gib_text(f.capacity).c_str());
+      } else if (f.resource == "host memory") {
+        std::snprintf(text, sizeof text, "host memory %s of %s GiB per node", gib_text(f.need).c_str(),
+                      gib_text(f.capacity).c_str());
+      } else {
+        std::snprintf(text, sizeof text, "host link %.1f of %.1f GB/s per GPU to hide the offload", f.need / 1e9,
+                      f.capacity / 1e9);
+      }
+      line += (line.empty() ? "" : "; ") + std::string(text);
+      if (f.runs_out_at > 0 && f.runs_out_at < p.sequence) line += " (runs out at " + tokens_text(f.runs_out_at) + ")";
+    }
+    std::printf("    exceeded: %s\n", line.c_str());
+  }
 }
 
 void print_error(bool json, const std::string& message, int status);
@@ -267,10 +310,13 @@ class time_limit {
   time_limit& operator=(const time_limit&) = delete;
   ~time_limit() { done(); }
 
-  /// What the run is doing now, for the message.
-  void at(mp::strategy kind, double tokens) {
+  /// What the run is doing now, for the message ("reading the profile ...").
+  void doing(std::string what) {
     const std::lock_guard lock(mutex_);
-    where_ = std::string(mp::strategy_name(kind)) + " at " + tokens_text(tokens) + " tokens";
+    doing_ = std::move(what);
+  }
+  void at(mp::strategy kind, double tokens) {
+    doing("projecting " + std::string(mp::strategy_name(kind)) + " at " + tokens_text(tokens) + " tokens");
   }
   /// The projections are done: the limit no longer applies.
   void done() {
@@ -288,7 +334,7 @@ class time_limit {
     if (changed_.wait_until(lock, deadline_, [this] { return finished_; })) return;
     // The lock stays held: the main thread cannot start printing a report.
     print_error(json_,
-                "time limit of " + std::to_string(seconds_) + " s reached while projecting " + where_ +
+                "time limit of " + std::to_string(seconds_) + " s reached while " + doing_ +
                     " (raise it with --time-limit)",
                 1);
     std::fflush(stdout);
@@ -302,13 +348,15 @@ class time_limit {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool finished_ = false;
-  std::string where_ = "the model";
+  std::string doing_ = "starting";
   std::thread watcher_;
 };
 
 int run(const arguments& a) {
   time_limit limit(a.time_limit_seconds, a.json);
+  limit.doing("reading the model '" + quote(a.model) + "'");
   const auto model = mp::parse_model_shape(a.model);
+  limit.doing("reading the profile '" + quote(a.profile) + "'");
   mp::cluster c{mp::load_cluster_profile(a.profile), *a.gpus, 0};
   c.gpus_per_node = a.gpus_per_node.value_or(c.profile.gpus_per_node);
   const bool search = a.seq == "max";
@@ -321,13 +369,21 @@ int run(const arguments& a) {
       return mp::project(k, model, c, s, simulate);
     };
     row r{k, {}, {}, false};
-    const double first = search ? search_grid : parse_length(a.seq);
-    r.result = search ? mp::longest_fitting([&](double s) { return project(s, true); },
-                                            [&](double s) { return project(s, false); }, search_grid, search_limit)
+    auto probe = [&](double s) { return project(s, false); };
+    // The search starts where the strategy's rules first admit a setting.
+    const double first =
+        search ? mp::shortest_with_setting(probe, search_grid, search_limit).value_or(search_grid)
+               : parse_length(a.seq);
+    r.result = search ? mp::longest_fitting([&](double s) { return project(s, true); }, probe, search_grid,
+                                            search_limit)
                       : project(first, true);
     if (search && r.result) r.capped = r.result->sequence + search_grid > search_limit;
     // Nothing fits: the shortest length searched says what runs out first.
     if (search && !r.result) r.result = project(first, true);
+    if (r.result && !r.result->fits()) {
+      limit.doing("finding where each resource of " + std::string(mp::strategy_name(k)) + " runs out");
+      mp::order_shortfalls(*r.result, model, c, search_grid);
+    }
     if (!r.result) r.no_setting = mp::no_setting_reason(k, model, c, first);
     rows.push_back(std::move(r));
   }

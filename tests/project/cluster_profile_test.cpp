@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -164,3 +165,20 @@ TEST_CASE("cluster_profile: every missing field is named, and a directory is not
                                       "intra_node_bytes_per_second, peak_flops)"));
   CHECK_THROWS_WITH(memo::project::load_cluster_profile("."), doctest::Contains("profile '.' is a directory"));
 }
+
+#ifndef _WIN32
+#include <sys/stat.h>
+
+TEST_CASE("cluster_profile: a FIFO is refused by name before it is opened (an open would block)") {
+  const auto fifo = std::filesystem::temp_directory_path() / "memo_cluster_profile_test.fifo";
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string named = "profile '" + fifo.string() + "' is a FIFO (named pipe), not a regular file";
+  CHECK_THROWS_WITH(memo::project::load_cluster_profile(fifo.string()), doctest::Contains(named.c_str()));
+  std::filesystem::remove(fifo);
+  if (std::filesystem::exists("/dev/zero")) {
+    CHECK_THROWS_WITH(memo::project::load_cluster_profile("/dev/zero"),
+                      doctest::Contains("profile '/dev/zero' is a character device, not a regular file"));
+  }
+}
+#endif

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace mp = memo::project;
 
@@ -85,4 +86,84 @@ TEST_CASE("papers: the distributed layer's settings are FPDT's 8B at 256K-2M and
   CHECK(rows[4].paper == "SPPO");
   CHECK(rows[4].profile == "a100");
   CHECK(rows[4].paper_text == "trained");  // 1M on 32 GPUs
+}
+
+TEST_CASE("papers: a longest length is judged on the paper's own grid, the model's snapped down to it") {
+  // MEMO Table 4: 64K, 128K, 256K, 384K, ... (128K apart from 128K on).
+  mp::paper_row row;
+  row.check = mp::paper_check::within_grid_step;
+  row.grid = 128;
+  row.grid_points = {64, 128, 256};
+  row.paper_value = 256;  // full swapping: 256K ran, 384K did not
+  row.model_value = 448;  // a 64K search: 448K fits, 512K not
+  row.model_text = "448K";
+  mp::detail::judge(row);
+  CHECK(row.model_on_grid == 384);  // on Table 4's lengths: 384K runs, 512K not
+  CHECK(row.verdict == "within one step");
+  CHECK(row.model_text == "448K = 384K on the paper's grid");
+  row.paper_value = 640;
+  row.model_value = 384;
+  mp::detail::judge(row);
+  CHECK(row.verdict == "-2.0 grid steps");
+  row.paper_value = 128;  // 64K and 128K are one step apart, 128K and 256K too
+  row.model_value = 300;
+  mp::detail::judge(row);
+  CHECK(row.model_on_grid == 256);
+  CHECK(row.verdict == "within one step");
+  row.model_value = 64;
+  mp::detail::judge(row);
+  CHECK(row.verdict == "within one step");
+  // Beyond the table the grid goes on 128K apart: 1280K against 1920K is 5 steps.
+  row.paper_value = 1280;
+  row.model_value = 1920;
+  mp::detail::judge(row);
+  CHECK(row.verdict == "+5.0 grid steps");
+  // A doubling grid (FPDT): 5760K is 4M on it, 384K is 256K.
+  mp::paper_row twice;
+  twice.check = mp::paper_check::within_grid_step;
+  twice.grid_points = {64};
+  twice.grid_doubles = true;
+  twice.paper_value = 4096;
+  twice.model_value = 5760;
+  mp::detail::judge(twice);
+  CHECK(twice.model_on_grid == 4096);
+  CHECK(twice.verdict == "within one step");
+  twice.paper_value = 512;
+  twice.model_value = 2368;
+  mp::detail::judge(twice);
+  CHECK(twice.model_on_grid == 2048);
+  CHECK(twice.verdict == "+2.0 grid steps");
+}
+
+TEST_CASE("papers: Table 4's ratios to full recomputation with a plan, length by length") {
+  // Paper side by hand from Table 4: swap + plan at 64K-256K, MEMO at 64K-640K.
+  const auto rows = mp::memo_rows(true);
+  std::vector<mp::paper_row> ratios;
+  for (const auto& row : rows) {
+    if (row.source == "Table 4 (ratio)") ratios.push_back(row);
+  }
+  REQUIRE(ratios.size() == 3 + 6);
+  CHECK(ratios[0].quantity == "MFU ratio swap + plan / recompute + plan at 64K");
+  CHECK(ratios[0].paper_value == doctest::Approx(37.40 / 42.91));
+  CHECK(ratios[2].paper_value == doctest::Approx(53.62 / 42.05));
+  CHECK(ratios[3].quantity == "MFU ratio MEMO / recompute + plan at 64K");
+  CHECK(ratios[8].quantity == "MFU ratio MEMO / recompute + plan at 640K");
+  CHECK(ratios[8].paper_value == doctest::Approx(52.59 / 42.15));
+  for (const auto& row : ratios) {
+    CHECK(row.check == mp::paper_check::within_10_percent);
+    CHECK(row.verdict != "-");
+  }
+}
+
+TEST_CASE("papers: FPDT's 8x longer than Ulysses is a row of its own") {
+  const auto rows = mp::fpdt_rows(true);
+  int found = 0;
+  for (const auto& row : rows) {
+    if (row.quantity != "ratio of longest sequences") continue;
+    ++found;
+    CHECK(row.source == "5.2");
+    CHECK(row.paper_value == 8.0);
+    CHECK(row.check == mp::paper_check::within_10_percent);
+  }
+  CHECK(found == 1);  // Table 3's is in the full run only
 }

@@ -140,3 +140,21 @@ TEST_CASE("sppo: when no setting applies, the reason says which rule and where")
   CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(16), 4096, true, &why).empty());
   CHECK(why.find("no subsequence count N with 2048 to 16384 tokens each") != std::string::npos);
 }
+
+TEST_CASE("sppo: a setting that cannot fit before the schedule still reports its host memory") {
+  // 7B on 8 GPUs at 512K as SP 1 x PP 8, N 128: 18 B x (4 layers + the
+  // classifier) plus K/V and their gradients (2 x 4 x 16384 B x 512K) exceed
+  // 80 GiB, the path that skips the simulation. With a link that hides any
+  // offload and ample host memory, every subsequence offloads all but K/V:
+  // 131216 - 16384 = 114832 B per token and layer, 4 layers, 512K tokens,
+  // 8 GPUs per node: 1926561267712 bytes (1794.25 GiB).
+  mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  c.profile.host_link_bytes_per_second = 1e15;
+  c.profile.host_memory_bytes = 4.0 * 1099511627776.0;
+  const auto r = mp::detail::sppo(mp::strategy::sppo, mp::parse_model_shape("7b"), c, 512 * 1024, 1, 8, 128);
+  CHECK_FALSE(r.fits());
+  CHECK(r.limit == "device memory");
+  CHECK(r.host_per_node == doctest::Approx(1926561267712.0));
+  REQUIRE(r.chosen.alpha_i.size() == 128);
+  CHECK(r.chosen.alpha_i.front() == doctest::Approx(1.0));
+}

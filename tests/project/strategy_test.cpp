@@ -203,3 +203,89 @@ TEST_CASE("strategy: more device or host memory never fits less, step by step") 
     }
   }
 }
+
+TEST_CASE("strategy: the search starts at the shortest length with a setting, not at one grid step") {
+  // No setting below 5 steps (as SPPO's N >= PP needs PP x 2K tokens); fits up to 37.
+  auto projector = [](double s) -> std::optional<mp::projection> {
+    if (s < 5) return std::nullopt;
+    mp::projection r;
+    r.sequence = s;
+    if (s > 37) r.limit = "device memory";
+    return r;
+  };
+  CHECK(mp::shortest_with_setting(projector, 1, 1024) == 5.0);
+  const auto found = mp::longest_fitting(projector, projector, 1, 1024);
+  REQUIRE(found);
+  CHECK(found->sequence == 37);
+  // A setting only at the very last step; none at all.
+  auto last_only = [](double s) -> std::optional<mp::projection> {
+    if (s < 1000) return std::nullopt;
+    mp::projection r;
+    r.sequence = s;
+    return r;
+  };
+  CHECK(mp::shortest_with_setting(last_only, 1, 1000) == 1000.0);
+  CHECK(mp::longest_fitting(last_only, last_only, 1, 1000)->sequence == 1000);
+  auto none = [](double) { return std::optional<mp::projection>(); };
+  CHECK_FALSE(mp::shortest_with_setting(none, 1, 1000));
+  CHECK_FALSE(mp::longest_fitting(none, none, 1, 1000));
+}
+
+TEST_CASE("strategy: SPPO's search on pipelines deeper than 32 stages (N >= PP subsequences of 2K)") {
+  // 13B (40 layers) on 320 GPUs: SP 8 x PP 40, so N >= 40 subsequences of at
+  // least 2048 tokens: 81920 tokens, the 64K grid's 128K; SP 4 x PP 80 does not
+  // divide the layers. 65B (80 layers) on 640: PP 80, 163840 tokens, 192K.
+  const auto m13 = mp::parse_model_shape("13b");
+  const mp::cluster c320{mp::load_cluster_profile("a800"), 320, 8};
+  auto probe13 = [&](double s) { return mp::project(mp::strategy::sppo, m13, c320, s, false); };
+  CHECK(mp::shortest_with_setting(probe13, 65536, 1024.0 * 1048576) == 128.0 * 1024);
+  const auto r13 = mp::longest(mp::strategy::sppo, m13, c320);
+  REQUIRE(r13);
+  CHECK(r13->fits());
+  CHECK(r13->chosen.pp == 40);
+  CHECK(r13->sequence >= 2.0 * 1048576);  // --seq 2M fits
+  const auto m65 = mp::parse_model_shape("65b");
+  const mp::cluster c640{mp::load_cluster_profile("a100"), 640, 8};
+  auto probe65 = [&](double s) { return mp::project(mp::strategy::sppo, m65, c640, s, false); };
+  CHECK(mp::shortest_with_setting(probe65, 65536, 1024.0 * 1048576) == 192.0 * 1024);
+  const auto r65 = mp::longest(mp::strategy::sppo, m65, c640);
+  REQUIRE(r65);
+  CHECK(r65->fits());
+}
+
+TEST_CASE("strategy: every memory exceeded is reported, the one that runs out at the shortest length first") {
+  // Full swapping of 7B on one 8-GPU node keeps (32 - 2) layers of every
+  // token's skeletal tensors in host memory: 131216 bytes per token and layer
+  // (8 [s, h] bf16 tensors, two [s, 4h], 16 B of norm statistics, 4 B x 32
+  // heads of log-sum-exp), however TP x CP splits them. 1843 GiB per node
+  // holds 1978906181632 / (30 x 131216) = 502709 tokens: 448K fits, 512K not.
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  auto r = mp::project(mp::strategy::swap_planned, small, c, 896 * 1024);
+  REQUIRE(r);
+  REQUIRE(r->shortfalls.size() >= 2);
+  mp::order_shortfalls(*r, small, c);
+  CHECK(r->limit == "host memory");
+  CHECK(r->shortfalls[0].resource == "host memory");
+  CHECK(r->shortfalls[0].runs_out_at == 512 * 1024);
+  CHECK(r->shortfalls[0].need == doctest::Approx(30.0 * 131216 * 896 * 1024));
+  CHECK(r->shortfalls[0].capacity == 1978906181632.0);
+  CHECK(r->shortfalls[1].resource == "device memory");
+  CHECK(r->shortfalls[1].runs_out_at > 512 * 1024);
+  CHECK(r->shortfalls[1].runs_out_at <= 896 * 1024);
+}
+
+TEST_CASE("strategy: the host link is listed among the shortfalls exactly when it is the bottleneck") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  // MEMO 5.3.2: full swapping stalls at 64K and hides behind the layer at 256K.
+  const auto short_one = mp::detail::megatron(mp::strategy::swap_planned, small, c, 64 * 1024, 4, 2, 1);
+  CHECK(short_one.fits());
+  CHECK(short_one.link_bound());
+  REQUIRE(short_one.shortfalls.size() == 1);
+  CHECK(short_one.shortfalls[0].resource == "host link");
+  CHECK(short_one.shortfalls[0].capacity == 12e9);
+  CHECK(short_one.shortfalls[0].need > 12e9);
+  const auto long_one = mp::detail::megatron(mp::strategy::swap_planned, small, c, 256 * 1024, 4, 2, 1);
+  CHECK_FALSE(long_one.link_bound());
+  CHECK(long_one.shortfalls.empty());
+  CHECK(long_one.link_needed_bytes_per_second <= 12e9);
+}

@@ -85,6 +85,7 @@
 #include "memo/core/bytes.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/input_file.hpp"
 #include "memo/plan/text_input.hpp"
 
 namespace memo::project {
@@ -294,9 +295,13 @@ inline cluster_profile load_cluster_profile(const std::string& name_or_path) {
     if (preset.name == name_or_path) return preset;
   }
   const std::string shown = memo::detail::quote(name_or_path);
-  std::error_code ignored;
-  expects(!std::filesystem::is_directory(name_or_path, ignored),
+  // Asked before opening: a FIFO would block the open until a writer came.
+  const std::string problem = regular_file_problem(name_or_path);
+  expects(problem != "is a directory",
           [&] { return "profile '" + shown + "' is a directory, not a profile file"; });
+  expects(problem.empty() || problem == "does not exist", [&] {
+    return "profile '" + shown + "' " + problem + ", not a regular file: a profile is a file of 'key = value' lines";
+  });
   std::ifstream in(name_or_path, std::ios::binary);
   if (!in) {
     throw error("profile '" + shown + "' is neither a preset (" + cluster_preset_names() +

@@ -158,6 +158,7 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
     const double swapped = std::max(0.0, L - 2);
     r.time.offload_stall = swapped * (std::max(0.0, offload / link - l.forward) +
                                       std::max(0.0, offload / link - l.backward));
+    if (swapped > 0) r.link_needed_bytes_per_second = offload / std::min(l.forward, l.backward);
     r.time.recompute = L * (1 - alpha) * (l.recompute_gemm_share * l.gemm + 0.75 * l.tp_comm);
     recomputed_flops = L * (1 - alpha) * l.recompute_gemm_share * m.layer_gemm_flops(s);
     r.host_per_node = swapped * offload * c.gpus_in_a_node(r.chosen.gpus());

@@ -13,7 +13,11 @@
 //
 // Each row says how it is judged (`check`): a ratio or an MFU within 10%
 // of the paper's; a longest sequence within one step of the grid the paper
-// measured on (`grid`); a paper figure that is only a lower bound (the
+// measured on (`grid`, `grid_points`: MEMO's 64K, 128K, then 128K apart;
+// FPDT's doubling lengths), the model's 64K-grid answer snapped down to
+// that grid first, as a run on the paper's lengths would report it; a
+// ratio of two longest sequences within 10% (the model's unsnapped); a
+// paper figure that is only a lower bound (the
 // longest length the paper tried, which ran); or information only.
 // `verdict` states the outcome; `note` says in one line what the paper
 // states that explains a difference, or where the paper contradicts
@@ -57,6 +61,14 @@ struct paper_row {
   double model_value = std::numeric_limits<double>::quiet_NaN();
   paper_check check = paper_check::information;
   double grid = 0;         ///< within_grid_step: one step of the paper's grid, in the value's unit
+  /// within_grid_step: the lengths the paper measured on (the value's
+  /// unit), ascending; beyond the last they go on `grid` apart, or double
+  /// when `grid_doubles`. Empty: the multiples of `grid`.
+  std::vector<double> grid_points;
+  bool grid_doubles = false;
+  /// within_grid_step: the model's value snapped down to the paper's grid
+  /// (what a run on the paper's lengths would report), which is judged.
+  double model_on_grid = std::numeric_limits<double>::quiet_NaN();
   std::string verdict;
   std::string note;
 };
@@ -89,7 +101,38 @@ inline std::string settings_text(const projection& r) {
   return t.empty() ? "1 GPU" : t;
 }
 
-/// Fills `verdict` from the check, the two values and the grid.
+/// The points of `row`'s grid up to at least `upto`.
+inline std::vector<double> grid_points_upto(const paper_row& row, double upto) {
+  std::vector<double> points = row.grid_points;
+  if (points.empty()) points.push_back(row.grid);
+  expects(points.front() > 0 && (row.grid_doubles || row.grid > 0), "paper_row: a grid needs a positive step");
+  while (points.back() < upto) points.push_back(row.grid_doubles ? 2 * points.back() : points.back() + row.grid);
+  return points;
+}
+
+/// Where `v` lies on `points`, counted in grid steps: k at the k-th point,
+/// fractional between two, -1 at 0 (below the first point).
+inline double grid_position(const std::vector<double>& points, double v) {
+  if (v <= points.front()) return v / points.front() - 1;
+  for (std::size_t k = 0; k + 1 < points.size(); ++k) {
+    if (v <= points[k + 1]) return static_cast<double>(k) + (v - points[k]) / (points[k + 1] - points[k]);
+  }
+  return static_cast<double>(points.size() - 1);
+}
+
+/// The largest point of `points` at most `v` (0 below the first).
+inline double snap_down(const std::vector<double>& points, double v) {
+  double snapped = 0;
+  for (double point : points) {
+    if (point <= v) snapped = point;
+  }
+  return snapped;
+}
+
+/// Fills `verdict` from the check, the two values and the grid. A longest
+/// length is judged on the paper's own grid: the model's answer (a 64K
+/// search) is snapped down to the paper's lengths first, as a run on those
+/// lengths would report it, and the steps between the two counted there.
 inline void judge(paper_row& row) {
   const double p = row.paper_value, m = row.model_value;
   if (row.check == paper_check::information) {
@@ -99,8 +142,13 @@ inline void judge(paper_row& row) {
   } else if (row.check == paper_check::within_10_percent) {
     row.verdict = std::abs(m / p - 1) <= 0.10 ? "within 10%" : format("off by %+.0f%%", 100 * (m / p - 1));
   } else if (row.check == paper_check::within_grid_step) {
-    const double steps = (m - p) / row.grid;
+    const std::vector<double> points = grid_points_upto(row, std::max(p, m));
+    row.model_on_grid = snap_down(points, m);
+    const double steps = grid_position(points, row.model_on_grid) - grid_position(points, p);
     row.verdict = std::abs(steps) <= 1.0 + 1e-9 ? "within one step" : format("%+.1f grid steps", steps);
+    if (row.model_on_grid != m && !row.model_text.empty()) {
+      row.model_text += format(" = %.0fK on the paper's grid", row.model_on_grid);
+    }
   } else {
     row.verdict = m >= p ? "consistent" : "below the paper";
   }
@@ -167,6 +215,42 @@ inline paper_row length_row(std::string paper, std::string source, std::string s
   } else {
     row.model_value = 0;
     row.model_text = "not even 64K";
+  }
+  row.note = std::move(note);
+  return row;
+}
+
+/// MEMO Tables 3 and 4's lengths, in K tokens: 64K, 128K, then 128K apart
+/// (256K, 384K, ... 1408K), which this grid continues beyond the tables.
+inline paper_row on_memo_table_grid(paper_row row) {
+  row.grid_points = {64, 128, 256};
+  row.grid = 128;
+  return row;
+}
+
+/// A grid of doubling lengths (FPDT Tables 1 and 3, Figure 11), in K tokens.
+inline paper_row on_doubling_grid(paper_row row) {
+  row.grid_points = {64};
+  row.grid_doubles = true;
+  return row;
+}
+
+/// A row about the ratio of two longest sequences (the model's from its 64K
+/// searches, not snapped to any grid), judged within 10%.
+inline paper_row length_ratio_row(std::string paper, std::string source, std::string setting,
+                                  std::string profile, std::string paper_text, double paper_ratio, const std::optional<projection>& num,
+                                  const std::optional<projection>& den, std::string note = {}) {
+  paper_row row = make_row(std::move(paper), std::move(source), std::move(setting), "ratio of longest sequences",
+                           std::move(profile));
+  row.paper_text = std::move(paper_text);
+  row.paper_value = paper_ratio;
+  row.check = paper_check::within_10_percent;
+  if (num && den) {
+    row.model_value = num->sequence / den->sequence;
+    row.model_text = format("%.2fx", row.model_value) + format(" (%.0fK", num->sequence / K) +
+                     format(" / %.0fK)", den->sequence / K);
+  } else {
+    row.model_text = "no model figure";
   }
   row.note = std::move(note);
   return row;
@@ -286,15 +370,36 @@ inline std::vector<paper_row> memo_rows(bool quick = false) {
     row.note = q.note;
     rows.push_back(row);
   }
+  // The same ratios length by length, wherever Table 4 has both cells: full
+  // swapping and MEMO against full recomputation with a plan.
+  for (const int num : {2, 3}) {
+    for (int i = 0; i < 8; ++i) {
+      if (std::isnan(variants[num].mfu[i]) || std::isnan(variants[1].mfu[i])) continue;
+      paper_row row = make_row("MEMO", "Table 4 (ratio)", std::string("7B, 8 GPUs, TP4 CP2"),
+                               std::string("MFU ratio ") + variants[num].name + " / recompute + plan at " +
+                                   format("%.0fK", lengths[i] / K),
+                               "a800");
+      row.paper_value = variants[num].mfu[i] / variants[1].mfu[i];
+      row.paper_text = format("%.3f", row.paper_value) + format(" (%.2f", variants[num].mfu[i]) +
+                       format(" / %.2f)", variants[1].mfu[i]);
+      row.model_value = model[num][i] / model[1][i];
+      row.model_text = std::isnan(row.model_value)
+                           ? "no model figure (does not fit)"
+                           : format("%.3f", row.model_value) + format(" (%.1f", model[num][i]) +
+                                 format(" / %.1f)", model[1][i]);
+      row.check = paper_check::within_10_percent;
+      rows.push_back(row);
+    }
+  }
   for (const auto& v : variants) {
     const auto r = longest_of([&](double s) { return memo_table4(v.kind, s); });
-    rows.push_back(length_row("MEMO", "Table 4", std::string("7B, 8 GPUs, TP4 CP2, ") + v.name, "a800",
+    rows.push_back(on_memo_table_grid(length_row("MEMO", "Table 4", std::string("7B, 8 GPUs, TP4 CP2, ") + v.name, "a800",
                               v.longest_text, v.longest,
                               v.kind == strategy::memo ? paper_check::at_least : paper_check::within_grid_step,
                               128 * K, r,
                               v.kind == strategy::swap_planned
                                   ? "paper: host memory at 384K; 2 TB per node holds the 1.41 TiB full swapping needs"
-                                  : ""));
+                                  : "")));
   }
   // Table 3: the longest length per model (the paper's tuned settings, Tables 5-7).
   struct model_case {
@@ -320,15 +425,15 @@ inline std::vector<paper_row> memo_rows(bool quick = false) {
     const int k = static_cast<int>(&mc - cases);
     const std::string setting = std::string(mc.model) + ", " + std::to_string(mc.gpus) + " GPUs";
     const auto memo = longest_on_every_gpu(strategy::memo, m, c);
-    rows.push_back(length_row("MEMO", "Table 3", setting + ", MEMO", "a800", mc.memo_text, mc.memo,
+    rows.push_back(on_memo_table_grid(length_row("MEMO", "Table 3", setting + ", MEMO", "a800", mc.memo_text, mc.memo,
                               mc.memo_is_bound ? paper_check::at_least : paper_check::within_grid_step, 128 * K,
-                              memo, k == 2 ? mc.note : ""));
-    rows.push_back(length_row("MEMO", "Table 3", setting + ", DeepSpeed-Ulysses + ZeRO-3", "a800",
+                              memo, k == 2 ? mc.note : "")));
+    rows.push_back(on_memo_table_grid(length_row("MEMO", "Table 3", setting + ", DeepSpeed-Ulysses + ZeRO-3", "a800",
                               format("%.0fK", mc.deepspeed / K), mc.deepspeed, paper_check::within_grid_step, 128 * K,
-                              longest_on_every_gpu(strategy::ulysses_zero3, m, c)));
-    rows.push_back(length_row("MEMO", "Table 3", setting + ", Megatron-LM", "a800", format("%.0fK", mc.megatron / K),
+                              longest_on_every_gpu(strategy::ulysses_zero3, m, c))));
+    rows.push_back(on_memo_table_grid(length_row("MEMO", "Table 3", setting + ", Megatron-LM", "a800", format("%.0fK", mc.megatron / K),
                               mc.megatron, paper_check::within_grid_step, 128 * K,
-                              longest_on_every_gpu(strategy::recompute, m, c), k == 0 ? mc.note : ""));
+                              longest_on_every_gpu(strategy::recompute, m, c), k == 0 ? mc.note : "")));
     // MFU trend: at 64K and at the longest length MEMO ran.
     const double table3_mfu[4][2] = {{52.34, 52.30}, {52.65, 52.10}, {52.12, 51.59}, {47.80, 51.45}};
     const double last = mc.memo;
@@ -371,14 +476,17 @@ inline std::vector<paper_row> fpdt_rows(bool quick = false) {
     const char* text;
     bool bound;
   };
+  std::optional<projection> fpdt_on_eight;  // Table 3's FPDT row is Table 1's 8-GPU column
   for (const auto& lc : {length_case{4, 2 * M, "2M", false}, length_case{8, 4 * M, "4M", false},
                          length_case{16, 8 * M, "8M+", true}}) {
     if (quick && lc.gpus > 4) continue;
     const cluster c = on("a100x4", lc.gpus);
-    rows.push_back(length_row("FPDT", "Table 1", "8B, " + std::to_string(lc.gpus) + " GPUs, FPDT chunk 64K", "a100x4",
+    const auto fpdt_longest = longest_of([&](double s) { return fpdt_over_all(llama, c, s); });
+    if (lc.gpus == 8) fpdt_on_eight = fpdt_longest;
+    rows.push_back(on_doubling_grid(length_row("FPDT", "Table 1", "8B, " + std::to_string(lc.gpus) + " GPUs, FPDT chunk 64K", "a100x4",
                               lc.text, lc.tokens, lc.bound ? paper_check::at_least : paper_check::within_grid_step,
-                              lc.tokens, longest_of([&](double s) { return fpdt_over_all(llama, c, s); }),
-                              lc.bound ? "" : "grid: powers of two (the next column is twice as long)"));
+                              lc.tokens, fpdt_longest,
+                              lc.bound ? "" : "grid: powers of two (the next column is twice as long)")));
   }
   const cluster four = on("a100x4", 4);
   const char* counted_note = "FPDT trains with checkpointing on (5.1); its MFU includes the recomputation";
@@ -396,9 +504,14 @@ inline std::vector<paper_row> fpdt_rows(bool quick = false) {
       for (int sp : {1, 2, 4, 8}) options.push_back(ulysses(strategy::ulysses_zero3, llama, eight, s, sp, 0, true));
       return best_of(options);
     };
-    rows.push_back(length_row("FPDT", "Table 3", "8B, 8 GPUs, Ulysses + AC + OC + ZeRO-3", "a100x4", "512K",
-                              512 * K, paper_check::within_grid_step, 512 * K, longest_of(ulysses_oc),
-                              "grid: Table 3's lengths double"));
+    const auto ulysses_longest = longest_of(ulysses_oc);
+    rows.push_back(on_doubling_grid(length_row("FPDT", "Table 3", "8B, 8 GPUs, Ulysses + AC + OC + ZeRO-3", "a100x4", "512K",
+                              512 * K, paper_check::within_grid_step, 512 * K, ulysses_longest,
+                              "grid: Table 3's lengths double")));
+    rows.push_back(length_ratio_row("FPDT", "Table 3, 5.5", "8B, 8 GPUs, FPDT / Ulysses + AC + OC + ZeRO-3", "a100x4",
+                                    "8x (4M / 512K)", 8.0, fpdt_on_eight, ulysses_longest,
+                                    "Table 3's lengths are powers of two; if each is the last of a doubling sweep "
+                                    "(the paper does not say), its 8x stands for a ratio between 4x and 16x"));
     rows.push_back(mfu_row("FPDT", "Table 3", "8B, 8 GPUs, Ulysses + AC + OC + ZeRO-3", "a100x4", 512 * K, 47.2,
                            ulysses_oc(512 * K), counted_note, flops_counted::with_recomputation));
     const auto fpdt4m = fpdt_over_all(llama, eight, 4 * M);
@@ -418,14 +531,18 @@ inline std::vector<paper_row> fpdt_rows(bool quick = false) {
   }
   // 5.2 / Figure 11's text: 6.7B GPT in one node.
   const model_shape gpt = parse_model_shape("7b");
-  rows.push_back(length_row("FPDT", "5.2", "6.7B GPT, 4 GPUs, Ulysses", "a100x4", "256K", 256 * K,
-                            paper_check::within_grid_step, 256 * K,
-                            longest_on_every_gpu(strategy::ulysses_zero3, gpt, four),
-                            "grid: Figure 11's lengths double"));
-  rows.push_back(length_row("FPDT", "5.2", "6.7B GPT, 4 GPUs, FPDT (offloading)", "a100x4", "2M", 2 * M,
-                            paper_check::within_grid_step, 2 * M,
-                            longest_of([&](double s) { return fpdt_over_all(gpt, four, s); }),
-                            "grid: Figure 11's lengths double"));
+  const auto gpt_ulysses = longest_on_every_gpu(strategy::ulysses_zero3, gpt, four);
+  const auto gpt_fpdt = longest_of([&](double s) { return fpdt_over_all(gpt, four, s); });
+  rows.push_back(on_doubling_grid(length_row("FPDT", "5.2", "6.7B GPT, 4 GPUs, Ulysses", "a100x4", "256K", 256 * K,
+                            paper_check::within_grid_step, 256 * K, gpt_ulysses,
+                            "grid: Figure 11's lengths double")));
+  rows.push_back(on_doubling_grid(length_row("FPDT", "5.2", "6.7B GPT, 4 GPUs, FPDT (offloading)", "a100x4", "2M", 2 * M,
+                            paper_check::within_grid_step, 2 * M, gpt_fpdt,
+                            "grid: Figure 11's lengths double")));
+  rows.push_back(length_ratio_row("FPDT", "5.2", "6.7B GPT, 4 GPUs, FPDT (offloading) / Ulysses", "a100x4",
+                                  "8x (2M / 256K)", 8.0, gpt_fpdt, gpt_ulysses,
+                                  "Figure 11's lengths double; if each is the last of the sweep, 8x stands for "
+                                  "a ratio between 4x and 16x"));
   for (auto& row : rows) judge(row);
   return rows;
 }

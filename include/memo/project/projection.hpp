@@ -158,6 +158,22 @@ struct step_breakdown {
   double bubble = 0;         ///< pipeline idle time
 };
 
+/// One resource a projection needs more of than the cluster has: device
+/// memory (bytes per GPU), host memory (bytes per node), or the host link
+/// (the bytes per second per GPU that would hide the offload behind the
+/// compute it overlaps, against the profile's). Memory that runs out stops
+/// the step; a link that runs out slows it (the offload stalls).
+struct shortfall {
+  std::string resource;     ///< "device memory", "host memory" or "host link"
+  double need = 0;
+  double capacity = 0;
+  /// Memory only, when searched (strategy.hpp's `order_shortfalls`): the
+  /// shortest length, on the search grid, at which the best setting
+  /// exceeds it; 0 when not searched.
+  double runs_out_at = 0;
+  [[nodiscard]] bool is_memory() const { return resource != "host link"; }
+};
+
 struct projection {
   strategy kind = strategy::memo;
   double sequence = 0;           ///< tokens of one sequence
@@ -171,7 +187,14 @@ struct projection {
   double tokens_per_gpu_per_second = 0;
   double mfu = 0;                ///< model FLOPs / (step x GPUs x peak)
   double hfu = 0;                ///< the same with recomputation counted
-  std::string limit;             ///< empty when it fits, else the first resource that runs out
+  /// Host-link bytes per second per GPU that would hide every offload and
+  /// fetch behind the compute it overlaps (0: nothing offloaded).
+  double link_needed_bytes_per_second = 0;
+  /// Every resource exceeded: the memories first (in the order they run
+  /// out once `order_shortfalls` has searched it, else device before host),
+  /// then the host link when it is the bottleneck.
+  std::vector<shortfall> shortfalls;
+  std::string limit;             ///< empty when it fits, else the first memory that runs out
   [[nodiscard]] bool fits() const { return limit.empty(); }
   /// The host link is the bottleneck: offload outlasts the compute it hides behind.
   [[nodiscard]] bool link_bound() const { return time.offload_stall > 0.01 * step_seconds; }
@@ -270,6 +293,12 @@ inline void finish(projection& r, const model_shape& m, const cluster& c, double
   r.device.caching_reserve = caching_fragmentation * r.device.planned_arena;
   check_counts(r);
   r.limit = memory_limit(r.device, r.host_per_node, c);
+  r.shortfalls.clear();
+  if (r.device.total() > r.device_capacity) r.shortfalls.push_back({"device memory", r.device.total(), r.device_capacity});
+  if (r.host_per_node > r.host_capacity) r.shortfalls.push_back({"host memory", r.host_per_node, r.host_capacity});
+  if (r.link_bound()) {
+    r.shortfalls.push_back({"host link", r.link_needed_bytes_per_second, c.profile.host_link_bytes_per_second});
+  }
 }
 
 }  // namespace detail

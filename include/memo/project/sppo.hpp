@@ -149,9 +149,10 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   const double working = widest * (2 * h / sp + 4 * mlp_width / sp + (sp > 1 ? 2 * h : 0.0) + 2 * h);
   const double loss = widest * (loss_bytes_per_logit * m.vocab / sp + (sp > 1 ? 2 * h : 0.0) + 2 * h);
   d.transient = std::max(working, loss);
-  if (hopeless) {
-    d.skeletal = 2 * kv_all;
-  } else if (offload) {
+  // The offload plan is closed form per subsequence, so it is made on the
+  // hopeless path too (on its equal-length partition): the host memory the
+  // setting would fill is reported whether or not the device holds it.
+  if (offload) {
     sppo_offload_problem problem;
     for (std::size_t j = 0; j < part.count(); ++j) problem.tokens.push_back(part.tokens(j));
     problem.kv_bytes_per_token = static_cast<std::uint64_t>(kv_per_token);
@@ -166,10 +167,16 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     r.chosen.alpha_i = plan.alpha;
     double largest_offload = 0;
     for (double bytes : plan.offloaded_bytes) largest_offload = std::max(largest_offload, bytes);
-    d.skeletal = plan.peak_device_bytes + kv_all;
-    d.transient += 2 * largest_offload;
     r.host_per_node = plan.host_bytes * c.gpus_in_a_node();
-  } else {
+    r.link_needed_bytes_per_second = largest_offload / problem.compute_seconds;
+    if (!hopeless) {
+      d.skeletal = plan.peak_device_bytes + kv_all;
+      d.transient += 2 * largest_offload;
+    }
+  }
+  if (hopeless) {
+    d.skeletal = 2 * kv_all;
+  } else if (!offload) {
     d.skeletal = 2 * kv_all + layers * s * h * bytes_per_element / sp + widest * skeletal_per_token;
   }
 

@@ -112,27 +112,88 @@ inline std::optional<projection> project(strategy kind, const model_shape& m, co
   return best;
 }
 
-/// The longest sequence, a multiple of `grid` up to `limit`, for which
-/// `projector(tokens)` (returning std::optional<projection>) fits; the
-/// projection at that length, or nullopt when not even one grid step fits
-/// (or no setting applies: `project` at `grid` tells the two apart). An
-/// answer within one grid step of `limit` means the search stopped there:
-/// longer sequences may fit too.
-/// `probe(tokens)` answers the same question during the bisection and may be
-/// cheaper (it must agree on fitting). Every memory term of every setting
-/// grows with the length, so fitting is monotone in it and a binary search
-/// over the grid is exact.
-template <class Projector, class Probe>
-std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit) {
+/// Orders the memories `r` (a projection of `r.kind` that does not fit)
+/// exceeds by the length at which each runs out: for each, the shortest
+/// multiple of `grid` below `r.sequence` at which the best setting (probed
+/// as the search probes) exceeds it, found by bisection (each memory need
+/// grows with the length), else `r.sequence` itself. The first of them
+/// becomes `r.limit`; the host link, which slows a step rather than stops
+/// it, stays listed after them. At most log2(r.sequence / grid) probes per
+/// memory exceeded.
+inline void order_shortfalls(projection& r, const model_shape& m, const cluster& c, double grid = 65536) {
+  expects(grid >= 1, [&] { return "order_shortfalls: grid must be >= 1, got " + std::to_string(grid); });
+  for (auto& f : r.shortfalls) {
+    if (!f.is_memory()) continue;
+    auto exceeded = [&](double steps) {
+      const std::optional<projection> p = project(r.kind, m, c, steps * grid, false);
+      if (!p) return false;
+      return std::any_of(p->shortfalls.begin(), p->shortfalls.end(),
+                         [&](const shortfall& g) { return g.resource == f.resource; });
+    };
+    double fine = 0, over = std::ceil(r.sequence / grid);  // grid steps; `over` stands for r.sequence
+    while (over - fine > 1) {
+      const double mid = std::floor((fine + over) / 2);
+      (exceeded(mid) ? over : fine) = mid;
+    }
+    f.runs_out_at = std::min(over * grid, r.sequence);
+  }
+  std::stable_sort(r.shortfalls.begin(), r.shortfalls.end(), [](const shortfall& a, const shortfall& b) {
+    if (a.is_memory() != b.is_memory()) return a.is_memory();
+    return a.is_memory() && a.runs_out_at < b.runs_out_at;
+  });
+  if (!r.shortfalls.empty() && r.shortfalls.front().is_memory()) r.limit = r.shortfalls.front().resource;
+}
+
+/// The shortest multiple of `grid` up to `limit` at which `probe(tokens)`
+/// (returning std::optional<projection>) has a setting at all, fitting or
+/// not; nullopt when none has. Settings exist from some length on (SPPO's
+/// N >= PP subsequences of at least 2K tokens need PP x 2K tokens, more than
+/// 64K from PP 33 on), so the probe doubles the length until one has a
+/// setting and bisects back: at most 2 log2(limit / grid) probes.
+template <class Probe>
+std::optional<double> shortest_with_setting(const Probe& probe, double grid, double limit) {
   expects(grid >= 1 && limit >= grid && std::isfinite(limit), [&] {
     return "longest: need 1 <= grid <= limit, got grid " + std::to_string(grid) + ", limit " + std::to_string(limit);
   });
+  const double last = std::floor(limit / grid);
+  auto applies = [&](double steps) { return probe(steps * grid).has_value(); };
+  if (applies(1)) return grid;
+  double none = 1, some = 0;  // in grid steps
+  for (double steps = 2; some == 0; steps *= 2) {
+    const double at = std::min(steps, last);
+    if (applies(at)) some = at;
+    else if (at == last) return std::nullopt;
+    else none = at;
+  }
+  while (some - none > 1) {
+    const double mid = std::floor((none + some) / 2);
+    (applies(mid) ? some : none) = mid;
+  }
+  return some * grid;
+}
+
+/// The longest sequence, a multiple of `grid` up to `limit`, for which
+/// `projector(tokens)` (returning std::optional<projection>) fits; the
+/// projection at that length, or nullopt when no grid step fits (or no
+/// setting applies at any: `shortest_with_setting` and `project` there tell
+/// the two apart). The search starts at the shortest length with a setting
+/// (`shortest_with_setting`), so a strategy whose rules admit no setting at
+/// one grid step is still searched. An answer within one grid step of
+/// `limit` means the search stopped there: longer sequences may fit too.
+/// `probe(tokens)` answers the same question during the bisection and may be
+/// cheaper (it must agree on fitting). Every memory term of every setting
+/// grows with the length, so fitting is monotone in it from there and a
+/// binary search over the grid is exact.
+template <class Projector, class Probe>
+std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit) {
+  const std::optional<double> first = shortest_with_setting(probe, grid, limit);
+  if (!first) return std::nullopt;
   auto fits = [&](double steps) {
     const std::optional<projection> r = probe(steps * grid);
     return r && r->fits();
   };
-  if (!fits(1)) return std::nullopt;
-  double good = 1, bad = std::floor(limit / grid) + 1;
+  double good = *first / grid, bad = std::floor(limit / grid) + 1;
+  if (!fits(good)) return std::nullopt;
   while (bad - good > 1) {
     const double mid = std::floor((good + bad) / 2);
     (fits(mid) ? good : bad) = mid;

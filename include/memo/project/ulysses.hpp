@@ -107,6 +107,10 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
     const double q_fetch = 3 * chunk_tokens * h / sp * bytes_per_element / link;
     r.time.offload_stall = L * pairs * (2 * std::max(0.0, kv_fetch - pair_attention) +
                                         std::max(0.0, q_fetch - attention_backward_factor * pair_attention));
+    if (pairs > 0) {
+      r.link_needed_bytes_per_second =
+          link * std::max(kv_fetch / pair_attention, q_fetch / (attention_backward_factor * pair_attention));
+    }
   } else {
     const double checkpoints = L * static_cast<double>(layer.input_bytes());
     d.skeletal = (offload_checkpoints ? 0.0 : checkpoints) + static_cast<double>(layer.skeletal_bytes());
