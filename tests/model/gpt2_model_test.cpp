@@ -306,7 +306,14 @@ double largest_difference(const std::vector<float>& a, const std::vector<float>&
 
 TEST_CASE("gpt2_model: offload fractions, attention chunks and host K/V leave loss and gradients unchanged") {
   memo::host_backend backend{two_threads()};
-  for (const auto& config : {tiny(), four_layers()}) {
+  // The 2-layer model swaps nothing with its two resident last layers, so
+  // it also runs with none resident (both layers swapped); the 4-layer one
+  // swaps two with the default.
+  struct setting {
+    memo::gpt2_config config;
+    std::int64_t resident;
+  };
+  for (const auto& [config, resident] : {setting{tiny(), 2}, setting{tiny(), 0}, setting{four_layers(), 2}}) {
     const std::int64_t T = 8;
     const auto in = random_tokens(T, 11, 4);
     const auto tg = random_tokens(T, 11, 5);
@@ -321,11 +328,12 @@ TEST_CASE("gpt2_model: offload fractions, attention chunks and host K/V leave lo
     for (const double alpha : {0.0, 0.125, 0.5, 1.0}) {
       for (const std::int64_t attention_chunk : {std::int64_t{8}, std::int64_t{3}, std::int64_t{1}}) {
         for (const bool kv : {false, true}) {
-          INFO("layers " << config.num_layers << ", alpha " << alpha << ", attention chunk "
-                         << attention_chunk << ", host K/V " << kv);
+          INFO("layers " << config.num_layers << ", resident " << resident << ", alpha " << alpha
+                         << ", attention chunk " << attention_chunk << ", host K/V " << kv);
           const run_result r = run_once(backend, config,
                                         {.context = T, .loss_chunk = 3, .attention_chunk = attention_chunk,
-                                         .offload_alpha = alpha, .kv_offload = kv},
+                                         .offload_alpha = alpha, .resident_last_layers = resident,
+                                         .kv_offload = kv},
                                         params, in, tg);
           CHECK(r.loss == doctest::Approx(ref).epsilon(1e-5));
           for (std::int64_t t = 0; t < T; ++t) {
@@ -410,6 +418,20 @@ TEST_CASE("gpt2_model: bad offload options are errors naming the value") {
                     doctest::Contains("offload_alpha -0.25"));
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .offload_granularity = 5}),
                     doctest::Contains("offload_granularity 5"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .resident_last_layers = 3}),
+                    doctest::Contains("resident_last_layers 3"));
+  CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .resident_last_layers = -1}),
+                    doctest::Contains("resident_last_layers -1"));
+}
+
+TEST_CASE("gpt2_model: resident_last_layers sets how many of a 2-layer model's layers are swapped") {
+  memo::host_backend backend{two_threads()};
+  for (const std::int64_t resident : {0, 1, 2}) {
+    CAPTURE(resident);
+    const model m(backend, tiny(), {.context = 8, .offload_alpha = 0.5, .resident_last_layers = resident});
+    CHECK(m.swapped_layers() == static_cast<std::size_t>(2 - resident));
+    CHECK((m.host_offload_bytes() > 0) == (resident < 2));
+  }
 }
 
 TEST_CASE("gpt2_model: initialize draws weights with the standard deviation asked for") {

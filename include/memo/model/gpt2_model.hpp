@@ -143,6 +143,10 @@ class gpt2_model {
               return "gpt2_model: offload_alpha " + std::to_string(*options.offload_alpha) +
                      " must lie in [0, 1]";
             });
+    expects(options.resident_last_layers >= 0 && options.resident_last_layers <= 2, [&] {
+      return "gpt2_model: resident_last_layers " + std::to_string(options.resident_last_layers) +
+             " must lie in [0, 2] (two rounding buffers)";
+    });
     expects(options.offload_granularity >= 1 && options.offload_granularity <= T_, [&] {
       return "gpt2_model: offload_granularity " + std::to_string(options.offload_granularity) +
              " must lie in [1, context " + std::to_string(T_) + "]";

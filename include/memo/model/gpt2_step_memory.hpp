@@ -61,6 +61,11 @@ struct gpt2_model_options {
   std::optional<double> offload_alpha{};
   /// Offloaded prefixes are rounded down to a multiple of this many tokens.
   std::int64_t offload_granularity = 1;
+  /// With offload_alpha: the last layers that keep their skeletal tensors
+  /// (MEMO's "last two": their backward starts right after their forward,
+  /// so offloading them would only add a round trip). At most two, the
+  /// rounding buffers; fewer than the layers' count. 0 swaps every layer.
+  std::int64_t resident_last_layers = 2;
   /// FPDT's host-resident K/V in the chunked attention (attention.hpp).
   bool kv_offload = false;
   /// Time the bi-level planner may take (level 2 of a small model is solved
@@ -218,7 +223,8 @@ class gpt2_step_memory {
     rounding_.emplace(backend, std::move(skeletal), K, outside_->region("skeletal"));
     swap_options swap;
     swap.layers = static_cast<std::size_t>(L);
-    swap.resident_last_layers = swapping ? K : static_cast<std::size_t>(L);
+    swap.resident_last_layers =
+        swapping ? std::min(K, static_cast<std::size_t>(options.resident_last_layers)) : static_cast<std::size_t>(L);
     auto slots = host_slots_for(rounding_->plan(), static_cast<std::size_t>(L) - swap.resident_last_layers);
     store_.emplace(backend, host_store<B>::required_bytes(slots));
     swapper_.emplace(backend, *stream_, *rounding_, *store_, swap);
