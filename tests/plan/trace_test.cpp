@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -338,6 +339,43 @@ TEST_CASE("trace: limits on input size and buffer count name the limit") {
   CHECK(error_of([&] { memo::stack_layer_trace(layer, 1000, 100); }) ==
         "stack_layer_trace: 1000 layers of 12 buffers each (and 0 others) make 12000 buffers, more "
         "than the limit of 100 (parse_options::max_buffers)");
+}
+
+TEST_CASE("trace: an endless input is refused at the limit, its buffer never past it") {
+  // /dev/zero never ends: the reader stops one byte past the limit, and its
+  // buffer was reserved once, so it never held more (a string grown by
+  // appending would have doubled to twice the limit).
+  constexpr std::uint64_t limit = 300'000;
+  std::FILE* zero = std::fopen("/dev/zero", "rb");
+  REQUIRE(zero != nullptr);
+  std::string text;
+  CHECK(error_of([&] { memo::detail::read_bounded(zero, "/dev/zero", limit, text); }) ==
+        "/dev/zero: input is larger than the limit of 300000 bytes (parse_options::max_input_bytes)");
+  std::fclose(zero);
+  CHECK(text.size() == limit + 1);
+  CHECK(text.capacity() >= limit + 1);
+  CHECK(text.capacity() < limit + 64);
+  // Through the file reader, the same error.
+  CHECK(error_of([&] { memo::detail::read_whole_file("/dev/zero", limit); }) ==
+        "/dev/zero: input is larger than the limit of 300000 bytes (parse_options::max_input_bytes)");
+  // A regular file over the limit is refused by its size, before reading:
+  // nothing is reserved or read.
+  const auto path = std::filesystem::temp_directory_path() / "memo_trace_bounded_test.trace";
+  memo::write_text_file(path, std::string(5000, '#'));
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  REQUIRE(file != nullptr);
+  std::string small;
+  CHECK(error_of([&] { memo::detail::read_bounded(file, "f", 4999, small); }) ==
+        "f: input is larger than the limit of 4999 bytes (parse_options::max_input_bytes)");
+  CHECK(small.empty());
+  CHECK(small.capacity() < 4999);
+  // At exactly the limit it is read whole, into a buffer of its size.
+  std::rewind(file);
+  memo::detail::read_bounded(file, "f", 5000, small);
+  CHECK(small == std::string(5000, '#'));
+  CHECK(small.capacity() < 5000 + 64);
+  std::fclose(file);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("trace: read and write errors are errors") {
