@@ -51,8 +51,10 @@
 #include <thread>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memo/core/json.hpp"
@@ -93,10 +95,15 @@ const char* const usage_text =
     "--layers N: TRACE is one layer (sections 'layer 0 forward' and 'layer 0 backward');\n"
     "            plan the model made of N such layers.\n";
 
+// What the user typed, as an error message shows it: control bytes
+// escaped and long values cut, like the tokens of an input file.
+std::string shown(std::string_view value) { return memo::detail::quote(value); }
+std::string shown_path(const std::string& path) { return memo::detail::shown_path(path); }
+
 arguments parse_arguments(int argc, char** argv) {
   arguments a;
   auto need = [&](int& i) -> std::string {
-    if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
+    if (i + 1 >= argc) throw usage_error(shown(argv[i]) + " needs a value");
     return argv[++i];
   };
   std::vector<std::string> seen;
@@ -106,7 +113,7 @@ arguments parse_arguments(int argc, char** argv) {
     // --out path, a capacity): refused instead.
     if (arg.size() > 2 && arg.starts_with("--")) {
       if (std::find(seen.begin(), seen.end(), arg) != seen.end()) {
-        throw usage_error("option '" + arg + "' given more than once");
+        throw usage_error("option '" + shown(arg) + "' given more than once");
       }
       seen.push_back(arg);
     }
@@ -114,13 +121,18 @@ arguments parse_arguments(int argc, char** argv) {
       a.solver = need(i);
       if (a.solver != "greedy" && a.solver != "mip" && a.solver != "exact" &&
           a.solver != "bilevel" && a.solver != "all") {
-        throw usage_error("unknown solver '" + a.solver + "' (greedy, mip, exact, bilevel or all)");
+        throw usage_error("unknown solver '" + shown(a.solver) + "' (greedy, mip, exact, bilevel or all)");
       }
     } else if (arg == "--capacity") {
       const std::string v = need(i);
       const auto bytes = memo::detail::parse_bytes(v);
+      if (!bytes && memo::detail::is_byte_count_syntax(v)) {
+        throw usage_error("--capacity '" + shown(v) + "' is too large for 64 bits (at most " +
+                          std::to_string(std::numeric_limits<std::uint64_t>::max()) + " bytes)");
+      }
       if (!bytes || *bytes == 0) {
-        throw usage_error("--capacity '" + v + "' is not a positive byte count");
+        throw usage_error("--capacity '" + shown(v) +
+                          "' is not a positive byte count (digits, optionally KiB/MiB/GiB/TiB)");
       }
       a.capacity_bytes = *bytes;
     } else if (arg == "--time-limit") {
@@ -128,12 +140,15 @@ arguments parse_arguments(int argc, char** argv) {
       char* end = nullptr;
       a.time_limit_seconds = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0' || !(a.time_limit_seconds >= 0.0)) {
-        throw usage_error("--time-limit '" + v + "' is not a non-negative number of seconds");
+        throw usage_error("--time-limit '" + shown(v) + "' is not a non-negative number of seconds");
       }
     } else if (arg == "--layers") {
       const std::string v = need(i);
       const auto n = memo::detail::parse_integer<std::int64_t>(v);
-      if (!n || *n < 1) throw usage_error("--layers '" + v + "' is not a positive layer count");
+      if (!n && !v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+        throw usage_error("--layers " + memo::detail::integer_problem<std::int64_t>(v));
+      }
+      if (!n || *n < 1) throw usage_error("--layers '" + shown(v) + "' is not a positive layer count");
       a.layers = *n;
     } else if (arg == "--out") {
       a.out = need(i);
@@ -144,11 +159,11 @@ arguments parse_arguments(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       a.help = true;
     } else if (!arg.empty() && arg[0] == '-') {
-      throw usage_error("unknown option '" + arg + "'");
+      throw usage_error("unknown option '" + shown(arg) + "'");
     } else if (a.input.empty()) {
       a.input = arg;
     } else {
-      throw usage_error("more than one input file ('" + a.input + "', '" + arg + "')");
+      throw usage_error("more than one input file ('" + shown_path(a.input) + "', '" + shown_path(arg) + "')");
     }
   }
   if (a.input.empty() && !a.help) throw usage_error("no input trace given");
@@ -162,13 +177,13 @@ arguments parse_arguments(int argc, char** argv) {
   if (!a.input.empty()) {
     for (const auto* option : {&a.out, &a.svg}) {
       if (!option->empty() && same_file(*option, a.input)) {
-        throw usage_error(std::string(option == &a.out ? "--out" : "--svg") + " '" + *option +
+        throw usage_error(std::string(option == &a.out ? "--out" : "--svg") + " '" + shown_path(*option) +
                           "' is the input file; it would be overwritten");
       }
     }
   }
   if (!a.out.empty() && !a.svg.empty() && same_file(a.out, a.svg)) {
-    throw usage_error("--out and --svg name the same file '" + a.out + "'");
+    throw usage_error("--out and --svg name the same file '" + shown_path(a.out) + "'");
   }
   return a;
 }
@@ -273,11 +288,11 @@ memo::memory_trace read_input(const arguments& args, const memo::parse_options& 
   try {
     model = memo::stack_layer_trace(layer, *args.layers);
   } catch (const memo::error& e) {
-    throw memo::error(args.input + ": --layers " + std::to_string(*args.layers) + ": " + e.message());
+    throw memo::error(shown_path(args.input) + ": --layers " + std::to_string(*args.layers) + ": " + e.message());
   }
   model.problem.capacity_bytes = parse.capacity_bytes;
   memo::detail::check_capacity(model.problem,
-                               args.input + " x " + std::to_string(*args.layers) + " layers");
+                               shown_path(args.input) + " x " + std::to_string(*args.layers) + " layers");
   return model;
 }
 
@@ -298,7 +313,7 @@ int plan(const arguments& args, clock_type::time_point started) {
   auto read = run_bounded<memo::memory_trace>(after(limit_seconds + 0.5),
                                               [args, parse] { return read_input(args, parse); });
   if (!read) {
-    throw memo::error(args.input + ": reading did not finish within the time limit of " +
+    throw memo::error(shown_path(args.input) + ": reading did not finish within the time limit of " +
                       seconds_text(args.time_limit_seconds) + " (+ 0.5 s); abandoned");
   }
   // Shared: a solver abandoned at the time limit keeps its own reference.
@@ -306,7 +321,7 @@ int plan(const arguments& args, clock_type::time_point started) {
   const memo::memory_trace& trace = *shared_trace;
   const memo::dsa_problem& problem = trace.problem;
   if (problem.buffers.empty()) {
-    throw memo::error(args.input + ": no buffers to plan (the input holds no malloc request or CSV row)");
+    throw memo::error(shown_path(args.input) + ": no buffers to plan (the input holds no malloc request or CSV row)");
   }
   memo::check_problem(problem);
   // Every step whose cost grows with the input is budgeted in units of one
@@ -488,7 +503,7 @@ int plan(const arguments& args, clock_type::time_point started) {
   if (all || args.solver == "bilevel") {
     if (trace.sections.empty()) {
       if (!all) {
-        throw memo::error(args.input +
+        throw memo::error(shown_path(args.input) +
                           ": the bi-level planner needs section markers ('section begin <name>' / "
                           "'section end <name>') and this input has none");
       }
@@ -608,7 +623,7 @@ int plan(const arguments& args, clock_type::time_point started) {
     return 0;
   }
 
-  std::cout << "memo-plan: " << args.input;
+  std::cout << "memo-plan: " << shown_path(args.input);
   if (args.layers) std::cout << ", its layer stacked " << *args.layers << " times";
   std::cout << "\n";
   std::cout << "  buffers            " << problem.buffers.size();
@@ -678,8 +693,8 @@ int plan(const arguments& args, clock_type::time_point started) {
   }
   std::cout << "\n  best: " << best->solver << ", " << memo::format_bytes(best->result->plan.peak_bytes)
             << " (validated)";
-  if (!args.out.empty()) std::cout << "; plan written to " << args.out;
-  if (!args.svg.empty()) std::cout << "; picture written to " << args.svg;
+  if (!args.out.empty()) std::cout << "; plan written to " << shown_path(args.out);
+  if (!args.svg.empty()) std::cout << "; picture written to " << shown_path(args.svg);
   std::cout << "\n";
   std::cout << "  run: " << seconds_text(std::chrono::duration<double>(clock_type::now() - started).count())
             << ", peak resident memory " << memo::format_bytes(peak_rss_bytes()) << "\n";

@@ -146,7 +146,8 @@ TEST_CASE("trace: each malformed request names file, line and reason") {
         "t.trace:1: size '99999999999999999999' is not a byte count that fits in 64 bits (at most "
         "18446744073709551615 bytes)");
   CHECK(msg("malloc 1 18446744073709551615\nmalloc 2 1\n") ==
-        "t.trace:2: malloc of id 2: the sizes of all buffers together overflow 64 bits");
+        "t.trace:2: malloc of id 2: its size 1 takes the sizes of all buffers together past 2^64 - 1 = "
+        "18446744073709551615: the 1 buffer(s) before it total 18446744073709551615 bytes");
 }
 
 TEST_CASE("trace: capacity below the lower bound names both numbers") {
@@ -196,7 +197,8 @@ TEST_CASE("trace: each malformed csv line names file, line and reason") {
   // CSV sizes are signed 64-bit fields; two of the largest still fit, three do not.
   CHECK(msg("id,lower,upper,size\n1,0,2,9223372036854775807\n2,0,2,9223372036854775807\n"
             "3,0,2,9223372036854775807\n") ==
-        "b.csv:4: buffer 3: the sizes of all buffers together overflow 64 bits");
+        "b.csv:4: buffer 3: its size 9223372036854775807 takes the sizes of all buffers together past "
+        "2^64 - 1 = 18446744073709551615: the 2 buffer(s) before it total 18446744073709551614 bytes");
   memo::parse_options options;
   options.capacity_bytes = 7;
   CHECK(error_of([&] {
@@ -259,7 +261,10 @@ TEST_CASE("trace: buffers of 2^63 bytes and more keep an exact lower bound") {
 
 TEST_CASE("trace: a missing file is an error naming it") {
   CHECK(error_of([] { memo::read_problem_file("/nonexistent/dir/x.trace"); }) ==
-        "/nonexistent/dir/x.trace: cannot open file for reading");
+        "/nonexistent/dir/x.trace: cannot open file for reading: No such file or directory");
+  // A path is input too: its control bytes are escaped in the message.
+  CHECK(error_of([] { memo::read_problem_file("/nonexistent/\x1b[2Jx.trace"); }) ==
+        "/nonexistent/\\x1b[2Jx.trace: cannot open file for reading: No such file or directory");
 }
 
 TEST_CASE("trace: read_problem_file tells csv from a trace by content") {

@@ -107,14 +107,19 @@ inline std::optional<std::uint64_t> parse_bytes(std::string_view text) {
 }
 
 
-/// Why `text` is not a byte count: too large for 64 bits, or malformed.
-inline std::string bytes_problem(std::string_view text) {
+/// Whether `text` is written as a byte count (digits, then an optional
+/// unit), whatever its value: what tells "too large" from "malformed".
+inline bool is_byte_count_syntax(std::string_view text) {
   std::size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   const std::string_view unit = text.substr(digits);
-  const bool well_formed = digits > 0 && (unit.empty() || unit == "B" || unit == "KiB" ||
-                                          unit == "MiB" || unit == "GiB" || unit == "TiB");
-  if (well_formed) {
+  return digits > 0 && (unit.empty() || unit == "B" || unit == "KiB" || unit == "MiB" || unit == "GiB" ||
+                        unit == "TiB");
+}
+
+/// Why `text` is not a byte count: too large for 64 bits, or malformed.
+inline std::string bytes_problem(std::string_view text) {
+  if (is_byte_count_syntax(text)) {
     return "size '" + quote(text) + "' is not a byte count that fits in 64 bits (at most " +
            std::to_string(std::numeric_limits<std::uint64_t>::max()) + " bytes)";
   }
@@ -142,6 +147,10 @@ inline void check_representable(const dsa_problem& problem, std::string_view sou
     input_error(source, 0, e.message());
   }
 }
+
+/// A path as error messages show it: control bytes escaped, cut past 256
+/// characters (a file name is input too).
+inline std::string shown_path(const std::filesystem::path& path) { return quote(path.string(), 256); }
 
 /// Reads `file` to its end into `text`, refusing more than `limit_bytes`
 /// (`source` names it in the error). `text` is reserved once and never
@@ -191,15 +200,19 @@ inline void read_bounded(std::FILE* file, std::string_view source, std::uint64_t
 /// `limit_bytes` (see `read_bounded`).
 inline std::string read_whole_file(const std::filesystem::path& path,
                                    std::uint64_t limit_bytes = parse_options{}.max_input_bytes) {
+  const std::string name = shown_path(path);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw error(path.string() + ": is a directory, not a trace file");
+    throw error(name + ": is a directory, not a trace file");
   }
   std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw error(path.string() + ": cannot open file for reading");
+  if (file == nullptr) {
+    const int code = errno;
+    throw error(name + ": cannot open file for reading: " + std::strerror(code));
+  }
   std::string text;
   try {
-    read_bounded(file, path.string(), limit_bytes, text);
+    read_bounded(file, name, limit_bytes, text);
   } catch (...) {
     std::fclose(file);
     throw;
@@ -237,14 +250,15 @@ void for_each_line(std::string_view text, Fn&& fn) {
 inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
-    throw error(path.string() + ": cannot open file for writing: " + std::strerror(errno));
+    const int code = errno;
+    throw error(detail::shown_path(path) + ": cannot open file for writing: " + std::strerror(code));
   }
   const bool wrote = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   const bool flushed = std::fflush(file) == 0;
   const int code = errno;
   const bool closed = std::fclose(file) == 0;
   if (!wrote || !flushed || !closed) {
-    throw error(path.string() + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
+    throw error(detail::shown_path(path) + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
                 " (" + std::to_string(text.size()) + " bytes not all written)");
   }
 }
