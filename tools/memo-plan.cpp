@@ -337,6 +337,7 @@ int plan(const arguments& args, clock_type::time_point started) {
       std::max(1e-5, std::chrono::duration<double>(clock_type::now() - sweep_started).count());
   const double validate_sweeps = 1.5;  // with a margin, as every estimate below
   const double heap_sweeps = 6.0;
+  const double exact_setup_sweeps = 20.0;  // measured 15
   // What follows the solvers (validating the best plan, writing it and the
   // report) is held back from them. The estimate has a quarter for margin;
   // the second the run may overrun its limit by covers a worse misestimate.
@@ -425,11 +426,13 @@ int plan(const arguments& args, clock_type::time_point started) {
     }
   }
   if (heuristics) {
-    // The heuristics also seed the MIP and the exact search. Best fit and
-    // first fit among time neighbours scan the neighbours, which on traces
-    // with very many buffers live at once is what runs out of time; they
-    // share what the heap left (then the solvers below split what they
-    // leave). The table keeps its order.
+    // The heuristics also seed the MIP and the exact search. Best fit
+    // among time neighbours scans the neighbours, which on traces with very
+    // many buffers live at once is what runs out of time; they share what
+    // the heap left (then the solvers below split what they leave). With
+    // --solver all they keep back most of it for the exact search, unless
+    // the time left already cannot cover its setup (it will be skipped).
+    // The table keeps its order.
     // One whose share does not cover even its setup (the checks and the
     // placement index, about four sweeps) is skipped: it could not finish.
     auto heuristic = [&](const char* name, auto solver, double fraction) {
@@ -442,8 +445,9 @@ int plan(const arguments& args, clock_type::time_point started) {
         rows.push_back({name, std::nullopt, "", std::move(why)});
       }
     };
-    heuristic("greedy-size", memo::greedy_by_size_solver{}, all ? 0.25 : 0.5);
-    heuristic("first-fit", memo::first_fit_solver{}, all ? 0.3 : 1.0);
+    const bool keep_for_exact = all && skip_reason(exact_setup_sweeps, "", seconds_until(deadline)).empty();
+    heuristic("greedy-size", memo::greedy_by_size_solver{}, keep_for_exact ? 0.25 : 0.5);
+    heuristic("first-fit", memo::first_fit_solver{}, keep_for_exact ? 0.3 : 1.0);
     rows.push_back(std::move(*heap));
   }
   const bool bilevel_follows = (all || args.solver == "bilevel") && !trace.sections.empty();
@@ -489,7 +493,7 @@ int plan(const arguments& args, clock_type::time_point started) {
     // at 10^6 buffers) is not cut by its deadline: with less time than that
     // it is skipped rather than abandoned still running.
     const auto o = share(bilevel_follows ? 0.5 : 1.0);
-    std::string why = skip_reason(20.0, "the exact search's setup", o.time_limit_seconds);
+    std::string why = skip_reason(exact_setup_sweeps, "the exact search's setup", o.time_limit_seconds);
     if (why.empty()) {
       rows.push_back(run("exact", [&] {
         return bounded("exact", [shared_trace, o] { return memo::exact_solver{}.solve(shared_trace->problem, o); });
