@@ -349,10 +349,12 @@ int plan(const arguments& args, clock_type::time_point started) {
   };
   const auto finish_by = before_end(finish_seconds);
   // The online heap, the plan of last resort, may run until the finish
-  // estimated without its margin: a run that needs the margin then ends
-  // inside the second of overrun rather than without a plan.
+  // estimated without its margin would end half a second past the limit:
+  // a run that needs it then ends inside the second the run may overrun
+  // by, rather than without a plan. A heap that is done sooner (the usual
+  // case) leaves the rest to the others, who keep inside the limit.
   const double heap_finish_seconds = 0.02 + sweep_seconds * (finish_sweeps + 1.0);
-  const auto heap_until = before_end(heap_finish_seconds);
+  const auto heap_until = before_end(heap_finish_seconds - 0.5);
   // Every solver but the online heap stops by this instant: a tenth of the
   // limit is also kept for waiting on a solver thread and for the report.
   const auto deadline =
