@@ -18,9 +18,13 @@
 // simulated caching allocator. The best plan found is validated, then
 // written as CSV (`id,offset,size,lower,upper`) and as an SVG picture.
 // --time-limit bounds the whole run, reading and the heuristics included:
-// every solver gets what is left of it (the online heap first, then the
-// other heuristics, the MIP a third, the exact search half of the rest when
-// the bi-level planner follows), and the MIP, the exact search and the
+// the finish (validating and writing the best plan) is held back, sized
+// from a timed sweep of the input; every solver gets what is left (the
+// online heap first with all of it, then the other heuristics, the MIP a
+// third, the exact search half of the rest when the bi-level planner
+// follows); optional steps (the caching-allocator baseline, a heuristic or
+// the exact search whose setup alone would not fit) are skipped with a
+// note rather than take the plan's time; and the MIP, the exact search and the
 // bi-level planner run on a thread of their own that is abandoned, not
 // waited for, if it has not returned in time. `--solver all` skips
 // the MIP on problems far beyond it (more than 200 buffers or 5,000
@@ -38,6 +42,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
@@ -46,8 +51,10 @@
 #include <thread>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memo/core/json.hpp"
@@ -88,10 +95,15 @@ const char* const usage_text =
     "--layers N: TRACE is one layer (sections 'layer 0 forward' and 'layer 0 backward');\n"
     "            plan the model made of N such layers.\n";
 
+// What the user typed, as an error message shows it: control bytes
+// escaped and long values cut, like the tokens of an input file.
+std::string shown(std::string_view value) { return memo::detail::quote(value); }
+std::string shown_path(const std::string& path) { return memo::detail::shown_path(path); }
+
 arguments parse_arguments(int argc, char** argv) {
   arguments a;
   auto need = [&](int& i) -> std::string {
-    if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
+    if (i + 1 >= argc) throw usage_error(shown(argv[i]) + " needs a value");
     return argv[++i];
   };
   std::vector<std::string> seen;
@@ -101,7 +113,7 @@ arguments parse_arguments(int argc, char** argv) {
     // --out path, a capacity): refused instead.
     if (arg.size() > 2 && arg.starts_with("--")) {
       if (std::find(seen.begin(), seen.end(), arg) != seen.end()) {
-        throw usage_error("option '" + arg + "' given more than once");
+        throw usage_error("option '" + shown(arg) + "' given more than once");
       }
       seen.push_back(arg);
     }
@@ -109,13 +121,18 @@ arguments parse_arguments(int argc, char** argv) {
       a.solver = need(i);
       if (a.solver != "greedy" && a.solver != "mip" && a.solver != "exact" &&
           a.solver != "bilevel" && a.solver != "all") {
-        throw usage_error("unknown solver '" + a.solver + "' (greedy, mip, exact, bilevel or all)");
+        throw usage_error("unknown solver '" + shown(a.solver) + "' (greedy, mip, exact, bilevel or all)");
       }
     } else if (arg == "--capacity") {
       const std::string v = need(i);
       const auto bytes = memo::detail::parse_bytes(v);
+      if (!bytes && memo::detail::is_byte_count_syntax(v)) {
+        throw usage_error("--capacity '" + shown(v) + "' is too large for 64 bits (at most " +
+                          std::to_string(std::numeric_limits<std::uint64_t>::max()) + " bytes)");
+      }
       if (!bytes || *bytes == 0) {
-        throw usage_error("--capacity '" + v + "' is not a positive byte count");
+        throw usage_error("--capacity '" + shown(v) +
+                          "' is not a positive byte count (digits, optionally KiB/MiB/GiB/TiB)");
       }
       a.capacity_bytes = *bytes;
     } else if (arg == "--time-limit") {
@@ -123,12 +140,15 @@ arguments parse_arguments(int argc, char** argv) {
       char* end = nullptr;
       a.time_limit_seconds = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0' || !(a.time_limit_seconds >= 0.0)) {
-        throw usage_error("--time-limit '" + v + "' is not a non-negative number of seconds");
+        throw usage_error("--time-limit '" + shown(v) + "' is not a non-negative number of seconds");
       }
     } else if (arg == "--layers") {
       const std::string v = need(i);
       const auto n = memo::detail::parse_integer<std::int64_t>(v);
-      if (!n || *n < 1) throw usage_error("--layers '" + v + "' is not a positive layer count");
+      if (!n && !v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+        throw usage_error("--layers " + memo::detail::integer_problem<std::int64_t>(v));
+      }
+      if (!n || *n < 1) throw usage_error("--layers '" + shown(v) + "' is not a positive layer count");
       a.layers = *n;
     } else if (arg == "--out") {
       a.out = need(i);
@@ -139,11 +159,11 @@ arguments parse_arguments(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       a.help = true;
     } else if (!arg.empty() && arg[0] == '-') {
-      throw usage_error("unknown option '" + arg + "'");
+      throw usage_error("unknown option '" + shown(arg) + "'");
     } else if (a.input.empty()) {
       a.input = arg;
     } else {
-      throw usage_error("more than one input file ('" + a.input + "', '" + arg + "')");
+      throw usage_error("more than one input file ('" + shown_path(a.input) + "', '" + shown_path(arg) + "')");
     }
   }
   if (a.input.empty() && !a.help) throw usage_error("no input trace given");
@@ -157,13 +177,13 @@ arguments parse_arguments(int argc, char** argv) {
   if (!a.input.empty()) {
     for (const auto* option : {&a.out, &a.svg}) {
       if (!option->empty() && same_file(*option, a.input)) {
-        throw usage_error(std::string(option == &a.out ? "--out" : "--svg") + " '" + *option +
+        throw usage_error(std::string(option == &a.out ? "--out" : "--svg") + " '" + shown_path(*option) +
                           "' is the input file; it would be overwritten");
       }
     }
   }
   if (!a.out.empty() && !a.svg.empty() && same_file(a.out, a.svg)) {
-    throw usage_error("--out and --svg name the same file '" + a.out + "'");
+    throw usage_error("--out and --svg name the same file '" + shown_path(a.out) + "'");
   }
   return a;
 }
@@ -268,11 +288,11 @@ memo::memory_trace read_input(const arguments& args, const memo::parse_options& 
   try {
     model = memo::stack_layer_trace(layer, *args.layers);
   } catch (const memo::error& e) {
-    throw memo::error(args.input + ": --layers " + std::to_string(*args.layers) + ": " + e.message());
+    throw memo::error(shown_path(args.input) + ": --layers " + std::to_string(*args.layers) + ": " + e.message());
   }
   model.problem.capacity_bytes = parse.capacity_bytes;
   memo::detail::check_capacity(model.problem,
-                               args.input + " x " + std::to_string(*args.layers) + " layers");
+                               shown_path(args.input) + " x " + std::to_string(*args.layers) + " layers");
   return model;
 }
 
@@ -293,7 +313,7 @@ int plan(const arguments& args, clock_type::time_point started) {
   auto read = run_bounded<memo::memory_trace>(after(limit_seconds + 0.5),
                                               [args, parse] { return read_input(args, parse); });
   if (!read) {
-    throw memo::error(args.input + ": reading did not finish within the time limit of " +
+    throw memo::error(shown_path(args.input) + ": reading did not finish within the time limit of " +
                       seconds_text(args.time_limit_seconds) + " (+ 0.5 s); abandoned");
   }
   // Shared: a solver abandoned at the time limit keeps its own reference.
@@ -301,15 +321,44 @@ int plan(const arguments& args, clock_type::time_point started) {
   const memo::memory_trace& trace = *shared_trace;
   const memo::dsa_problem& problem = trace.problem;
   if (problem.buffers.empty()) {
-    throw memo::error(args.input + ": no buffers to plan (the input holds no malloc request or CSV row)");
+    throw memo::error(shown_path(args.input) + ": no buffers to plan (the input holds no malloc request or CSV row)");
   }
   memo::check_problem(problem);
-  // Every solver stops by this instant. What follows it (validating the
-  // best plan, writing it) is bounded by the input's size, not by a
-  // search: a tenth of the limit plus about 2 us per buffer is kept for it.
+  // Every step whose cost grows with the input is budgeted in units of one
+  // sweep over the timeline (a sort of its 2n requests), timed here on the
+  // lower bound, which is such a sweep: the plan's validation costs about
+  // one, writing its CSV about two, its picture about twenty-five, the
+  // caching-allocator simulation about three and the online heap about
+  // six, its own checks and validation included (measured at 10^6 buffers). Being timed, not assumed, the units
+  // follow the machine and its load.
+  const auto sweep_started = clock_type::now();
+  const std::uint64_t bound = memo::lower_bound_bytes(problem);
+  const double sweep_seconds =
+      std::max(1e-5, std::chrono::duration<double>(clock_type::now() - sweep_started).count());
+  const double validate_sweeps = 1.5;  // with a margin, as every estimate below
+  const double heap_sweeps = 6.0;
+  const double exact_setup_sweeps = 20.0;  // measured 15
+  // What follows the solvers (validating the best plan, writing it and the
+  // report) is held back from them. The estimate has a quarter for margin;
+  // the second the run may overrun its limit by covers a worse misestimate.
+  const double finish_sweeps = 1.0 + (args.out.empty() ? 0.0 : 2.0) + (args.svg.empty() ? 0.0 : 25.0);
+  const double finish_seconds = 0.05 + 1.25 * sweep_seconds * finish_sweeps;
+  auto before_end = [&](double seconds) {
+    return after(limit_seconds) -
+           std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  };
+  const auto finish_by = before_end(finish_seconds);
+  // The online heap, the plan of last resort, may run until the finish
+  // estimated without its margin would end half a second past the limit:
+  // a run that needs it then ends inside the second the run may overrun
+  // by, rather than without a plan. A heap that is done sooner (the usual
+  // case) leaves the rest to the others, who keep inside the limit.
+  const double heap_finish_seconds = 0.02 + sweep_seconds * (finish_sweeps + 1.0);
+  const auto heap_until = before_end(heap_finish_seconds - 0.5);
+  // Every solver but the online heap stops by this instant: a tenth of the
+  // limit is also kept for waiting on a solver thread and for the report.
   const auto deadline =
-      std::max(clock_type::now(),
-               after(limit_seconds * 0.9 - 2e-6 * static_cast<double>(problem.buffers.size())));
+      finish_by - std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(limit_seconds * 0.1));
   // How long the main thread waits for a solver running on its own thread:
   // a little past the solvers' deadline, still inside the limit.
   const auto wait_until =
@@ -320,18 +369,23 @@ int plan(const arguments& args, clock_type::time_point started) {
     if (!result) throw memo::error(name + ": did not return within the time limit; abandoned");
     return std::move(*result);
   };
-  const std::uint64_t bound = memo::lower_bound_bytes(problem);
-  // The baseline is a simulation for comparison: when it cannot run (its
-  // 512-byte rounding of a size near 2^64 overflows), the plan is still made
-  // and the report says why the baseline is missing.
-  std::optional<memo::caching_allocator_report> caching;
-  std::string caching_failure;
-  try {
-    caching = memo::simulate_caching_allocator(problem);
-  } catch (const memo::error& e) {
-    caching_failure = e.message();
-  }
+  // An optional step (the caching-allocator baseline, the MIP's pair count)
+  // runs only when the time left before the solvers' deadline covers it, so
+  // it never takes the time of a plan; otherwise the report says why not.
+  auto skip_reason = [&](double sweeps, const char* what, double left) -> std::string {
+    const double needed = sweeps * sweep_seconds;
+    if (needed <= left || needed < 1e-3) return {};  // a step under a millisecond always runs
+    return std::string("skipped: ") + what + " takes about " + seconds_text(needed) + " here and " +
+           seconds_text(left) + " of the time limit was left for it";
+  };
 
+  // A heuristic's time: until `until`, less the validation it does after
+  // its deadline.
+  auto until = [&](clock_type::time_point when, double fraction) {
+    memo::dsa_solve_options o;
+    o.time_limit_seconds = std::max(0.0, seconds_until(when) * fraction - validate_sweeps * sweep_seconds);
+    return o;
+  };
   auto remaining = [&] {
     memo::dsa_solve_options o;
     o.time_limit_seconds = seconds_until(deadline);
@@ -345,26 +399,58 @@ int plan(const arguments& args, clock_type::time_point started) {
       greedy_best = r.result->plan;
     }
   };
-  if (all || args.solver == "greedy" || args.solver == "mip" || args.solver == "exact") {
-    // The heuristics also seed the MIP and the exact search.
-    // The heuristics split what is left of the run between them (then the
-    // solvers below split what they leave). The online heap is O(n log n)
-    // and runs first, with all of it, so a plan exists whenever one can be
-    // had in time; best fit and first fit among time neighbours scan the
-    // neighbours, which on traces with very many buffers live at once is
-    // what runs out of time. The table keeps its order.
-    auto part = [&](double fraction) {
-      memo::dsa_solve_options o = remaining();
-      o.time_limit_seconds *= fraction;
+  const bool heuristics = all || args.solver == "greedy" || args.solver == "mip" || args.solver == "exact";
+  // The online heap is O(n log n) and runs first, with all the time left
+  // before the finish, so a plan exists whenever one can be had in time;
+  // the other steps share what it leaves.
+  std::optional<row> heap;
+  bool heap_failed = false;
+  const double heap_started_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
+  if (heuristics) {
+    heap = run("best-fit-heap", [&] { return memo::best_fit_heap_solver{}.solve(problem, [&] {
+      memo::dsa_solve_options o;
+      o.time_limit_seconds = seconds_until(heap_until);
       return o;
+    }()); });
+    remember(*heap);
+    heap_failed = !heap->result;
+  }
+  // The baseline is a simulation for comparison: when it cannot run (its
+  // 512-byte rounding of a size near 2^64 overflows) or there is no time
+  // for it, the plan is still made and the report says why it is missing.
+  std::optional<memo::caching_allocator_report> caching;
+  std::string caching_failure = skip_reason(4.0, "the simulation", seconds_until(deadline));
+  if (caching_failure.empty()) {
+    try {
+      caching = memo::simulate_caching_allocator(problem);
+    } catch (const memo::error& e) {
+      caching_failure = e.message();
+    }
+  }
+  if (heuristics) {
+    // The heuristics also seed the MIP and the exact search. Best fit
+    // among time neighbours scans the neighbours, which on traces with very
+    // many buffers live at once is what runs out of time; they share what
+    // the heap left (then the solvers below split what they leave). With
+    // --solver all they keep back most of it for the exact search, unless
+    // the time left already cannot cover its setup (it will be skipped).
+    // The table keeps its order.
+    // One whose share does not cover even its setup (the checks and the
+    // placement index, about four sweeps) is skipped: it could not finish.
+    auto heuristic = [&](const char* name, auto solver, double fraction) {
+      const memo::dsa_solve_options o = until(deadline, fraction);
+      std::string why = skip_reason(4.0, "its setup alone", o.time_limit_seconds);
+      if (why.empty()) {
+        rows.push_back(run(name, [&] { return solver.solve(problem, o); }));
+        remember(rows.back());
+      } else {
+        rows.push_back({name, std::nullopt, "", std::move(why)});
+      }
     };
-    row heap = run("best-fit-heap", [&] { return memo::best_fit_heap_solver{}.solve(problem, part(all ? 0.3 : 1.0)); });
-    rows.push_back(run("greedy-size", [&] { return memo::greedy_by_size_solver{}.solve(problem, part(all ? 0.25 : 0.5)); }));
-    remember(rows.back());
-    rows.push_back(run("first-fit", [&] { return memo::first_fit_solver{}.solve(problem, part(all ? 0.3 : 1.0)); }));
-    remember(rows.back());
-    rows.push_back(std::move(heap));
-    remember(rows.back());
+    const bool keep_for_exact = all && skip_reason(exact_setup_sweeps, "", seconds_until(deadline)).empty();
+    heuristic("greedy-size", memo::greedy_by_size_solver{}, keep_for_exact ? 0.25 : 0.5);
+    heuristic("first-fit", memo::first_fit_solver{}, keep_for_exact ? 0.3 : 1.0);
+    rows.push_back(std::move(*heap));
   }
   const bool bilevel_follows = (all || args.solver == "bilevel") && !trace.sections.empty();
   // A solver's share: `fraction` of the time left.
@@ -376,12 +462,18 @@ int plan(const arguments& args, clock_type::time_point started) {
   };
   if (all || args.solver == "mip") {
 #if MEMO_HAS_LPSOLVE
-    const std::uint64_t pairs = overlapping_pairs(problem);
-    if (all && (problem.buffers.size() > mip_max_buffers || pairs > mip_max_pairs)) {
+    // The pair count decides only for --solver all; past the buffer limit
+    // it is shown when there is time to count it.
+    std::optional<std::uint64_t> pairs;
+    if (all && (problem.buffers.size() <= mip_max_buffers || skip_reason(validate_sweeps, "", seconds_until(deadline)).empty())) {
+      pairs = overlapping_pairs(problem);
+    }
+    if (all && (problem.buffers.size() > mip_max_buffers || *pairs > mip_max_pairs)) {
       row skipped;
       skipped.solver = "mip";
       skipped.skipped = "skipped: " + std::to_string(problem.buffers.size()) + " buffers, " +
-                        std::to_string(pairs) + " overlapping pairs, beyond the MIP (--solver all runs it up to " +
+                        (pairs ? std::to_string(*pairs) : std::string("uncounted")) +
+                        " overlapping pairs, beyond the MIP (--solver all runs it up to " +
                         std::to_string(mip_max_buffers) + " buffers and " + std::to_string(mip_max_pairs) +
                         " pairs; --solver mip runs it anyway)";
       rows.push_back(std::move(skipped));
@@ -399,18 +491,25 @@ int plan(const arguments& args, clock_type::time_point started) {
   }
   std::optional<memo::dsa_result> flat_exact;
   if (all || args.solver == "exact" || args.solver == "bilevel") {
-    rows.push_back(run("exact", [&] {
-      return bounded("exact", [shared_trace, o = share(bilevel_follows ? 0.5 : 1.0)] {
-        return memo::exact_solver{}.solve(shared_trace->problem, o);
-      });
-    }));
-    if (rows.back().result) flat_exact = rows.back().result;
+    // Its setup (the tables and its own greedy plans, about fifteen sweeps
+    // at 10^6 buffers) is not cut by its deadline: with less time than that
+    // it is skipped rather than abandoned still running.
+    const auto o = share(bilevel_follows ? 0.5 : 1.0);
+    std::string why = skip_reason(exact_setup_sweeps, "the exact search's setup", o.time_limit_seconds);
+    if (why.empty()) {
+      rows.push_back(run("exact", [&] {
+        return bounded("exact", [shared_trace, o] { return memo::exact_solver{}.solve(shared_trace->problem, o); });
+      }));
+      if (rows.back().result) flat_exact = rows.back().result;
+    } else {
+      rows.push_back({"exact", std::nullopt, "", std::move(why)});
+    }
   }
   std::optional<memo::bilevel_result> bilevel;
   if (all || args.solver == "bilevel") {
     if (trace.sections.empty()) {
       if (!all) {
-        throw memo::error(args.input +
+        throw memo::error(shown_path(args.input) +
                           ": the bi-level planner needs section markers ('section begin <name>' / "
                           "'section end <name>') and this input has none");
       }
@@ -446,7 +545,19 @@ int plan(const arguments& args, clock_type::time_point started) {
   if (best == nullptr) {
     std::string reasons;
     for (const auto& r : rows) reasons += "\n  " + r.solver + ": " + (r.skipped.empty() ? r.failure : r.skipped);
-    throw memo::error("no solver produced a plan:" + reasons);
+    std::string message = "no solver produced a plan within the time limit of " +
+                          seconds_text(args.time_limit_seconds) + ":" + reasons;
+    if (heap_failed) {
+      // What a limit that lets the heap finish would be: the time spent
+      // before it, the heap with its own checks, and the finish.
+      const double needed = heap_started_seconds + heap_sweeps * sweep_seconds + heap_finish_seconds;
+      message += "\n  reading and checking took " + seconds_text(heap_started_seconds) +
+                 "; the online heap needs about " + seconds_text(heap_sweeps * sweep_seconds) +
+                 " and validating and writing the plan about " + seconds_text(heap_finish_seconds) +
+                 ": a --time-limit of about " + seconds_text(std::ceil(needed * 10.0) / 10.0) +
+                 " would give a plan";
+    }
+    throw memo::error(message);
   }
   memo::require_valid(problem, best->result->plan, best->solver);
   if (!args.out.empty()) memo::write_text_file(args.out, memo::write_plan_csv(problem, best->result->plan));
@@ -518,7 +629,7 @@ int plan(const arguments& args, clock_type::time_point started) {
     return 0;
   }
 
-  std::cout << "memo-plan: " << args.input;
+  std::cout << "memo-plan: " << shown_path(args.input);
   if (args.layers) std::cout << ", its layer stacked " << *args.layers << " times";
   std::cout << "\n";
   std::cout << "  buffers            " << problem.buffers.size();
@@ -588,8 +699,8 @@ int plan(const arguments& args, clock_type::time_point started) {
   }
   std::cout << "\n  best: " << best->solver << ", " << memo::format_bytes(best->result->plan.peak_bytes)
             << " (validated)";
-  if (!args.out.empty()) std::cout << "; plan written to " << args.out;
-  if (!args.svg.empty()) std::cout << "; picture written to " << args.svg;
+  if (!args.out.empty()) std::cout << "; plan written to " << shown_path(args.out);
+  if (!args.svg.empty()) std::cout << "; picture written to " << shown_path(args.svg);
   std::cout << "\n";
   std::cout << "  run: " << seconds_text(std::chrono::duration<double>(clock_type::now() - started).count())
             << ", peak resident memory " << memo::format_bytes(peak_rss_bytes()) << "\n";

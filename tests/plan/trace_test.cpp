@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -145,7 +146,8 @@ TEST_CASE("trace: each malformed request names file, line and reason") {
         "t.trace:1: size '99999999999999999999' is not a byte count that fits in 64 bits (at most "
         "18446744073709551615 bytes)");
   CHECK(msg("malloc 1 18446744073709551615\nmalloc 2 1\n") ==
-        "t.trace:2: malloc of id 2: the sizes of all buffers together overflow 64 bits");
+        "t.trace:2: malloc of id 2: its size 1 takes the sizes of all buffers together past 2^64 - 1 = "
+        "18446744073709551615: the 1 buffer(s) before it total 18446744073709551615 bytes");
 }
 
 TEST_CASE("trace: capacity below the lower bound names both numbers") {
@@ -195,7 +197,8 @@ TEST_CASE("trace: each malformed csv line names file, line and reason") {
   // CSV sizes are signed 64-bit fields; two of the largest still fit, three do not.
   CHECK(msg("id,lower,upper,size\n1,0,2,9223372036854775807\n2,0,2,9223372036854775807\n"
             "3,0,2,9223372036854775807\n") ==
-        "b.csv:4: buffer 3: the sizes of all buffers together overflow 64 bits");
+        "b.csv:4: buffer 3: its size 9223372036854775807 takes the sizes of all buffers together past "
+        "2^64 - 1 = 18446744073709551615: the 2 buffer(s) before it total 18446744073709551614 bytes");
   memo::parse_options options;
   options.capacity_bytes = 7;
   CHECK(error_of([&] {
@@ -258,7 +261,10 @@ TEST_CASE("trace: buffers of 2^63 bytes and more keep an exact lower bound") {
 
 TEST_CASE("trace: a missing file is an error naming it") {
   CHECK(error_of([] { memo::read_problem_file("/nonexistent/dir/x.trace"); }) ==
-        "/nonexistent/dir/x.trace: cannot open file for reading");
+        "/nonexistent/dir/x.trace: cannot open file for reading: No such file or directory");
+  // A path is input too: its control bytes are escaped in the message.
+  CHECK(error_of([] { memo::read_problem_file("/nonexistent/\x1b[2Jx.trace"); }) ==
+        "/nonexistent/\\x1b[2Jx.trace: cannot open file for reading: No such file or directory");
 }
 
 TEST_CASE("trace: read_problem_file tells csv from a trace by content") {
@@ -338,6 +344,43 @@ TEST_CASE("trace: limits on input size and buffer count name the limit") {
   CHECK(error_of([&] { memo::stack_layer_trace(layer, 1000, 100); }) ==
         "stack_layer_trace: 1000 layers of 12 buffers each (and 0 others) make 12000 buffers, more "
         "than the limit of 100 (parse_options::max_buffers)");
+}
+
+TEST_CASE("trace: an endless input is refused at the limit, its buffer never past it") {
+  // /dev/zero never ends: the reader stops one byte past the limit, and its
+  // buffer was reserved once, so it never held more (a string grown by
+  // appending would have doubled to twice the limit).
+  constexpr std::uint64_t limit = 300'000;
+  std::FILE* zero = std::fopen("/dev/zero", "rb");
+  REQUIRE(zero != nullptr);
+  std::string text;
+  CHECK(error_of([&] { memo::detail::read_bounded(zero, "/dev/zero", limit, text); }) ==
+        "/dev/zero: input is larger than the limit of 300000 bytes (parse_options::max_input_bytes)");
+  std::fclose(zero);
+  CHECK(text.size() == limit + 1);
+  CHECK(text.capacity() >= limit + 1);
+  CHECK(text.capacity() < limit + 64);
+  // Through the file reader, the same error.
+  CHECK(error_of([&] { memo::detail::read_whole_file("/dev/zero", limit); }) ==
+        "/dev/zero: input is larger than the limit of 300000 bytes (parse_options::max_input_bytes)");
+  // A regular file over the limit is refused by its size, before reading:
+  // nothing is reserved or read.
+  const auto path = std::filesystem::temp_directory_path() / "memo_trace_bounded_test.trace";
+  memo::write_text_file(path, std::string(5000, '#'));
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  REQUIRE(file != nullptr);
+  std::string small;
+  CHECK(error_of([&] { memo::detail::read_bounded(file, "f", 4999, small); }) ==
+        "f: input is larger than the limit of 4999 bytes (parse_options::max_input_bytes)");
+  CHECK(small.empty());
+  CHECK(small.capacity() < 4999);
+  // At exactly the limit it is read whole, into a buffer of its size.
+  std::rewind(file);
+  memo::detail::read_bounded(file, "f", 5000, small);
+  CHECK(small == std::string(5000, '#'));
+  CHECK(small.capacity() < 5000 + 64);
+  std::fclose(file);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("trace: read and write errors are errors") {

@@ -33,10 +33,10 @@ std::optional<Int> parse_integer(std::string_view text) {
   return value;
 }
 
-/// `text` for an error message: at most 64 characters (then "..." and the
-/// full length), control bytes and non-ASCII bytes as \xNN.
-inline std::string quote(std::string_view text) {
-  constexpr std::size_t shown = 64;
+/// `text` for an error message: at most `shown` characters (64 for a
+/// token; a path may be given more), then "..." and the full length;
+/// control bytes and non-ASCII bytes as \xNN.
+inline std::string quote(std::string_view text, std::size_t shown = 64) {
   std::string out;
   for (std::size_t k = 0; k < text.size() && k < shown; ++k) {
     const auto c = static_cast<unsigned char>(text[k]);

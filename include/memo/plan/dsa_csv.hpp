@@ -131,8 +131,11 @@ inline dsa_problem parse_dsa_csv(std::string_view text, std::string_view source 
     b.size_bytes = *size;
     if (b.size_bytes > std::numeric_limits<std::uint64_t>::max() - total_bytes) {
       detail::input_error(source, line,
-                          "buffer " + std::to_string(b.id) +
-                              ": the sizes of all buffers together overflow 64 bits");
+                          "buffer " + std::to_string(b.id) + ": its size " + std::to_string(b.size_bytes) +
+                              " takes the sizes of all buffers together past 2^64 - 1 = " +
+                              std::to_string(std::numeric_limits<std::uint64_t>::max()) + ": the " +
+                              std::to_string(problem.buffers.size()) + " buffer(s) before it total " +
+                              std::to_string(total_bytes) + " bytes");
     }
     total_bytes += b.size_bytes;
     if (b.upper <= b.lower) {
@@ -185,11 +188,11 @@ inline memory_trace read_problem_file(const std::filesystem::path& path,
   }
   if (csv) {
     memory_trace trace;
-    trace.problem = parse_dsa_csv(text, path.string(), options);
+    trace.problem = parse_dsa_csv(text, detail::shown_path(path), options);
     for (const auto& b : trace.problem.buffers) trace.end_time = std::max(trace.end_time, b.upper);
     return trace;
   }
-  return parse_trace(text, path.string(), options);
+  return parse_trace(text, detail::shown_path(path), options);
 }
 
 

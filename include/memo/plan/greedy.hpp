@@ -17,9 +17,11 @@
 //   free neighbours when freed. What an online allocator with no knowledge of
 //   the future achieves.
 //
-// The first two place through memo/plan/placement.hpp, which looks only at
-// a buffer's time neighbours (O(n log n) plus the neighbours scanned); the
-// heap keeps its free blocks by address and by size, O(n log n). Each
+// The first two place through memo/plan/placement.hpp: greedy-by-size
+// looks only at a buffer's time neighbours (O(n log n) plus the neighbours
+// scanned, which grows with the buffers live at once); first fit sweeps the
+// timeline keeping the live buffers' gaps in a tree, O(n log n); the heap
+// keeps its free blocks by address and by size, O(n log n). Each
 // honours `options.time_limit_seconds`: past it, it raises `memo::error`
 // saying how far it got.
 //
@@ -134,8 +136,15 @@ class first_fit_solver {
       if (x.lower != y.lower) return x.lower < y.lower;
       return x.size_bytes > y.size_bytes;
     });
-    return detail::finish_heuristic(problem, detail::heuristic_plan(problem, order, detail::fit_rule::lowest, deadline, name()),
-                                    name(), start);
+    // In start order the lowest fit is a sweep over the live buffers' gaps
+    // (placement.hpp): O(log n) a placement, however many are live at once.
+    dsa_plan plan;
+    try {
+      plan.peak_bytes = detail::place_lowest_in_start_order(buffers, order, plan.offsets, deadline);
+    } catch (const error& e) {
+      throw error(std::string(name()) + ": " + e.message());
+    }
+    return detail::finish_heuristic(problem, std::move(plan), name(), start);
   }
 };
 

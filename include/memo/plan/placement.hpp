@@ -36,7 +36,15 @@
 // time neighbours, instead of a scan of every placed buffer: near-linear
 // overall when a bounded number of buffers is live at once. Best fit has
 // to see every gap among the neighbours, so on traces with very many
-// buffers live together the cost grows with them.
+// buffers live together the cost grows with them (200,000 buffers with
+// about 1,000 live: 12 s for greedy-by-size).
+//
+// First fit in order of start time needs no neighbour list:
+// `place_lowest_in_start_order` sweeps the timeline, keeping the gaps
+// between the buffers live at the current start in a `gap_tree` (a treap
+// by address whose nodes know their subtree's longest gap), O(log n) a
+// placement whatever the number live (the same 200,000 buffers: 0.45 s,
+// against 14.7 s through the neighbour lists).
 //
 // Offsets are computed in 128 bits: a placement whose end would pass
 // 2^64 - 1 raises `memo::error` rather than wrapping.
@@ -47,6 +55,8 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <queue>
 #include <span>
 #include <string>
 #include <utility>
@@ -284,6 +294,201 @@ inline std::uint64_t place_in_order(
     offsets[i] = at;
     index.place(i, at);
     peak = std::max(peak, at + buffers[i].size_bytes);
+  }
+  return peak;
+}
+
+/// The free gaps of an address space in which disjoint intervals are busy,
+/// kept by start in a treap whose every node knows the longest gap of its
+/// subtree: the lowest gap that holds a buffer is found by descending only
+/// into subtrees long enough, O(log n) expected. The space is [0, 2^64 - 1]
+/// and starts as one gap.
+class gap_tree {
+ public:
+  gap_tree() { root_ = make(0, max_bytes); }
+
+  /// The lowest offset where `size_bytes` at `alignment` fits in a gap
+  /// (the top gap ends at 2^64 - 1), as (offset, start of its gap); nullopt
+  /// when none does.
+  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint64_t>> lowest_fit(
+      std::uint64_t size_bytes, std::uint64_t alignment) const {
+    return lowest(root_, size_bytes, alignment);
+  }
+
+  /// Where the busy intervals end: the start of the gap that reaches 2^64 - 1.
+  [[nodiscard]] std::uint64_t top() const {
+    const std::uint32_t last = last_before(max_bytes);
+    return last != nil && nodes_[last].end == max_bytes ? nodes_[last].start : max_bytes;
+  }
+
+  /// Marks [offset, offset + size) busy; it lies inside the gap starting at `gap_start`.
+  void occupy(std::uint64_t gap_start, std::uint64_t offset, std::uint64_t size_bytes) {
+    const std::uint64_t gap_end = nodes_[find(gap_start)].end;
+    erase(gap_start);
+    if (offset > gap_start) insert(gap_start, offset);
+    if (gap_end > offset + size_bytes) insert(offset + size_bytes, gap_end);
+  }
+
+  /// Marks [offset, end) free again, merged with the gaps that touch it.
+  void release(std::uint64_t offset, std::uint64_t end) {
+    std::uint64_t start = offset;
+    if (const std::uint32_t before = last_before(offset); before != nil && nodes_[before].end == offset) {
+      start = nodes_[before].start;
+      erase(start);
+    }
+    if (const std::uint32_t after = find(end); after != nil) {
+      end = nodes_[after].end;
+      erase(nodes_[after].start);
+    }
+    insert(start, end);
+  }
+
+ private:
+  static constexpr std::uint32_t nil = std::numeric_limits<std::uint32_t>::max();
+  struct node {
+    std::uint64_t start, end, longest;  // the gap [start, end); the longest in the subtree
+    std::uint32_t priority, left, right;
+  };
+
+  std::uint32_t make(std::uint64_t start, std::uint64_t end) {
+    // xorshift: priorities only need to look random to keep the tree shallow.
+    seed_ ^= seed_ << 13;
+    seed_ ^= seed_ >> 17;
+    seed_ ^= seed_ << 5;
+    const node n{start, end, end - start, seed_, nil, nil};
+    if (!unused_.empty()) {
+      const std::uint32_t k = unused_.back();
+      unused_.pop_back();
+      nodes_[k] = n;
+      return k;
+    }
+    nodes_.push_back(n);
+    return static_cast<std::uint32_t>(nodes_.size() - 1);
+  }
+  void update(std::uint32_t t) {
+    auto& n = nodes_[t];
+    n.longest = n.end - n.start;
+    if (n.left != nil) n.longest = std::max(n.longest, nodes_[n.left].longest);
+    if (n.right != nil) n.longest = std::max(n.longest, nodes_[n.right].longest);
+  }
+  // Splits t into the gaps starting below `key` and the rest.
+  std::pair<std::uint32_t, std::uint32_t> split(std::uint32_t t, std::uint64_t key) {
+    if (t == nil) return {nil, nil};
+    if (nodes_[t].start < key) {
+      const auto [l, r] = split(nodes_[t].right, key);
+      nodes_[t].right = l;
+      update(t);
+      return {t, r};
+    }
+    const auto [l, r] = split(nodes_[t].left, key);
+    nodes_[t].left = r;
+    update(t);
+    return {l, t};
+  }
+  std::uint32_t merge(std::uint32_t a, std::uint32_t b) {
+    if (a == nil) return b;
+    if (b == nil) return a;
+    if (nodes_[a].priority > nodes_[b].priority) {
+      nodes_[a].right = merge(nodes_[a].right, b);
+      update(a);
+      return a;
+    }
+    nodes_[b].left = merge(a, nodes_[b].left);
+    update(b);
+    return b;
+  }
+  void insert(std::uint64_t start, std::uint64_t end) {
+    const auto [l, r] = split(root_, start);
+    root_ = merge(merge(l, make(start, end)), r);
+  }
+  void erase(std::uint64_t start) {
+    const auto [l, rest] = split(root_, start);
+    const auto [m, r] = split(rest, start + 1);
+    if (m != nil) unused_.push_back(m);  // a single node: starts are unique
+    root_ = merge(l, r);
+  }
+  std::uint32_t find(std::uint64_t start) const {
+    std::uint32_t t = root_;
+    while (t != nil && nodes_[t].start != start) t = start < nodes_[t].start ? nodes_[t].left : nodes_[t].right;
+    return t;
+  }
+  std::uint32_t last_before(std::uint64_t key) const {
+    std::uint32_t t = root_, best = nil;
+    while (t != nil) {
+      if (nodes_[t].start < key) {
+        best = t;
+        t = nodes_[t].right;
+      } else {
+        t = nodes_[t].left;
+      }
+    }
+    return best;
+  }
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> lowest(std::uint32_t t, std::uint64_t size_bytes,
+                                                               std::uint64_t alignment) const {
+    if (t == nil || nodes_[t].longest < size_bytes) return std::nullopt;
+    if (auto found = lowest(nodes_[t].left, size_bytes, alignment)) return found;
+    const auto& n = nodes_[t];
+    const wide_bytes at = (wide_bytes{n.start} + alignment - 1) / alignment * alignment;
+    if (at + size_bytes <= n.end) return std::pair{static_cast<std::uint64_t>(at), n.start};
+    return lowest(n.right, size_bytes, alignment);
+  }
+
+  std::vector<node> nodes_;
+  std::vector<std::uint32_t> unused_;
+  std::uint32_t root_ = nil;
+  std::uint32_t seed_ = 2463534242u;
+};
+
+/// First fit with the buffers in order of start time (`order` by `lower`,
+/// nondecreasing): the placed buffers a new one meets are then exactly those
+/// still live at its start, which are disjoint in address, so a sweep keeps
+/// their gaps in a `gap_tree` and each placement costs O(log n) whatever
+/// the number of buffers live at once. The same offsets as `place_in_order`
+/// with `fit_rule::lowest` in that order; the same errors.
+inline std::uint64_t place_lowest_in_start_order(
+    const std::vector<dsa_buffer>& buffers, std::span<const std::uint32_t> order,
+    std::vector<std::uint64_t>& offsets,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
+  offsets.assign(buffers.size(), 0);
+  gap_tree gaps;
+  // The placed buffers still live, by upper: freed before the next start.
+  using live = std::pair<std::int64_t, std::uint32_t>;
+  std::priority_queue<live, std::vector<live>, std::greater<>> ends;
+  std::uint64_t peak = 0;
+  std::size_t done = 0;
+  std::int64_t previous_lower = std::numeric_limits<std::int64_t>::min();
+  for (const std::uint32_t i : order) {
+    if (++done % 1024 == 0 && std::chrono::steady_clock::now() >= deadline) {
+      throw error("time limit reached after placing " + std::to_string(done - 1) + " of " +
+                  std::to_string(order.size()) + " buffers");
+    }
+    const auto& b = buffers[i];
+    expects(b.lower >= previous_lower, [&] {
+      return "place_lowest_in_start_order: buffer " + std::to_string(b.id) + " starts at " +
+             std::to_string(b.lower) + ", before the buffer placed ahead of it (" +
+             std::to_string(previous_lower) + "): the order must be by start time";
+    });
+    previous_lower = b.lower;
+    // Touching intervals do not overlap: a buffer ending at this start is free.
+    while (!ends.empty() && ends.top().first <= b.lower) {
+      const std::uint32_t gone = ends.top().second;
+      ends.pop();
+      gaps.release(offsets[gone], offsets[gone] + buffers[gone].size_bytes);
+    }
+    const auto fit = gaps.lowest_fit(b.size_bytes, b.alignment);
+    if (!fit) {
+      // No gap holds it, the top one (which ends at 2^64 - 1) included:
+      // the same error as place_in_order's.
+      const std::uint64_t floor = gaps.top();
+      throw error("buffer " + std::to_string(b.id) + " (" + std::to_string(b.size_bytes) + " bytes, alignment " +
+                  std::to_string(b.alignment) + ") placed above " + std::to_string(floor) +
+                  " bytes would end past 2^64 - 1 = " + std::to_string(max_bytes));
+    }
+    offsets[i] = fit->first;
+    gaps.occupy(fit->second, fit->first, b.size_bytes);
+    ends.emplace(b.upper, i);
+    peak = std::max(peak, fit->first + b.size_bytes);
   }
   return peak;
 }

@@ -65,8 +65,11 @@ class trace_builder {
     }
     if (size_bytes > std::numeric_limits<std::uint64_t>::max() - total_bytes_) {
       detail::input_error(source_, line,
-                          "malloc of id " + std::to_string(id) +
-                              ": the sizes of all buffers together overflow 64 bits");
+                          "malloc of id " + std::to_string(id) + ": its size " + std::to_string(size_bytes) +
+                              " takes the sizes of all buffers together past 2^64 - 1 = " +
+                              std::to_string(std::numeric_limits<std::uint64_t>::max()) + ": the " +
+                              std::to_string(trace_.problem.buffers.size()) + " buffer(s) before it total " +
+                              std::to_string(total_bytes_) + " bytes");
     }
     if (trace_.problem.buffers.size() >= max_buffers_) {
       detail::input_error(source_, line,

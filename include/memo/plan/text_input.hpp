@@ -14,6 +14,8 @@
 // disk or a directory given as a file is an error, never an empty result.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -105,14 +107,19 @@ inline std::optional<std::uint64_t> parse_bytes(std::string_view text) {
 }
 
 
-/// Why `text` is not a byte count: too large for 64 bits, or malformed.
-inline std::string bytes_problem(std::string_view text) {
+/// Whether `text` is written as a byte count (digits, then an optional
+/// unit), whatever its value: what tells "too large" from "malformed".
+inline bool is_byte_count_syntax(std::string_view text) {
   std::size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   const std::string_view unit = text.substr(digits);
-  const bool well_formed = digits > 0 && (unit.empty() || unit == "B" || unit == "KiB" ||
-                                          unit == "MiB" || unit == "GiB" || unit == "TiB");
-  if (well_formed) {
+  return digits > 0 && (unit.empty() || unit == "B" || unit == "KiB" || unit == "MiB" || unit == "GiB" ||
+                        unit == "TiB");
+}
+
+/// Why `text` is not a byte count: too large for 64 bits, or malformed.
+inline std::string bytes_problem(std::string_view text) {
+  if (is_byte_count_syntax(text)) {
     return "size '" + quote(text) + "' is not a byte count that fits in 64 bits (at most " +
            std::to_string(std::numeric_limits<std::uint64_t>::max()) + " bytes)";
   }
@@ -141,32 +148,76 @@ inline void check_representable(const dsa_problem& problem, std::string_view sou
   }
 }
 
+/// A path as error messages show it: control bytes escaped, cut past 256
+/// characters (a file name is input too).
+inline std::string shown_path(const std::filesystem::path& path) { return quote(path.string(), 256); }
+
+/// Reads `file` to its end into `text`, refusing more than `limit_bytes`
+/// (`source` names it in the error). `text` is reserved once and never
+/// grows past that: the size of a regular file (refused before any read
+/// when it is over the limit), otherwise the limit plus one byte, of which
+/// only what is read is touched. At most `limit_bytes + 1` bytes are read,
+/// so an endless stream (a pipe, /dev/zero) costs the limit in memory, not
+/// the doubling of a growing string. Read errors name the system's reason.
+inline void read_bounded(std::FILE* file, std::string_view source, std::uint64_t limit_bytes,
+                         std::string& text) {
+  const auto too_large = [&] {
+    return error(std::string(source) + ": input is larger than the limit of " + std::to_string(limit_bytes) +
+                 " bytes (parse_options::max_input_bytes)");
+  };
+  text.clear();
+  // One more than the limit is read to tell "exactly the limit" from "more".
+  const std::uint64_t wanted = limit_bytes == std::numeric_limits<std::uint64_t>::max() ? limit_bytes : limit_bytes + 1;
+  struct stat info {};
+  std::uint64_t reserve = wanted;
+  if (::fstat(::fileno(file), &info) == 0 && S_ISREG(info.st_mode)) {
+    const auto size = static_cast<std::uint64_t>(info.st_size);
+    if (size > limit_bytes) throw too_large();
+    reserve = size + 1;  // a file still growing is cut at the limit below
+  }
+  if (reserve > text.max_size()) reserve = text.max_size();
+  text.reserve(static_cast<std::size_t>(reserve));
+  char chunk[1 << 16];
+  while (text.size() < wanted) {
+    const auto room = std::min<std::uint64_t>(sizeof chunk, wanted - text.size());
+    const std::size_t got = std::fread(chunk, 1, static_cast<std::size_t>(room), file);
+    if (got == 0) break;
+    if (text.size() + got > text.capacity()) {
+      // Only a regular file that grew while read gets here: grow to the limit at most.
+      const std::uint64_t doubled = std::min<std::uint64_t>(wanted, 2 * static_cast<std::uint64_t>(text.capacity()));
+      text.reserve(static_cast<std::size_t>(std::max<std::uint64_t>(doubled, text.size() + got)));
+    }
+    text.append(chunk, got);
+  }
+  if (text.size() > limit_bytes) throw too_large();
+  if (std::ferror(file) != 0) {
+    const int code = errno;
+    throw error(std::string(source) + ": read error: " + std::strerror(code));
+  }
+}
+
 /// The whole file, refusing directories, read errors and files larger than
-/// `limit_bytes` (read in chunks, so an endless stream stops at the limit).
+/// `limit_bytes` (see `read_bounded`).
 inline std::string read_whole_file(const std::filesystem::path& path,
                                    std::uint64_t limit_bytes = parse_options{}.max_input_bytes) {
+  const std::string name = shown_path(path);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw error(path.string() + ": is a directory, not a trace file");
+    throw error(name + ": is a directory, not a trace file");
   }
   std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw error(path.string() + ": cannot open file for reading");
-  std::string text;
-  char chunk[1 << 16];
-  while (true) {
-    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file);
-    text.append(chunk, got);
-    if (text.size() > limit_bytes) {
-      std::fclose(file);
-      throw error(path.string() + ": input is larger than the limit of " + std::to_string(limit_bytes) +
-                  " bytes (parse_options::max_input_bytes)");
-    }
-    if (got < sizeof chunk) break;
+  if (file == nullptr) {
+    const int code = errno;
+    throw error(name + ": cannot open file for reading: " + std::strerror(code));
   }
-  const bool failed = std::ferror(file) != 0;
-  const int code = errno;
+  std::string text;
+  try {
+    read_bounded(file, name, limit_bytes, text);
+  } catch (...) {
+    std::fclose(file);
+    throw;
+  }
   std::fclose(file);
-  if (failed) throw error(path.string() + ": read error: " + std::strerror(code));
   return text;
 }
 
@@ -199,14 +250,15 @@ void for_each_line(std::string_view text, Fn&& fn) {
 inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
-    throw error(path.string() + ": cannot open file for writing: " + std::strerror(errno));
+    const int code = errno;
+    throw error(detail::shown_path(path) + ": cannot open file for writing: " + std::strerror(code));
   }
   const bool wrote = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   const bool flushed = std::fflush(file) == 0;
   const int code = errno;
   const bool closed = std::fclose(file) == 0;
   if (!wrote || !flushed || !closed) {
-    throw error(path.string() + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
+    throw error(detail::shown_path(path) + ": write error: " + std::strerror(wrote && flushed ? errno : code) +
                 " (" + std::to_string(text.size()) + " bytes not all written)");
   }
 }
