@@ -137,7 +137,7 @@ TEST_CASE("binary_file: writing to a full device is an error naming the device")
   CHECK(std::filesystem::is_character_file("/dev/full"));
 }
 
-TEST_CASE("binary_file: a FIFO nobody reads is an error at once; one with a reader is written") {
+TEST_CASE("binary_file: a FIFO nobody reads is an error at once, one with a reader is written") {
   memo_test::scratch_directory dir;
   const auto fifo = dir / "pipe";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);

@@ -237,7 +237,7 @@ TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails i
   }
 }
 
-TEST_CASE("gpt2_parallel_model: a step allocates nothing; its plan holds chunked MLP and loss buffers") {
+TEST_CASE("gpt2_parallel_model: a step allocates nothing, its plan holds chunked MLP and loss buffers") {
   const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
   const auto errors = on_ranks(4, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
     const memo::gpt2_parallel_options options{

@@ -27,7 +27,7 @@ const memo::dsa_plan hand_plan{{0, 256, 0}, 456};
 
 }  // namespace
 
-TEST_CASE("planned_arena: one device allocation of the peak; views at the planned offsets") {
+TEST_CASE("planned_arena: one device allocation of the peak, views at the planned offsets") {
   memo::host_memory_resource device("device");
   const auto trace = hand_trace();
   {
@@ -154,7 +154,7 @@ TEST_CASE("planned_arena: built over a region sized in two phases, it allocates 
       doctest::Contains(message.c_str()), memo::error);
 }
 
-TEST_CASE("planned_arena: a region must be aligned; poisoning needs a way to fill it") {
+TEST_CASE("planned_arena: a region must be aligned, poisoning needs a way to fill it") {
   const auto trace = hand_trace();
   auto storage = std::make_unique<std::byte[]>(2 * hand_plan.peak_bytes + 512);
   std::byte* aligned = storage.get() + (memo::default_alignment_bytes -
@@ -188,7 +188,7 @@ TEST_CASE("planned_arena: poisoning is on by default exactly in debug builds") {
   CHECK(arena.poisoning() == memo::planned_arena::poison_by_default);
 }
 
-TEST_CASE("planned_arena: moves keep the one allocation; a moved-from arena refuses use") {
+TEST_CASE("planned_arena: moves keep the one allocation, a moved-from arena refuses use") {
   memo::host_memory_resource device("device");
   memo::planned_arena a(device, hand_trace(), hand_plan);
   std::byte* base = a.memory().data;

@@ -76,7 +76,7 @@ TEST_CASE("ulysses: SP divides the heads and the GPUs, data parallel takes the r
   }
 }
 
-TEST_CASE("ulysses: an SP that does not divide the GPUs leaves the rest idle; FPDT may run fewer replicas") {
+TEST_CASE("ulysses: an SP that does not divide the GPUs leaves the rest idle, FPDT may run fewer replicas") {
   const auto m = mp::parse_model_shape("7b");
   const mp::cluster twelve{mp::load_cluster_profile("a800"), 12, 8};
   bool sp8 = false, fewer = false;

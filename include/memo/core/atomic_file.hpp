@@ -51,10 +51,9 @@ class atomic_file_writer {
       if (std::filesystem::is_directory(status)) {
         throw error(detail::quoted(target_) + ": is a directory, cannot write a file there");
       }
-      // Opening a FIFO blocks until a reader comes, and a reader would see
-      // the end of the data at the first close: neither is a file's write.
-      if (std::filesystem::is_fifo(status) || std::filesystem::is_socket(status)) {
-        throw error(detail::quoted(target_) + ": is a FIFO or a socket; write to a regular file or a device");
+      // A socket cannot be opened as a file at all.
+      if (std::filesystem::is_socket(status)) {
+        throw error(detail::quoted(target_) + ": is a socket; write to a regular file, a device or a FIFO");
       }
       if (std::filesystem::is_fifo(status)) {
         open_fifo();

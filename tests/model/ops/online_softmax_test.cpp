@@ -126,7 +126,7 @@ TEST_CASE("online softmax: the GEMM-split tile operators give causal attention")
   }
 }
 
-TEST_CASE("online softmax: a tile a row cannot see leaves it unchanged; an empty row has lse -inf") {
+TEST_CASE("online softmax: a tile a row cannot see leaves it unchanged, an empty row has lse -inf") {
   ops::online_softmax_state<float> state;
   std::vector<float> scores = {3.0f, 4.0f};
   const float c = ops::online_softmax_tile_row(state, view1(scores), 0);
