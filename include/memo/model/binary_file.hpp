@@ -29,6 +29,7 @@
 
 #include "memo/core/atomic_file.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/input_file.hpp"
 
 namespace memo {
 
@@ -81,15 +82,13 @@ inline std::array<std::byte, llmc_header_bytes> encode_llmc_header(const llmc_he
 class binary_file_reader {
  public:
   explicit binary_file_reader(std::filesystem::path path) : path_(std::move(path)) {
-    std::error_code ec;
-    const auto status = std::filesystem::status(path_, ec);
-    if (ec || !std::filesystem::exists(status)) {
+    const input_file_status status = inspect_input_file(path_);
+    if (status.what == input_file_status::kind::missing || status.what == input_file_status::kind::uninspectable) {
       throw error(detail::quoted(path_) + ": cannot open for reading: " +
-                  (ec ? ec.message() : std::string("no such file")));
+                  (status.what == input_file_status::kind::missing ? std::string("no such file") : status.problem));
     }
-    if (!std::filesystem::is_regular_file(status)) {
-      throw error(detail::quoted(path_) + ": is not a regular file");
-    }
+    if (!status.ok()) throw error(detail::quoted(path_) + ": " + status.problem + ", not a regular file");
+    std::error_code ec;
     size_bytes_ = std::filesystem::file_size(path_, ec);
     if (ec) throw error(detail::quoted(path_) + ": cannot read its size: " + ec.message());
     file_ = std::fopen(path_.c_str(), "rb");

@@ -296,12 +296,15 @@ inline cluster_profile load_cluster_profile(const std::string& name_or_path) {
   }
   const std::string shown = memo::detail::quote(name_or_path);
   // Asked before opening: a FIFO would block the open until a writer came.
-  const std::string problem = regular_file_problem(name_or_path);
-  expects(problem != "is a directory",
+  using kind = input_file_status::kind;
+  const input_file_status status = inspect_input_file(name_or_path);
+  expects(status.what != kind::directory,
           [&] { return "profile '" + shown + "' is a directory, not a profile file"; });
-  expects(problem.empty() || problem == "does not exist", [&] {
-    return "profile '" + shown + "' " + problem + ", not a regular file: a profile is a file of 'key = value' lines";
+  expects(status.what != kind::not_regular, [&] {
+    return "profile '" + shown + "' " + status.problem +
+           ", not a regular file: a profile is a file of 'key = value' lines";
   });
+  expects(status.what != kind::uninspectable, [&] { return "profile '" + shown + "' " + status.problem; });
   std::ifstream in(name_or_path, std::ios::binary);
   if (!in) {
     throw error("profile '" + shown + "' is neither a preset (" + cluster_preset_names() +
