@@ -419,18 +419,36 @@ TEST_CASE("gpt2_model: bad offload options are errors naming the value") {
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .offload_granularity = 5}),
                     doctest::Contains("offload_granularity 5"));
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .resident_last_layers = 3}),
-                    doctest::Contains("resident_last_layers 3"));
+                    doctest::Contains("resident_last_layers 3 must lie in [0, min(2"));
   CHECK_THROWS_WITH(model(f.backend, f.config, {.context = 4, .offload_alpha = 0.5, .resident_last_layers = -1}),
                     doctest::Contains("resident_last_layers -1"));
 }
 
-TEST_CASE("gpt2_model: resident_last_layers sets how many of a 2-layer model's layers are swapped") {
+TEST_CASE("gpt2_model: resident_last_layers sets how many layers are swapped") {
   memo::host_backend backend{two_threads()};
   for (const std::int64_t resident : {0, 1, 2}) {
     CAPTURE(resident);
     const model m(backend, tiny(), {.context = 8, .offload_alpha = 0.5, .resident_last_layers = resident});
     CHECK(m.swapped_layers() == static_cast<std::size_t>(2 - resident));
     CHECK((m.host_offload_bytes() > 0) == (resident < 2));
+  }
+  // Unset: min(2, layers) resident, so a 1-layer model swaps nothing; with
+  // 0 its one layer is swapped, and a step still equals the unswapped one.
+  memo::gpt2_config one = tiny();
+  one.num_layers = 1;
+  CHECK(model(backend, one, {.context = 8, .offload_alpha = 0.5}).swapped_layers() == 0);
+  CHECK_THROWS_WITH(model(backend, one, {.context = 8, .offload_alpha = 0.5, .resident_last_layers = 2}),
+                    doctest::Contains("resident_last_layers 2 must lie in [0, min(2 rounding buffers, 1 layers)]"));
+  const auto in = random_tokens(8, 11, 21);
+  const auto tg = random_tokens(8, 11, 22);
+  const auto params = random_parameters(one, 23);
+  const run_result base = run_once(backend, one, {.context = 8}, params, in, tg);
+  for (const double alpha : {0.0, 0.5, 1.0}) {
+    CAPTURE(alpha);
+    const run_result r =
+        run_once(backend, one, {.context = 8, .offload_alpha = alpha, .resident_last_layers = 0}, params, in, tg);
+    CHECK(r.loss == doctest::Approx(base.loss).epsilon(1e-6));
+    CHECK(largest_difference(r.grads, base.grads) < 5e-6);
   }
 }
 

@@ -143,10 +143,14 @@ class gpt2_model {
               return "gpt2_model: offload_alpha " + std::to_string(*options.offload_alpha) +
                      " must lie in [0, 1]";
             });
-    expects(options.resident_last_layers >= 0 && options.resident_last_layers <= 2, [&] {
-      return "gpt2_model: resident_last_layers " + std::to_string(options.resident_last_layers) +
-             " must lie in [0, 2] (two rounding buffers)";
-    });
+    const std::int64_t most_resident = std::min<std::int64_t>(2, config_.num_layers);
+    expects(!options.resident_last_layers ||
+                (*options.resident_last_layers >= 0 && *options.resident_last_layers <= most_resident),
+            [&] {
+              return "gpt2_model: resident_last_layers " + std::to_string(*options.resident_last_layers) +
+                     " must lie in [0, min(2 rounding buffers, " + std::to_string(config_.num_layers) +
+                     " layers)]";
+            });
     expects(options.offload_granularity >= 1 && options.offload_granularity <= T_, [&] {
       return "gpt2_model: offload_granularity " + std::to_string(options.offload_granularity) +
              " must lie in [1, context " + std::to_string(T_) + "]";

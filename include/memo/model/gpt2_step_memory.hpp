@@ -63,9 +63,9 @@ struct gpt2_model_options {
   std::int64_t offload_granularity = 1;
   /// With offload_alpha: the last layers that keep their skeletal tensors
   /// (MEMO's "last two": their backward starts right after their forward,
-  /// so offloading them would only add a round trip). At most two, the
-  /// rounding buffers; fewer than the layers' count. 0 swaps every layer.
-  std::int64_t resident_last_layers = 2;
+  /// so offloading them would only add a round trip). Unset: min(2, layers).
+  /// Set: 0 (every layer swapped) to min(2, layers), the rounding buffers.
+  std::optional<std::int64_t> resident_last_layers{};
   /// FPDT's host-resident K/V in the chunked attention (attention.hpp).
   bool kv_offload = false;
   /// Time the bi-level planner may take (level 2 of a small model is solved
@@ -224,7 +224,8 @@ class gpt2_step_memory {
     swap_options swap;
     swap.layers = static_cast<std::size_t>(L);
     swap.resident_last_layers =
-        swapping ? std::min(K, static_cast<std::size_t>(options.resident_last_layers)) : static_cast<std::size_t>(L);
+        swapping ? static_cast<std::size_t>(options.resident_last_layers.value_or(static_cast<std::int64_t>(K)))
+                 : static_cast<std::size_t>(L);
     auto slots = host_slots_for(rounding_->plan(), static_cast<std::size_t>(L) - swap.resident_last_layers);
     store_.emplace(backend, host_store<B>::required_bytes(slots));
     swapper_.emplace(backend, *stream_, *rounding_, *store_, swap);
