@@ -53,8 +53,11 @@
 #include <memo/model/gpt2_model.hpp>
 #include <memo/plan/caching_allocator.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -251,9 +254,11 @@ struct memory_case {
   double memo_host_bytes = 0;             // host memory memo's run needs at memo_context (the line)
   std::int64_t checked_at = 0;
   double check_error = 0;
+  std::int64_t line_context = 0;  // memo's longest context by the line
   // memo's model built at memo_context (where the machine can hold it): the
   // device bytes it allocated and the pinned host bytes it reserved.
   bool built = false;
+  std::string not_built;  // why not, when not
   std::size_t built_bytes = 0;
   double built_host_bytes = 0;
 };
@@ -273,12 +278,29 @@ memory_case run_memory_case(memo::host_backend& backend, const model_shape& m, s
   const std::int64_t step = 256;
   const std::int64_t limit = std::int64_t{1} << 22;  // 4M tokens: T^2 scores stay far from 2^64 bytes
   r.memo_context = longest(step, limit, [&](std::int64_t t) { return line.at(t) <= static_cast<double>(budget); });
-  if (build) {
-    for (; r.memo_context > 0; r.memo_context -= step) {
+  r.line_context = r.memo_context;
+  // Built only where the budget and the host memory fit in half of this
+  // machine's; a model over the budget lowers the context by the line's
+  // bytes per token (whole steps), a few times at most.
+  const double machine = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (!build) {
+    r.not_built = "not asked";
+  } else if (static_cast<double>(budget) + host_line.at(r.memo_context) > machine / 2) {
+    r.not_built = "more memory than this machine has";
+  } else {
+    for (int tries = 0; tries < 4 && r.memo_context > 0 && !r.built; ++tries) {
       r.built_bytes = memo_bytes_measured(backend, m, r.memo_context, &r.built_host_bytes);
-      if (r.built_bytes <= budget) break;
+      if (r.built_bytes <= budget) {
+        r.built = true;
+      } else {
+        const double over_tokens = static_cast<double>(r.built_bytes - budget) / std::max(line.b, 1.0);
+        r.memo_context -= step * std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(over_tokens / step)));
+      }
     }
-    r.built = r.memo_context > 0;
+    if (!r.built) {
+      r.not_built = "no build within the budget in 4 tries below the line's " + std::to_string(r.line_context) + " tokens";
+      r.memo_context = r.line_context;
+    }
   }
   r.memo_bytes = line.at(r.memo_context);
   r.memo_host_bytes = host_line.at(r.memo_context);
@@ -394,7 +416,7 @@ int main(int argc, char** argv) {
       model_shape deep = shape;
       deep.layers = 12;
       if (shape.layers != deep.layers) memory.push_back(run_memory_case(backend, deep, memo::gib, 1024, true));
-      memory.push_back(run_memory_case(backend, model_shape{12, 768, 12, 50257}, 80 * memo::gib, 1024, false));
+      memory.push_back(run_memory_case(backend, model_shape{12, 768, 12, 50257}, 80 * memo::gib, 1024, true));
     }
 
     if (json) {
@@ -445,7 +467,9 @@ int main(int argc, char** argv) {
             .field("memo_host_bytes", c.memo_host_bytes)
             .field("memo_line_checked_at", c.checked_at)
             .field("memo_line_check_error_bytes", c.check_error)
+            .field("memo_line_longest_context", c.line_context)
             .field("memo_built_at_longest", c.built)
+            .field("memo_not_built_reason", c.built ? std::nullopt : std::optional(c.not_built))
             .field("memo_built_device_bytes", c.built ? std::optional(c.built_bytes) : std::nullopt)
             .field("memo_built_host_bytes", c.built ? std::optional(c.built_host_bytes) : std::nullopt)
             .field("baseline_longest_context", c.baseline_context)
@@ -496,8 +520,8 @@ int main(int argc, char** argv) {
                       static_cast<long long>(c.memo_context), static_cast<double>(c.built_bytes) / memo::mib,
                       static_cast<double>(c.budget) / memo::mib, c.built_host_bytes / memo::gib);
         } else {
-          std::printf("  memo not built at %lld tokens (more memory than this machine has): the line's figure\n",
-                      static_cast<long long>(c.memo_context));
+          std::printf("  memo not built at %lld tokens (%s): the line's figure\n",
+                      static_cast<long long>(c.memo_context), c.not_built.c_str());
         }
       }
     }

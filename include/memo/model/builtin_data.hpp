@@ -263,12 +263,15 @@ inline position_range recall_task_far_answer_targets(const recall_task& task) {
 /// 1.3863 for a model that knows nothing of the sequence).
 inline double recall_task_frequency_loss(const recall_task& task) {
   task.validate();
+  // The binomial weights in logs, term by term (no lgamma: it writes the
+  // global signgam, a race between threads).
   const double K = task.keys, p = 1.0 / task.values;
+  const double log_odds = std::log(p) - std::log1p(-p);
+  double log_pmf = (K - 1) * std::log1p(-p);  // b = 0
   double loss = 0;
   for (std::int32_t b = 0; b < task.keys; ++b) {
-    const double log_pmf = std::lgamma(K) - std::lgamma(b + 1.0) - std::lgamma(K - b) + b * std::log(p) +
-                           (K - 1 - b) * std::log1p(-p);
     loss += std::exp(log_pmf) * std::log(K / (1.0 + b));
+    log_pmf += std::log((K - 1 - b) / (b + 1.0)) + log_odds;  // to b + 1 (unused after the last)
   }
   return loss;
 }

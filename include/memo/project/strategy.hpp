@@ -115,8 +115,11 @@ inline std::optional<projection> project(strategy kind, const model_shape& m, co
 /// Orders the memories `r` (a projection of `r.kind` that does not fit)
 /// exceeds by the length at which each runs out: for each, the shortest
 /// multiple of `grid` below `r.sequence` at which the best setting (probed
-/// as the search probes) exceeds it, found by bisection (each memory need
-/// grows with the length), else `r.sequence` itself. The first of them
+/// as the search probes) exceeds it, found by bisection, else `r.sequence`
+/// itself. The bisection takes each memory need to grow with the length;
+/// the best setting can change from one length to the next, so where a
+/// need does not grow with it the length found is one at which the memory
+/// runs out, not necessarily the shortest. The first of them
 /// becomes `r.limit`; the host link, which slows a step rather than stops
 /// it, stays listed after them. At most log2(r.sequence / grid) probes per
 /// memory exceeded.
@@ -153,7 +156,8 @@ inline void order_shortfalls(projection& r, const model_shape& m, const cluster&
 template <class Probe>
 std::optional<double> shortest_with_setting(const Probe& probe, double grid, double limit) {
   expects(grid >= 1 && limit >= grid && std::isfinite(limit), [&] {
-    return "longest: need 1 <= grid <= limit, got grid " + std::to_string(grid) + ", limit " + std::to_string(limit);
+    return "shortest_with_setting: need 1 <= grid <= limit, got grid " + std::to_string(grid) + ", limit " +
+           std::to_string(limit);
   });
   const double last = std::floor(limit / grid);
   auto applies = [&](double steps) { return probe(steps * grid).has_value(); };
