@@ -197,12 +197,12 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
   const auto [alpha_low, alpha_high] = alpha_range(p);
   j.field("fits", p.fits()).field("sequence", bytes(p.sequence));
   if (r.capped) j.field("search_limit_reached", true);
-  if (!p.fits()) j.field("limit", p.limit);
+  if (!p.fits()) j.field("limit", mp::to_string(*p.limit));
   // Every resource exceeded, the first memory to run out first; the host
   // link's figures are bytes per second per GPU, the memories' bytes.
   j.key("limits").begin_array();
   for (const auto& f : p.shortfalls) {
-    j.begin_object().field("resource", f.resource).field("need", bytes(f.need)).field("capacity", bytes(f.capacity));
+    j.begin_object().field("resource", mp::to_string(f.resource)).field("need", bytes(f.need)).field("capacity", bytes(f.capacity));
     if (f.runs_out_at > 0) j.field("runs_out_at", bytes(f.runs_out_at));
     j.end_object();
   }
@@ -240,7 +240,8 @@ void write_text(const row& r, bool best, bool search, int gpus) {
   std::string out_of;
   for (const auto& f : p.shortfalls) {
     if (!f.is_memory()) continue;
-    out_of += out_of.empty() ? f.resource + " runs out" : ", then " + f.resource;
+    const std::string name(mp::to_string(f.resource));
+    out_of += out_of.empty() ? name + " runs out" : ", then " + name;
     if (f.runs_out_at > 0 && f.runs_out_at < p.sequence) out_of += " (at " + tokens_text(f.runs_out_at) + ")";
   }
   if (!out_of.empty() && p.link_bound()) out_of += "; the host link cannot hide the offload";
@@ -278,10 +279,10 @@ void write_text(const row& r, bool best, bool search, int gpus) {
     std::string line;
     for (const auto& f : p.shortfalls) {
       char text[160];
-      if (f.resource == "device memory") {
+      if (f.resource == mp::resource::device_memory) {
         std::snprintf(text, sizeof text, "device memory %s of %s GiB per GPU", gib_text(f.need).c_str(),
                       gib_text(f.capacity).c_str());
-      } else if (f.resource == "host memory") {
+      } else if (f.resource == mp::resource::host_memory) {
         std::snprintf(text, sizeof text, "host memory %s of %s GiB per node", gib_text(f.need).c_str(),
                       gib_text(f.capacity).c_str());
       } else {

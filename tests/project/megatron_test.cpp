@@ -77,7 +77,7 @@ TEST_CASE("megatron: MEMO's alpha, buffers and host memory by hand") {
   CHECK(zero.device.skeletal == doctest::Approx(2 * 320 + 1920));
   // Not even the whole-offloaded tensors fit the host: it runs out.
   const auto oohm = mp::detail::megatron(mp::strategy::memo, tiny, tiny_cluster(1000, 1e9), 16, 2, 1, 1);
-  CHECK(oohm.limit == "host memory");
+  CHECK(oohm.limit == mp::resource::host_memory);
   // Full swapping on a slow link stalls by what the offload outlasts.
   const auto swap = mp::detail::megatron(mp::strategy::swap_planned, tiny, tiny_cluster(1e12, 1e3), 16, 2, 1, 1);
   CHECK(swap.time.offload_stall == doctest::Approx(2 * (2240 / 1e3 - forward + 2240 / 1e3 - backward)));

@@ -41,15 +41,15 @@ TEST_CASE("projection: finish computes throughput, MFU, HFU and the limit by han
   CHECK(r.pressure() == doctest::Approx(0.5));
   // The device is checked first, then the host.
   r.host_per_node = 200;
-  r.limit.clear();
+  r.limit.reset();
   mp::detail::finish(r, m, c, 0);
-  CHECK(r.limit == "host memory");
+  CHECK(r.limit == mp::resource::host_memory);
   // A caching allocator pays 1.45 x (6000 + 1000) on top of 1000: over 1e4.
   r.device.planned = false;
   r.device.skeletal = 6000;
-  r.limit.clear();
+  r.limit.reset();
   mp::detail::finish(r, m, c, 0);
-  CHECK(r.limit == "device memory");
+  CHECK(r.limit == mp::resource::device_memory);
 }
 
 TEST_CASE("projection: a cluster out of range is an error naming the bound") {
@@ -84,7 +84,7 @@ TEST_CASE("projection: a byte count of 2^64 or more is an error naming the figur
   r.time.compute = 1;
   r.device.skeletal = 0x1p63;
   CHECK_NOTHROW(mp::detail::finish(r, m, c, 0));
-  CHECK(r.limit == "device memory");
+  CHECK(r.limit == mp::resource::device_memory);
 }
 
 TEST_CASE("projection: the GPUs a setting uses and the share of a node they fill") {
@@ -100,8 +100,8 @@ TEST_CASE("projection: the GPUs a setting uses and the share of a node they fill
   // The limit is the first of device and host memory that runs out.
   mp::memory_breakdown d;
   d.params = 1e4;
-  CHECK(mp::detail::memory_limit(d, 0, c).empty());
-  CHECK(mp::detail::memory_limit(d, 101, c) == "host memory");
+  CHECK(!mp::detail::memory_limit(d, 0, c));
+  CHECK(mp::detail::memory_limit(d, 101, c) == mp::resource::host_memory);
   d.skeletal = 1;
-  CHECK(mp::detail::memory_limit(d, 101, c) == "device memory");
+  CHECK(mp::detail::memory_limit(d, 101, c) == mp::resource::device_memory);
 }

@@ -98,7 +98,7 @@ TEST_CASE("sppo: a setting whose states and K/V overflow the device is reported 
   mp::cluster c = node(4);
   c.profile.device_memory_bytes = 1e6;
   const auto r = mp::detail::sppo(mp::strategy::sppo, small, c, 1 << 20, 4, 1, 64);
-  CHECK(r.limit == "device memory");
+  CHECK(r.limit == mp::resource::device_memory);
   CHECK(r.step_seconds > 0);
 }
 
@@ -124,7 +124,7 @@ TEST_CASE("sppo: a setting that does not fit is timed by the closed form, not si
   // States and K/V fit the device (the setting is not hopeless), the rest does not.
   c.profile.device_memory_bytes = simulated.device.total() - 1;
   const auto r = mp::detail::sppo(mp::strategy::sppo_recompute, small, c, s, 4, 2, n);
-  REQUIRE(r.limit == "device memory");
+  REQUIRE(r.limit == mp::resource::device_memory);
   CHECK(r.device.skeletal == doctest::Approx(simulated.device.skeletal));
   CHECK(r.step_seconds - classifier == doctest::Approx(pipeline(r)));
 }
@@ -153,7 +153,7 @@ TEST_CASE("sppo: a setting that cannot fit before the schedule still reports its
   c.profile.host_memory_bytes = 4.0 * 1099511627776.0;
   const auto r = mp::detail::sppo(mp::strategy::sppo, mp::parse_model_shape("7b"), c, 512 * 1024, 1, 8, 128);
   CHECK_FALSE(r.fits());
-  CHECK(r.limit == "device memory");
+  CHECK(r.limit == mp::resource::device_memory);
   CHECK(r.host_per_node == doctest::Approx(1926561267712.0));
   REQUIRE(r.chosen.alpha_i.size() == 128);
   CHECK(r.chosen.alpha_i.front() == doctest::Approx(1.0));

@@ -19,7 +19,7 @@ TEST_CASE("strategy: longest_fitting finds the last fitting grid step (against a
     auto projector = [&](double s) {
       mp::projection r;
       r.sequence = s;
-      if (s > edge) r.limit = "device memory";
+      if (s > edge) r.limit = mp::resource::device_memory;
       return std::optional<mp::projection>(r);
     };
     double scanned = 0;
@@ -33,7 +33,7 @@ TEST_CASE("strategy: longest_fitting finds the last fitting grid step (against a
   auto never = [](double s) {
     mp::projection r;
     r.sequence = s;
-    r.limit = "device memory";
+    r.limit = mp::resource::device_memory;
     return std::optional<mp::projection>(r);
   };
   CHECK_FALSE(mp::longest_fitting(never, never, 1, 16));
@@ -156,7 +156,7 @@ TEST_CASE("strategy: misuse of the API is an error naming what was wrong") {
   auto never = [](double s) {
     mp::projection r;
     r.sequence = s;
-    r.limit = "device memory";
+    r.limit = mp::resource::device_memory;
     return std::optional<mp::projection>(r);
   };
   CHECK_THROWS_WITH(mp::longest_fitting(never, never, 1, std::numeric_limits<double>::infinity()),
@@ -210,7 +210,7 @@ TEST_CASE("strategy: the search starts at the shortest length with a setting, no
     if (s < 5) return std::nullopt;
     mp::projection r;
     r.sequence = s;
-    if (s > 37) r.limit = "device memory";
+    if (s > 37) r.limit = mp::resource::device_memory;
     return r;
   };
   CHECK(mp::shortest_with_setting(projector, 1, 1024) == 5.0);
@@ -264,12 +264,12 @@ TEST_CASE("strategy: every memory exceeded is reported, the one that runs out at
   REQUIRE(r);
   REQUIRE(r->shortfalls.size() >= 2);
   mp::order_shortfalls(*r, small, c);
-  CHECK(r->limit == "host memory");
-  CHECK(r->shortfalls[0].resource == "host memory");
+  CHECK(r->limit == mp::resource::host_memory);
+  CHECK(r->shortfalls[0].resource == mp::resource::host_memory);
   CHECK(r->shortfalls[0].runs_out_at == 512 * 1024);
   CHECK(r->shortfalls[0].need == doctest::Approx(30.0 * 131216 * 896 * 1024));
   CHECK(r->shortfalls[0].capacity == 1978906181632.0);
-  CHECK(r->shortfalls[1].resource == "device memory");
+  CHECK(r->shortfalls[1].resource == mp::resource::device_memory);
   CHECK(r->shortfalls[1].runs_out_at > 512 * 1024);
   CHECK(r->shortfalls[1].runs_out_at <= 896 * 1024);
 }
@@ -281,7 +281,7 @@ TEST_CASE("strategy: the host link is listed among the shortfalls exactly when i
   CHECK(short_one.fits());
   CHECK(short_one.link_bound());
   REQUIRE(short_one.shortfalls.size() == 1);
-  CHECK(short_one.shortfalls[0].resource == "host link");
+  CHECK(short_one.shortfalls[0].resource == mp::resource::host_link);
   CHECK(short_one.shortfalls[0].capacity == 12e9);
   CHECK(short_one.shortfalls[0].need > 12e9);
   const auto long_one = mp::detail::megatron(mp::strategy::swap_planned, small, c, 256 * 1024, 4, 2, 1);

@@ -189,7 +189,7 @@ inline paper_row mfu_row(std::string paper, std::string source, std::string sett
   if (r) {
     row.model_value = 100 * (hardware ? r->hfu : r->mfu);
     row.model_text = format("%.1f", row.model_value) + " (" + settings_text(*r) + ")";
-    if (!r->fits()) row.model_text += " but does not fit: " + r->limit;
+    if (!r->fits()) row.model_text += " but does not fit: " + std::string(to_string(*r->limit));
   } else {
     row.model_text = "no setting";
   }

@@ -158,20 +158,36 @@ struct step_breakdown {
   double bubble = 0;         ///< pipeline idle time
 };
 
+/// A resource a step can run out of. Memory that runs out stops the step;
+/// a link that runs out slows it (the offload stalls).
+enum class resource {
+  device_memory,  ///< bytes per GPU
+  host_memory,    ///< bytes per node
+  host_link,      ///< bytes per second per GPU between device and host
+};
+
+inline constexpr std::string_view to_string(resource r) {
+  switch (r) {
+    case resource::device_memory: return "device memory";
+    case resource::host_memory: return "host memory";
+    case resource::host_link: return "host link";
+  }
+  return "unknown resource";
+}
+
 /// One resource a projection needs more of than the cluster has: device
-/// memory (bytes per GPU), host memory (bytes per node), or the host link
-/// (the bytes per second per GPU that would hide the offload behind the
-/// compute it overlaps, against the profile's). Memory that runs out stops
-/// the step; a link that runs out slows it (the offload stalls).
+/// memory, host memory, or the host link (the bytes per second per GPU that
+/// would hide the offload behind the compute it overlaps, against the
+/// profile's).
 struct shortfall {
-  std::string resource;     ///< "device memory", "host memory" or "host link"
+  project::resource resource = resource::device_memory;
   double need = 0;
   double capacity = 0;
   /// Memory only, when searched (strategy.hpp's `order_shortfalls`): the
   /// shortest length, on the search grid, at which the best setting
   /// exceeds it; 0 when not searched.
   double runs_out_at = 0;
-  [[nodiscard]] bool is_memory() const { return resource != "host link"; }
+  [[nodiscard]] bool is_memory() const { return resource != resource::host_link; }
 };
 
 struct projection {
@@ -194,8 +210,8 @@ struct projection {
   /// out once `order_shortfalls` has searched it, else device before host),
   /// then the host link when it is the bottleneck.
   std::vector<shortfall> shortfalls;
-  std::string limit;             ///< empty when it fits, else the first memory that runs out
-  [[nodiscard]] bool fits() const { return limit.empty(); }
+  std::optional<project::resource> limit;  ///< the first memory that runs out; empty when it fits
+  [[nodiscard]] bool fits() const { return !limit.has_value(); }
   /// The host link is the bottleneck: offload outlasts the compute it hides behind.
   [[nodiscard]] bool link_bound() const { return time.offload_stall > 0.01 * step_seconds; }
   /// How far past capacity the worst resource is (<= 1 when it fits).
@@ -270,14 +286,14 @@ inline void check_counts(const projection& r) {
   });
 }
 
-/// The first resource `d` and `host_per_node` overflow on `c` ("device
-/// memory", then "host memory"), or an empty string when both fit.
-inline std::string memory_limit(memory_breakdown d, double host_per_node, const cluster& c) {
+/// The first memory `d` and `host_per_node` overflow on `c` (device memory,
+/// then host memory), or nullopt when both fit.
+inline std::optional<resource> memory_limit(memory_breakdown d, double host_per_node, const cluster& c) {
   d.planned_arena = d.skeletal + d.transient;
   d.caching_reserve = caching_fragmentation * d.planned_arena;
-  if (d.total() > c.profile.device_memory_bytes) return "device memory";
-  if (host_per_node > c.profile.host_memory_bytes) return "host memory";
-  return {};
+  if (d.total() > c.profile.device_memory_bytes) return resource::device_memory;
+  if (host_per_node > c.profile.host_memory_bytes) return resource::host_memory;
+  return std::nullopt;
 }
 
 /// Fills throughput, MFU and the limit from the memory and step time.
@@ -294,10 +310,12 @@ inline void finish(projection& r, const model_shape& m, const cluster& c, double
   check_counts(r);
   r.limit = memory_limit(r.device, r.host_per_node, c);
   r.shortfalls.clear();
-  if (r.device.total() > r.device_capacity) r.shortfalls.push_back({"device memory", r.device.total(), r.device_capacity});
-  if (r.host_per_node > r.host_capacity) r.shortfalls.push_back({"host memory", r.host_per_node, r.host_capacity});
+  if (r.device.total() > r.device_capacity) {
+    r.shortfalls.push_back({resource::device_memory, r.device.total(), r.device_capacity});
+  }
+  if (r.host_per_node > r.host_capacity) r.shortfalls.push_back({resource::host_memory, r.host_per_node, r.host_capacity});
   if (r.link_bound()) {
-    r.shortfalls.push_back({"host link", r.link_needed_bytes_per_second, c.profile.host_link_bytes_per_second});
+    r.shortfalls.push_back({resource::host_link, r.link_needed_bytes_per_second, c.profile.host_link_bytes_per_second});
   }
 }
 

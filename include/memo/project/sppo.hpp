@@ -189,7 +189,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // memory above does not depend on the schedule, and the closed form times
   // the others (what `project` ranks them by is how close they come to
   // fitting, not their time).
-  const bool fits = memory_limit(d, r.host_per_node, c).empty();
+  const bool fits = !memory_limit(d, r.host_per_node, c);
   if (hopeless || !fits || figures.work_seconds > prune_above) {
     figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
   } else {
