@@ -372,12 +372,15 @@ int run(const arguments& a) {
     row r{k, {}, {}, false};
     auto probe = [&](double s) { return project(s, false); };
     // The search starts where the strategy's rules first admit a setting.
-    const double first =
-        search ? mp::shortest_with_setting(probe, search_grid, search_limit).value_or(search_grid)
-               : parse_length(a.seq);
-    r.result = search ? mp::longest_fitting([&](double s) { return project(s, true); }, probe, search_grid,
-                                            search_limit)
-                      : project(first, true);
+    const std::optional<double> shortest =
+        search ? mp::shortest_with_setting(probe, search_grid, search_limit) : std::nullopt;
+    const double first = search ? shortest.value_or(search_grid) : parse_length(a.seq);
+    if (!search) {
+      r.result = project(first, true);
+    } else if (shortest) {
+      r.result = mp::longest_fitting([&](double s) { return project(s, true); }, probe, search_grid, search_limit,
+                                     shortest);
+    }
     if (search && r.result) r.capped = r.result->sequence + search_grid > search_limit;
     // Nothing fits: the shortest length searched says what runs out first.
     if (search && !r.result) r.result = project(first, true);

@@ -231,6 +231,36 @@ TEST_CASE("strategy: the search starts at the shortest length with a setting, no
   CHECK_FALSE(mp::longest_fitting(none, none, 1, 1000));
 }
 
+TEST_CASE("strategy: longest_fitting given the shortest length with a setting does not search for it again") {
+  int probes = 0;
+  auto projector = [&](double s) -> std::optional<mp::projection> {
+    ++probes;
+    if (s < 5) return std::nullopt;
+    mp::projection r;
+    r.sequence = s;
+    if (s > 37) r.limit = mp::resource::device_memory;
+    return r;
+  };
+  const std::optional<double> first = mp::shortest_with_setting(projector, 1, 1024);
+  REQUIRE(first == 5.0);
+  probes = 0;
+  const auto searched = mp::longest_fitting(projector, projector, 1, 1024);
+  const int searching = probes;
+  probes = 0;
+  const auto given = mp::longest_fitting(projector, projector, 1, 1024, first);
+  REQUIRE(searched);
+  REQUIRE(given);
+  CHECK(given->sequence == 37);
+  CHECK(searched->sequence == 37);
+  // The bisection alone: 5 .. 1025 in at most ceil(log2(1020)) + 1 (the
+  // start) + 1 (the answer) probes, fewer than with the search for 5.
+  CHECK(probes <= 12);
+  CHECK(probes < searching);
+  // A start that is not a grid step up to the limit is refused.
+  CHECK_THROWS_WITH(mp::longest_fitting(projector, projector, 2, 1024, 5.0), doctest::Contains("not a multiple"));
+  CHECK_THROWS_WITH(mp::longest_fitting(projector, projector, 1, 1024, 2048.0), doctest::Contains("up to 1024"));
+}
+
 TEST_CASE("strategy: SPPO's search on pipelines deeper than 32 stages (N >= PP subsequences of 2K)") {
   // 13B (40 layers) on 320 GPUs: SP 8 x PP 40, so N >= 40 subsequences of at
   // least 2048 tokens: 81920 tokens, the 64K grid's 128K; SP 4 x PP 80 does not

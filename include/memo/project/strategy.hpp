@@ -188,10 +188,18 @@ std::optional<double> shortest_with_setting(const Probe& probe, double grid, dou
 /// cheaper (it must agree on fitting). Every memory term of every setting
 /// grows with the length, so fitting is monotone in it from there and a
 /// binary search over the grid is exact.
+///
+/// `first`, when given, is what `shortest_with_setting(probe, grid, limit)`
+/// returned (a caller that needs it too passes it rather than search twice).
 template <class Projector, class Probe>
-std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit) {
-  const std::optional<double> first = shortest_with_setting(probe, grid, limit);
+std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit,
+                                          std::optional<double> first = std::nullopt) {
+  if (!first) first = shortest_with_setting(probe, grid, limit);
   if (!first) return std::nullopt;
+  expects(*first >= grid && *first <= limit && std::fmod(*first, grid) == 0, [&] {
+    return "longest_fitting: the first length " + std::to_string(*first) + " is not a multiple of the grid " +
+           std::to_string(grid) + " up to " + std::to_string(limit);
+  });
   auto fits = [&](double steps) {
     const std::optional<projection> r = probe(steps * grid);
     return r && r->fits();
