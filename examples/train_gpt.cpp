@@ -91,7 +91,8 @@ constexpr const char* usage =
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
     "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
     "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
-    "carry a KiB/MiB/GiB suffix; --timeline writes the simulated step as a Chrome trace.\n"
+    "carry a KiB/MiB/GiB suffix; --timeline writes the last step as measured and as simulated\n"
+    "into one Chrome trace.\n"
     "Under mpirun, --sp S ranks per pipeline stage share every sequence (FPDT), --pp Q\n"
     "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
     "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
@@ -433,6 +434,9 @@ void write_plan_json(memo::json_writer& j, const Model& model, const memory_choi
   j.end_object();
 }
 
+/// Writes the last measured step (when one was recorded) and the simulated
+/// step of the same protocol on this machine's measured profile into one
+/// Chrome trace, one process each, so the two compare row by row.
 template <class Model>
 void write_timeline(const std::string& path, const memo::gpt2_config& config, std::int64_t context,
                     const Model& model, std::optional<double> alpha, memo::host_backend& backend) {
@@ -444,7 +448,13 @@ void write_timeline(const std::string& path, const memo::gpt2_config& config, st
   step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
   step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
   step.protocol = protocol;
-  memo::simulate_memo_step(step, profile).trace.write_chrome_trace(path);
+  const memo::timeline simulated = memo::simulate_memo_step(step, profile).trace;
+  std::optional<memo::timeline> measured;
+  if (model.swapper().recording_timeline()) measured = model.last_step_timeline();
+  std::vector<const memo::timeline*> timelines;
+  if (measured) timelines.push_back(&*measured);
+  timelines.push_back(&simulated);
+  memo::write_chrome_trace(path, timelines);
 }
 
 /// Rounds the vocabulary up to a multiple of 64, as llm.c pads 50257 to 50304.
@@ -602,16 +612,17 @@ int run(const options& o) {
   constexpr std::int32_t gpt2_vocab = 50257;  // llm.c token files
   training_data data(o);
 
-  // A checkpoint that cannot be written (a directory, a missing directory,
-  // no permission) is reported now, not after the whole training run.
-  // A device or a FIFO is written in place at the end (a probe would end a
-  // reader's input early); its errors are reported then.
-  if (!o.checkpoint_out.empty()) {
+  // A checkpoint or a timeline that cannot be written (a directory, a
+  // missing directory, no permission) is reported now, not after the whole
+  // training run. A device or a FIFO is written in place at the end (a
+  // probe would end a reader's input early); its errors are reported then.
+  for (const std::string& out : {o.checkpoint_out, o.timeline}) {
+    if (out.empty()) continue;
     std::error_code ec;
-    const auto status = std::filesystem::status(o.checkpoint_out, ec);
+    const auto status = std::filesystem::status(out, ec);
     if (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) ||
         std::filesystem::is_directory(status)) {
-      memo::atomic_file_writer probe(o.checkpoint_out);
+      memo::atomic_file_writer probe(out);
     }
   }
 
@@ -659,7 +670,6 @@ int run(const options& o) {
                       "); try a smaller --context or --alpha");
   }
   const memo::caching_allocator_report caching = memo::simulate_caching_allocator(model.step_trace().problem);
-  if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
   if (checkpoint) {
     model.set_parameters(checkpoint->parameters);
   } else {
@@ -683,14 +693,22 @@ int run(const options& o) {
                 memo::format_bytes(model.parameter_state_bytes()).c_str(),
                 memo::format_bytes(model.activation_bytes()).c_str());
   }
-  if (o.print_plan && o.json) {
-    memo::json_writer j;
-    write_plan_json(j, model, plan, caching);
-    std::printf("%s\n", j.str().c_str());
+  if (o.print_plan) {
+    if (o.json) {
+      memo::json_writer j;
+      write_plan_json(j, model, plan, caching);
+      std::printf("%s\n", j.str().c_str());
+    } else {
+      print_plan(model, plan, caching);
+    }
+    // No step runs: the timeline is the simulated step alone.
+    if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
     return 0;
   }
-  if (!o.json || o.print_plan) print_plan(model, plan, caching);
-  if (o.print_plan) return 0;
+  if (!o.json) print_plan(model, plan, caching);
+  // The last step is measured for the timeline (events around each layer's
+  // forward, backward, recompute, offload and prefetch; no allocation).
+  if (!o.timeline.empty()) model.record_timeline(true);
   // From here the device peak is the steps' (the model's setup and the
   // profile measured above are not part of a step).
   backend.device_memory().reset_peak();
@@ -744,6 +762,7 @@ int run(const options& o) {
     model.get_parameters(parameters);
     memo::write_gpt2_checkpoint(o.checkpoint_out, config, parameters);
   }
+  if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
 
   // The mean of the last tenth of the steps (at least one): a single step's
   // answers are too few to read a final figure from.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,9 @@
 using memo::copy_kind;
 using memo::op_id;
 using memo::stream_schedule;
+using memo::timeline;
+using memo::timeline_op;
+using memo::chrome_trace_json;
 using memo::testing::unit_profile;
 
 
@@ -214,3 +218,50 @@ TEST_CASE("stream_schedule: the Chrome trace is well-formed JSON with one tid pe
   CHECK(complete["B"]->operator[]("dur").number() == doctest::Approx(0.5e6));
 }
 
+
+TEST_CASE("timeline: several timelines share one Chrome trace, one process each") {
+  stream_schedule schedule;
+  schedule.add_stream("compute");
+  schedule.add_stream("offload");
+  const op_id a = schedule.add_compute("A", "compute", {.flops = 2000.0});
+  schedule.add_copy("C", "offload", copy_kind::device_to_host, {.bytes = 1000}, {a});
+  const auto first = schedule.simulate(unit_profile());
+  // The same ops, as a second run would measure them: later and longer.
+  std::vector<timeline_op> ops = first.ops();
+  for (auto& op : ops) op.start_seconds += 1.0, op.end_seconds += 2.0;
+  const timeline second("measured", first.streams(), ops);
+  const timeline* both[] = {&second, &first};
+
+  const json_value document = json_reader(chrome_trace_json(both)).document();
+  std::map<std::pair<double, std::string>, const json_value*> complete;  // (pid, name)
+  std::map<double, std::string> process_names;
+  std::map<std::pair<double, double>, std::string> thread_names;  // (pid, tid)
+  for (const auto& event : document["traceEvents"].array()) {
+    const std::string ph = event["ph"].string();
+    const double pid = event["pid"].number();
+    if (ph == "X") {
+      complete[{pid, event["name"].string()}] = &event;
+    } else if (event["name"].string() == "process_name") {
+      process_names[pid] = event["args"]["name"].string();
+    } else if (event["name"].string() == "thread_name") {
+      thread_names[{pid, event["tid"].number()}] = event["args"]["name"].string();
+    }
+  }
+  CHECK(process_names.size() == 2);
+  CHECK(process_names[1.0] == "measured");
+  CHECK(process_names[2.0] == first.origin());
+  CHECK(thread_names.size() == 4);
+  CHECK(thread_names[{2.0, 1.0}] == "offload");
+  REQUIRE(complete.size() == 4);
+  // A runs [0, 2 s] simulated and [1 s, 4 s] measured; C [2 s, 4 s] and [3 s, 6 s].
+  CHECK(complete[{2.0, "A"}]->operator[]("dur").number() == doctest::Approx(2e6));
+  CHECK(complete[{1.0, "A"}]->operator[]("ts").number() == doctest::Approx(1e6));
+  CHECK(complete[{1.0, "A"}]->operator[]("dur").number() == doctest::Approx(3e6));
+  CHECK(complete[{1.0, "C"}]->operator[]("ts").number() == doctest::Approx(3e6));
+  CHECK(complete[{1.0, "C"}]->operator[]("tid").number() == 1.0);
+  CHECK(document["otherData"]["origin"].string() == "measured; " + first.origin());
+  // One timeline alone is what its member writes.
+  const timeline* one[] = {&first};
+  CHECK(chrome_trace_json(one) == first.chrome_trace_json());
+  CHECK_THROWS_WITH(chrome_trace_json(std::span<const timeline* const>{}), doctest::Contains("no timeline"));
+}

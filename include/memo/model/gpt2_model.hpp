@@ -212,6 +212,14 @@ class gpt2_model {
   [[nodiscard]] bool kv_offload() const noexcept { return memory_->kv_offload(); }
   /// The swapper's running byte counts (offloaded, prefetched, recomputed).
   [[nodiscard]] const token_fraction_swapper<B>& swapper() const noexcept { return memory_->swapper(); }
+  /// Measures every later step's layers (on) or stops (off): each forward,
+  /// recompute and backward on the compute stream and each offload and
+  /// prefetch on the swapper's streams, named as in the simulated step
+  /// (build_memo_step), so the two compare op by op. Between steps only.
+  void record_timeline(bool on) { memory_->swapper().record_timeline(on); }
+  /// The last step measured (after forward_backward returned); the
+  /// embedding, the head and the loss run between the ops, unnamed.
+  [[nodiscard]] timeline last_step_timeline() const { return memory_->swapper().last_timeline(); }
   /// AdamW steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 

@@ -170,45 +170,11 @@ class timeline {
   /// Chrome trace JSON ("traceEvents", complete events ph "X", one tid per
   /// stream, times in microseconds). Open it in https://ui.perfetto.dev or
   /// chrome://tracing.
-  [[nodiscard]] std::string chrome_trace_json() const {
-    // Times are whole microseconds (the format's unit); stalls keep their
-    // fraction.
-    auto microseconds = [](double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e6)); };
-    json_writer json;
-    json.begin_object();
-    json.field("displayTimeUnit", "ms");
-    json.key("otherData").begin_object().field("origin", origin_).end_object();
-    json.key("traceEvents").begin_array();
-    json.begin_object().field("name", "process_name").field("ph", "M").field("pid", 1).field("tid", 0);
-    json.key("args").begin_object().field("name", origin_).end_object().end_object();
-    for (std::size_t s = 0; s < streams_.size(); ++s) {
-      json.begin_object().field("name", "thread_name").field("ph", "M").field("pid", 1).field("tid", s);
-      json.key("args").begin_object().field("name", streams_[s]).end_object().end_object();
-      json.begin_object().field("name", "thread_sort_index").field("ph", "M").field("pid", 1).field("tid", s);
-      json.key("args").begin_object().field("sort_index", s).end_object().end_object();
-    }
-    for (const auto& op : ops_) {
-      json.begin_object().field("name", op.name).field("cat", to_string(op.kind)).field("ph", "X");
-      json.field("pid", 1).field("tid", op.stream);
-      json.field("ts", microseconds(op.start_seconds)).field("dur", microseconds(op.duration_seconds()));
-      json.key("args").begin_object().field("stream", streams_[op.stream]);
-      json.field("stall_us", op.stall_seconds * 1e6);
-      if (op.flops > 0.0) json.field("flops", op.flops);
-      if (op.bytes > 0) json.field("bytes", op.bytes);
-      json.end_object().end_object();
-    }
-    json.end_array().end_object();
-    return json.str() + "\n";
-  }
+  [[nodiscard]] std::string chrome_trace_json() const;
 
   /// Writes `chrome_trace_json()` to `path`, complete or not at all (an
   /// existing file is kept when the write fails; core/atomic_file.hpp).
-  void write_chrome_trace(const std::string& path) const {
-    const std::string json = chrome_trace_json();
-    atomic_file_writer file(path);
-    file.write(std::as_bytes(std::span(json)));
-    file.commit();
-  }
+  void write_chrome_trace(const std::string& path) const;
 
   /// A human table: per stream busy, stall, op count; then makespan and overlap.
   [[nodiscard]] std::string summary() const {
@@ -235,5 +201,65 @@ class timeline {
   std::vector<std::string> streams_{};
   std::vector<timeline_op> ops_{};
 };
+
+/// Chrome trace JSON of several timelines side by side (a measured step and
+/// its simulation, say): timeline k is process k + 1, named by its origin,
+/// with one thread per stream; times in microseconds from each one's own
+/// origin.
+inline std::string chrome_trace_json(std::span<const timeline* const> timelines) {
+  expects(!timelines.empty(), "chrome_trace_json: no timeline");
+  // Times are whole microseconds (the format's unit); stalls keep their
+  // fraction.
+  auto microseconds = [](double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e6)); };
+  std::string origins;
+  for (const timeline* t : timelines) origins += (origins.empty() ? "" : "; ") + t->origin();
+  json_writer json;
+  json.begin_object();
+  json.field("displayTimeUnit", "ms");
+  json.key("otherData").begin_object().field("origin", origins).end_object();
+  json.key("traceEvents").begin_array();
+  for (std::size_t k = 0; k < timelines.size(); ++k) {
+    const timeline& t = *timelines[k];
+    const std::size_t pid = k + 1;
+    json.begin_object().field("name", "process_name").field("ph", "M").field("pid", pid).field("tid", 0);
+    json.key("args").begin_object().field("name", t.origin()).end_object().end_object();
+    for (std::size_t s = 0; s < t.streams().size(); ++s) {
+      json.begin_object().field("name", "thread_name").field("ph", "M").field("pid", pid).field("tid", s);
+      json.key("args").begin_object().field("name", t.streams()[s]).end_object().end_object();
+      json.begin_object().field("name", "thread_sort_index").field("ph", "M").field("pid", pid).field("tid", s);
+      json.key("args").begin_object().field("sort_index", s).end_object().end_object();
+    }
+    for (const auto& op : t.ops()) {
+      json.begin_object().field("name", op.name).field("cat", to_string(op.kind)).field("ph", "X");
+      json.field("pid", pid).field("tid", op.stream);
+      json.field("ts", microseconds(op.start_seconds)).field("dur", microseconds(op.duration_seconds()));
+      json.key("args").begin_object().field("stream", t.streams()[op.stream]);
+      json.field("stall_us", op.stall_seconds * 1e6);
+      if (op.flops > 0.0) json.field("flops", op.flops);
+      if (op.bytes > 0) json.field("bytes", op.bytes);
+      json.end_object().end_object();
+    }
+  }
+  json.end_array().end_object();
+  return json.str() + "\n";
+}
+
+/// Writes `chrome_trace_json(timelines)` to `path`, complete or not at all.
+inline void write_chrome_trace(const std::string& path, std::span<const timeline* const> timelines) {
+  const std::string json = chrome_trace_json(timelines);
+  atomic_file_writer file(path);
+  file.write(std::as_bytes(std::span(json)));
+  file.commit();
+}
+
+inline std::string timeline::chrome_trace_json() const {
+  const timeline* one[] = {this};
+  return memo::chrome_trace_json(one);
+}
+
+inline void timeline::write_chrome_trace(const std::string& path) const {
+  const timeline* one[] = {this};
+  memo::write_chrome_trace(path, one);
+}
 
 }  // namespace memo

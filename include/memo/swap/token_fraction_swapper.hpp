@@ -38,6 +38,12 @@
 // else is a `memo::error`. Nothing here blocks the host except
 // `synchronize` and `abandon_step`.
 //
+// Measured steps: after `record_timeline(true)` every step brackets each
+// protocol action with events on the stream it runs on (step_recorder.hpp),
+// and `last_timeline()` gives the measured step with the simulated
+// schedule's stream and op names (build_memo_step in memo_step.hpp), so the
+// two compare op by op and both open in chrome://tracing.
+//
 // Lifetime rules:
 //   - one swapper per `rounding_buffers` (a second is refused: both would
 //     hand the same buffer to two layers), and the buffers and the store
@@ -66,6 +72,7 @@
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
 #include "memo/schedule/memo_protocol.hpp"
+#include "memo/schedule/step_recorder.hpp"
 #include "memo/swap/host_store.hpp"
 #include "memo/swap/rounding_buffers.hpp"
 #include "memo/swap/skeletal_layout.hpp"
@@ -208,6 +215,24 @@ class token_fraction_swapper {
   /// True between begin_forward(0) and the last end_backward.
   [[nodiscard]] bool in_step() const noexcept { return next_ != 0 || in_layer_; }
 
+  /// Measures every later step (`on`) or stops measuring. Between steps
+  /// only; turning it on makes the events once, never inside a step.
+  void record_timeline(bool on) {
+    expects(!in_step(), "token_fraction_swapper: record_timeline inside a step");
+    if (!on) {
+      recorder_.reset();
+    } else if (!recorder_) {
+      recorder_.emplace(*backend_, std::vector<std::string>{"compute", "offload", "prefetch"}, protocol_.size());
+    }
+  }
+  [[nodiscard]] bool recording_timeline() const noexcept { return recorder_.has_value(); }
+  /// The last step measured to its end (after `synchronize()`): one op per
+  /// protocol action, on the streams "compute", "offload" and "prefetch".
+  [[nodiscard]] timeline last_timeline() const {
+    expects(recorder_.has_value(), "token_fraction_swapper::last_timeline: record_timeline(true) was not called");
+    return recorder_->last_timeline("measured on " + std::string(B::name()));
+  }
+
   /// Payload bytes issued so far (alignment padding copied along is not
   /// counted), for reports.
   [[nodiscard]] std::uint64_t offloaded_bytes() const noexcept { return offloaded_bytes_; }
@@ -222,7 +247,9 @@ class token_fraction_swapper {
     expects(!in_layer_ && at(memo_action_kind::forward, layer), [&] {
       return "token_fraction_swapper: begin_forward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
+    if (recorder_ && next_ == 0) recorder_->start(*compute_);
     leases_[layer] = buffers_->acquire(layer, *compute_);
+    open_op_ = record_begin(op_kind::compute, *compute_, true);
     in_layer_ = true;
     shared_holder_ = layer;
     return views_of(layer);
@@ -235,6 +262,7 @@ class token_fraction_swapper {
       return "token_fraction_swapper: end_forward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     in_layer_ = false;
+    record_end(*compute_);
     ++next_;
     run_transfers();
   }
@@ -279,9 +307,12 @@ class token_fraction_swapper {
       for (const auto& item : request.items) {
         recomputed_bytes_ += static_cast<std::uint64_t>(item.tokens.tokens()) * layout()[item.tensor].bytes_per_token;
       }
+      open_op_ = record_begin(op_kind::compute, *compute_, swapped(layer));
       backend_->enqueue(*compute_, [fn = recompute, req = std::move(request)](native_stream native) { fn(native, req); });
+      record_end(*compute_);
       ++next_;
     }
+    open_op_ = record_begin(op_kind::compute, *compute_, swapped(layer) && !recomputes);
     in_layer_ = true;
     return views_of(layer);
   }
@@ -293,11 +324,15 @@ class token_fraction_swapper {
       return "token_fraction_swapper: end_backward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     in_layer_ = false;
+    record_end(*compute_);
     buffers_->release(std::move(*leases_[layer]), *compute_);
     leases_[layer].reset();
     ++next_;
     run_transfers();
-    if (next_ == protocol_.size()) next_ = 0;
+    if (next_ == protocol_.size()) {
+      next_ = 0;
+      if (recorder_) recorder_->finish();
+    }
   }
 
   /// Waits for the swapper's streams and the compute stream; rethrows errors.
@@ -330,6 +365,7 @@ class token_fraction_swapper {
     next_ = 0;
     in_layer_ = false;
     shared_holder_.reset();
+    if (recorder_) recorder_->discard();
     if (failure) std::rethrow_exception(failure);
   }
 
@@ -366,9 +402,11 @@ class token_fraction_swapper {
   void offload(std::size_t layer) {
     backend_->record(*compute_done_, *compute_);
     backend_->wait(*offload_, *compute_done_);
+    open_op_ = record_begin(op_kind::device_to_host, *offload_, true, plan().offloaded_bytes_per_layer());
     for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
       backend_->copy_async(host, device, static_cast<std::size_t>(bytes), copy_kind::device_to_host, *offload_);
     });
+    record_end(*offload_);
     offloaded_bytes_ += plan().offloaded_bytes_per_layer();
     buffers_->release(std::move(*leases_[layer]), *offload_);
     leases_[layer].reset();
@@ -376,11 +414,24 @@ class token_fraction_swapper {
 
   void prefetch(std::size_t layer) {
     leases_[layer] = buffers_->acquire(layer, *prefetch_);
+    open_op_ = record_begin(op_kind::host_to_device, *prefetch_, true, plan().offloaded_bytes_per_layer());
     for_each_offloaded(layer, [&](std::byte* host, std::byte* device, std::uint64_t bytes) {
       backend_->copy_async(device, host, static_cast<std::size_t>(bytes), copy_kind::host_to_device, *prefetch_);
     });
+    record_end(*prefetch_);
     prefetched_bytes_ += plan().offloaded_bytes_per_layer();
     backend_->record(prefetch_done_[layer], *prefetch_);
+  }
+
+  // Begins the measured op of protocol_[next_] on `on` (a no-op unless
+  // recording); `waits`: `on` was just made to wait on another stream.
+  std::size_t record_begin(op_kind kind, stream_type& on, bool waits, std::uint64_t bytes = 0) {
+    if (!recorder_) return 0;
+    const memo_action& action = protocol_[next_];
+    return recorder_->begin(action.name(), static_cast<std::size_t>(action.stream()), kind, on, waits, bytes);
+  }
+  void record_end(stream_type& on) {
+    if (recorder_) recorder_->end(open_op_, on);
   }
 
   void drain() noexcept {
@@ -493,6 +544,8 @@ class token_fraction_swapper {
   std::uint64_t offloaded_bytes_ = 0;
   std::uint64_t prefetched_bytes_ = 0;
   std::uint64_t recomputed_bytes_ = 0;
+  std::optional<step_recorder<B>> recorder_;  // measures steps when set
+  std::size_t open_op_ = 0;                   // the recorded op begun last
 };
 
 }  // namespace memo
