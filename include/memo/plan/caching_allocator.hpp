@@ -25,6 +25,12 @@
 //
 // Requests are replayed in time order, frees before mallocs at the same
 // instant, i.e. exactly in trace order for a parsed request trace.
+//
+// Alignment: every block starts at a multiple of 512 bytes of a segment
+// that the device aligns at least as much, so a buffer alignment up to 512
+// is honoured as PyTorch honours it; a larger `dsa_buffer::alignment` is
+// not simulated (PyTorch has no such request), so on problems that need one
+// the reserve is the allocator's, not a plan that respects it.
 #pragma once
 
 #include <algorithm>
