@@ -29,8 +29,8 @@
 // Alignment: every block starts at a multiple of 512 bytes of a segment
 // that the device aligns at least as much, so a buffer alignment up to 512
 // is honoured as PyTorch honours it; a larger `dsa_buffer::alignment` is
-// not simulated (PyTorch has no such request), so on problems that need one
-// the reserve is the allocator's, not a plan that respects it.
+// not simulated (PyTorch has no such request): on a problem with one, the
+// reserved peak may be below what an allocator honouring it would need.
 #pragma once
 
 #include <algorithm>
