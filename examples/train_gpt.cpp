@@ -434,23 +434,14 @@ void write_plan_json(memo::json_writer& j, const Model& model, const memory_choi
   j.end_object();
 }
 
-/// Writes the last measured step (when one was recorded) and the simulated
-/// step of the same protocol on this machine's measured profile into one
-/// Chrome trace, one process each, so the two compare row by row.
+/// Writes `measured` (the last step, when one ran) and the simulated step
+/// of the same model on this machine's measured profile into one Chrome
+/// trace, one process each, so the two compare row by row.
 template <class Model>
-void write_timeline(const std::string& path, const memo::gpt2_config& config, std::int64_t context,
-                    const Model& model, std::optional<double> alpha, memo::host_backend& backend) {
-  const memo::device_profile profile = memo::measure_host_profile(backend);
-  auto step = memo::memo_step_config::from_layer_cost(
-      memo::gpt_layer_cost_of(memo::gpt2_transformer_layer(config, context)), config.num_layers,
-      alpha.value_or(1.0));
-  const auto& protocol = model.swapper().protocol_options();
-  step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
-  step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
-  step.protocol = protocol;
-  const memo::timeline simulated = memo::simulate_memo_step(step, profile).trace;
-  std::optional<memo::timeline> measured;
-  if (model.swapper().recording_timeline()) measured = model.last_step_timeline();
+void write_timeline(const std::string& path, const Model& model, const std::optional<memo::timeline>& measured,
+                    memo::host_backend& backend) {
+  const memo::timeline simulated =
+      memo::simulate_memo_step(model.step_config(), memo::measure_host_profile(backend)).trace;
   std::vector<const memo::timeline*> timelines;
   if (measured) timelines.push_back(&*measured);
   timelines.push_back(&simulated);
@@ -616,13 +607,18 @@ int run(const options& o) {
   // missing directory, no permission) is reported now, not after the whole
   // training run. A device or a FIFO is written in place at the end (a
   // probe would end a reader's input early); its errors are reported then.
-  for (const std::string& out : {o.checkpoint_out, o.timeline}) {
-    if (out.empty()) continue;
+  for (const auto& [option, out] : {std::pair{"--checkpoint-out", &o.checkpoint_out},
+                                     std::pair{"--timeline", &o.timeline}}) {
+    if (out->empty()) continue;
     std::error_code ec;
-    const auto status = std::filesystem::status(out, ec);
+    const auto status = std::filesystem::status(*out, ec);
     if (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) ||
         std::filesystem::is_directory(status)) {
-      memo::atomic_file_writer probe(out);
+      try {
+        memo::atomic_file_writer probe(*out);
+      } catch (const memo::error& e) {
+        throw memo::error(std::string(option) + ": " + e.message());
+      }
     }
   }
 
@@ -702,13 +698,10 @@ int run(const options& o) {
       print_plan(model, plan, caching);
     }
     // No step runs: the timeline is the simulated step alone.
-    if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
+    if (!o.timeline.empty()) write_timeline(o.timeline, model, std::nullopt, backend);
     return 0;
   }
   if (!o.json) print_plan(model, plan, caching);
-  // The last step is measured for the timeline (events around each layer's
-  // forward, backward, recompute, offload and prefetch; no allocation).
-  if (!o.timeline.empty()) model.record_timeline(true);
   // From here the device peak is the steps' (the model's setup and the
   // profile measured above are not part of a step).
   backend.device_memory().reset_peak();
@@ -729,6 +722,9 @@ int run(const options& o) {
   };
   for (std::int64_t step = 1; step <= o.steps; ++step) {
     data.next(step - 1, inputs, targets);
+    // The last step is measured for the timeline: events around each
+    // layer's forward, recompute, backward, offload and prefetch.
+    if (step == o.steps && !o.timeline.empty()) model.record_timeline(true);
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, adamw);
     if (!std::isfinite(loss)) throw memo::training_diverged(step, loss, o.lr, !o.checkpoint_out.empty());
@@ -762,7 +758,7 @@ int run(const options& o) {
     model.get_parameters(parameters);
     memo::write_gpt2_checkpoint(o.checkpoint_out, config, parameters);
   }
-  if (!o.timeline.empty()) write_timeline(o.timeline, config, o.context, model, plan.alpha, backend);
+  if (!o.timeline.empty()) write_timeline(o.timeline, model, model.last_step_timeline(), backend);
 
   // The mean of the last tenth of the steps (at least one): a single step's
   // answers are too few to read a final figure from.
@@ -812,6 +808,7 @@ int run(const options& o) {
     j.field("chance_loss", data.builtin() ? std::optional(data.chance_loss()) : std::nullopt);
     j.field("frequency_loss", data.frequency_loss());
     if (!o.checkpoint_out.empty()) j.field("checkpoint_out", o.checkpoint_out);
+    if (!o.timeline.empty()) j.field("timeline", o.timeline);
     j.end_object();
     std::printf("%s\n", j.str().c_str());
   } else {
@@ -826,6 +823,9 @@ int run(const options& o) {
     }
     std::printf(" (first and last tenth of the steps)\n");
     if (!o.checkpoint_out.empty()) std::printf("checkpoint written to %s\n", o.checkpoint_out.c_str());
+    if (!o.timeline.empty()) {
+      std::printf("timeline (the last step measured, beside the simulated step) written to %s\n", o.timeline.c_str());
+    }
   }
   return 0;
 }

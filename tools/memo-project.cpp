@@ -378,8 +378,8 @@ int run(const arguments& a) {
     if (!search) {
       r.result = project(first, true);
     } else if (shortest) {
-      r.result = mp::longest_fitting([&](double s) { return project(s, true); }, probe, search_grid, search_limit,
-                                     shortest);
+      r.result = mp::longest_fitting_from([&](double s) { return project(s, true); }, probe, search_grid,
+                                          search_limit, *shortest);
     }
     if (search && r.result) r.capped = r.result->sequence + search_grid > search_limit;
     // Nothing fits: the shortest length searched says what runs out first.

@@ -460,67 +460,66 @@ TEST_CASE("gpt2_model: a measured step has the simulated step's ops, each after 
   memo::host_backend backend{o};
   const auto config = four_layers();
   const std::int64_t T = 8;
+  const auto params = random_parameters(config, 31);
   for (const std::optional<double> alpha : {std::optional<double>{}, std::optional<double>{0.5},
                                             std::optional<double>{1.0}}) {
     CAPTURE(alpha.value_or(-1));
-    model m(backend, config, {.context = T, .attention_chunk = 4, .offload_alpha = alpha});
-    m.initialize(4);
+    const memo::gpt2_model_options options{.context = T, .attention_chunk = 4, .offload_alpha = alpha};
+    model m(backend, config, options);
+    m.set_parameters(params);
     CHECK_THROWS_WITH((void)m.last_step_timeline(), doctest::Contains("record_timeline(true) was not called"));
     m.record_timeline(true);
     CHECK_THROWS_WITH((void)m.last_step_timeline(), doctest::Contains("no step was recorded"));
-    for (int s = 0; s < 2; ++s) m.train_step(random_tokens(T, 11, s), random_tokens(T, 11, s + 5), {});
+    const auto in = random_tokens(T, 11, 7), tg = random_tokens(T, 11, 8);
+    const float loss = m.forward_backward(in, tg);
+    std::vector<float> grads(m.parameter_count());
+    m.get_gradients(grads);
+    // Recording changes nothing the step computes.
+    const run_result plain = run_once(backend, config, options, params, in, tg);
+    CHECK(loss == plain.loss);
+    CHECK(grads == plain.grads);
+
     const memo::timeline measured = m.last_step_timeline();
-    // The simulated step of the same protocol names the same ops on the same
-    // streams in the same order.
-    auto step = memo::memo_step_config::from_layer_cost(
-        memo::gpt_layer_cost_of(memo::gpt2_transformer_layer(config, T)), config.num_layers, alpha.value_or(1.0));
-    const auto& protocol = m.swapper().protocol_options();
-    step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
-    step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
-    step.protocol = protocol;
-    const memo::timeline simulated = memo::simulate_memo_step(step, memo::device_profile::a100_80gb()).trace;
+    // The simulated step of the same protocol (built by the schedule code,
+    // not the swapper) puts the same ops on the same streams in the same order.
+    const memo::timeline simulated =
+        memo::simulate_memo_step(m.step_config(), memo::device_profile::a100_80gb()).trace;
     CHECK(measured.op_order_difference(simulated) == "");
-    // Written out by hand: every layer forward then backward on compute, and
-    // a swapped layer's offload and prefetch on their streams.
     const auto order = measured.op_order_per_stream();
-    const std::size_t L = 4, swapped = m.swapped_layers();
+    const std::size_t L = 4, K = m.rounding_buffer_count(), swapped = m.swapped_layers();
     CHECK(swapped == (alpha ? 2u : 0u));
     REQUIRE(order.size() == 3);
     CHECK(order[1].size() == swapped);
     CHECK(order[2].size() == swapped);
-    std::size_t forwards = 0, backwards = 0;
-    for (const auto& name : order[0]) {
-      forwards += name.rfind("forward ", 0) == 0;
-      backwards += name.rfind("backward ", 0) == 0;
-    }
-    CHECK(forwards == L);
-    CHECK(backwards == L);
-    // Causality, from the events: ops on one stream do not overlap, an
-    // offload starts after its layer's forward, a swapped layer's backward
-    // (and its recompute) after its prefetch, a layer's forward after the
-    // offload of the layer whose rounding buffer it reuses.
+    // Causality across streams, from the events: an offload starts after its
+    // layer's forward, a swapped layer's recompute and backward after its
+    // prefetch, a layer's forward after the offload of the layer whose
+    // rounding buffer it reuses.
     auto find = [&](const std::string& name) -> const memo::timeline_op& {
       const auto& ops = measured.ops();
       const auto it = std::find_if(ops.begin(), ops.end(), [&](const memo::timeline_op& op) { return op.name == name; });
       REQUIRE(it != ops.end());
       return *it;
     };
-    for (std::size_t s = 0; s < 3; ++s) {
-      double free_at = 0;
-      for (const auto& name : order[s]) {
-        const auto& op = find(name);
-        CHECK(op.end_seconds >= op.start_seconds);
-        CHECK(op.start_seconds >= free_at);
-        free_at = op.end_seconds;
-      }
-    }
+    const bool recomputes = alpha && *alpha < 1.0;
     for (std::size_t l = 0; l < swapped; ++l) {
       const std::string layer = std::to_string(l);
       CHECK(find("offload " + layer).start_seconds >= find("forward " + layer).end_seconds);
-      CHECK(find("backward " + layer).start_seconds >= find("prefetch " + layer).end_seconds);
-      CHECK(find("offload " + layer).bytes == m.skeletal_plan().offloaded_bytes_per_layer());
-      if (l + 2 < L) CHECK(find("forward " + std::to_string(l + 2)).start_seconds >= find("offload " + layer).end_seconds);
+      const auto& first_after_prefetch = find((recomputes ? "recompute " : "backward ") + layer);
+      CHECK(first_after_prefetch.start_seconds >= find("prefetch " + layer).end_seconds);
+      if (l + K < L) CHECK(find("forward " + std::to_string(l + K)).start_seconds >= find("offload " + layer).end_seconds);
     }
+    // The measured recompute holds the rows the model rebuilds (GEMMs and
+    // layernorms, not an empty callback), and the backward starts after it.
+    if (recomputes) {
+      for (std::size_t l = 0; l < swapped; ++l) {
+        const auto& recompute = find("recompute " + std::to_string(l));
+        CHECK(recompute.duration_seconds() > 0.0);
+        CHECK(find("backward " + std::to_string(l)).start_seconds >= recompute.end_seconds);
+      }
+    }
+    // A forward whose buffer no swapped layer released waits on nothing.
+    for (std::size_t l = 0; l < std::min(K, L); ++l) CHECK(find("forward " + std::to_string(l)).stall_seconds == 0.0);
     m.record_timeline(false);
     CHECK_THROWS_WITH((void)m.last_step_timeline(), doctest::Contains("record_timeline(true) was not called"));
   }

@@ -231,7 +231,7 @@ TEST_CASE("strategy: the search starts at the shortest length with a setting, no
   CHECK_FALSE(mp::longest_fitting(none, none, 1, 1000));
 }
 
-TEST_CASE("strategy: longest_fitting given the shortest length with a setting does not search for it again") {
+TEST_CASE("strategy: longest_fitting_from starts at the length given, without searching for it") {
   int probes = 0;
   auto projector = [&](double s) -> std::optional<mp::projection> {
     ++probes;
@@ -247,18 +247,22 @@ TEST_CASE("strategy: longest_fitting given the shortest length with a setting do
   const auto searched = mp::longest_fitting(projector, projector, 1, 1024);
   const int searching = probes;
   probes = 0;
-  const auto given = mp::longest_fitting(projector, projector, 1, 1024, first);
+  const auto given = mp::longest_fitting_from(projector, projector, 1, 1024, *first);
   REQUIRE(searched);
   REQUIRE(given);
   CHECK(given->sequence == 37);
   CHECK(searched->sequence == 37);
-  // The bisection alone: 5 .. 1025 in at most ceil(log2(1020)) + 1 (the
-  // start) + 1 (the answer) probes, fewer than with the search for 5.
+  // The bisection alone: the start, ceil(log2(1020)) = 10 halvings of
+  // [5, 1025), and the answer: 12 probes, fewer than with the search for 5.
   CHECK(probes <= 12);
   CHECK(probes < searching);
-  // A start that is not a grid step up to the limit is refused.
-  CHECK_THROWS_WITH(mp::longest_fitting(projector, projector, 2, 1024, 5.0), doctest::Contains("not a multiple"));
-  CHECK_THROWS_WITH(mp::longest_fitting(projector, projector, 1, 1024, 2048.0), doctest::Contains("up to 1024"));
+  // A start that does not fit gives nullopt; one off the grid or past the
+  // limit is refused.
+  CHECK_FALSE(mp::longest_fitting_from(projector, projector, 1, 1024, 40.0));
+  CHECK_THROWS_WITH(mp::longest_fitting_from(projector, projector, 2, 1024, 5.0),
+                    doctest::Contains("the first length 5 is not a multiple of the grid 2"));
+  CHECK_THROWS_WITH(mp::longest_fitting_from(projector, projector, 1, 1024, 2048.0),
+                    doctest::Contains("the first length 2048 is outside [grid 1, limit 1024]"));
 }
 
 TEST_CASE("strategy: SPPO's search on pipelines deeper than 32 stages (N >= PP subsequences of 2K)") {

@@ -605,3 +605,41 @@ TEST_CASE("token_fraction_swapper: a step simulated from its protocol options ma
   CHECK_THROWS_WITH_AS(static_cast<void>(memo::build_memo_step(config)),
                        doctest::Contains("the given protocol is for 6 layers"), memo::error);
 }
+
+TEST_CASE("token_fraction_swapper: recording a step's timeline, an abandoned step, and end_recompute out of place") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  memo::offload_plan plan(test_layout(), 0.5);
+  memo::rounding_buffers<host_backend> buffers(backend, plan);
+  memo::host_store<host_backend> store(backend, memo::mib);
+  swapper_type swapper(backend, compute, buffers, store, {4, 2, 0});
+  swapper.record_timeline(true);
+  auto nothing = [](host_backend::native_stream, const memo::recompute_request&) {};
+  // A step abandoned part-way leaves no timeline behind.
+  (void)swapper.begin_forward(0);
+  CHECK_THROWS_WITH(swapper.record_timeline(false), doctest::Contains("inside a step"));
+  swapper.abandon_step();
+  CHECK_THROWS_WITH((void)swapper.last_timeline(), doctest::Contains("no step was recorded"));
+  // A whole step: end_recompute only inside a recomputing layer's backward.
+  for (std::size_t layer = 0; layer < 4; ++layer) {
+    (void)swapper.begin_forward(layer);
+    CHECK_THROWS_WITH(swapper.end_recompute(layer), doctest::Contains("outside a recomputing layer's backward"));
+    swapper.end_forward(layer);
+  }
+  for (std::size_t layer = 4; layer-- > 0;) {
+    (void)swapper.begin_backward(layer, nothing);
+    if (swapper.recomputing(layer)) {
+      swapper.end_recompute(layer);
+      CHECK_THROWS_WITH(swapper.end_recompute(layer), doctest::Contains("outside a recomputing layer's backward"));
+    }
+    swapper.end_backward(layer);
+  }
+  swapper.synchronize();
+  const memo::timeline t = swapper.last_timeline();
+  // One op per protocol action, under its name, on its stream.
+  REQUIRE(t.ops().size() == swapper.protocol().size());
+  for (std::size_t i = 0; i < t.ops().size(); ++i) {
+    CHECK(t.ops()[i].name == swapper.protocol()[i].name());
+    CHECK(t.streams()[t.ops()[i].stream] == memo::to_string(swapper.protocol()[i].stream()));
+  }
+}

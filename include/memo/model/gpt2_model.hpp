@@ -72,6 +72,8 @@
 #include "memo/plan/planned_arena.hpp"
 #include "memo/plan/planned_replay.hpp"
 #include "memo/plan/recording_resource.hpp"
+#include "memo/schedule/layer_cost.hpp"
+#include "memo/schedule/memo_step.hpp"
 #include "memo/swap/token_fraction_swapper.hpp"
 
 namespace memo {
@@ -215,11 +217,25 @@ class gpt2_model {
   /// Measures every later step's layers (on) or stops (off): each forward,
   /// recompute and backward on the compute stream and each offload and
   /// prefetch on the swapper's streams, named as in the simulated step
-  /// (build_memo_step), so the two compare op by op. Between steps only.
+  /// (`step_config()`), so the two compare op by op. Between steps only.
   void record_timeline(bool on) { memory_->swapper().record_timeline(on); }
-  /// The last step measured (after forward_backward returned); the
-  /// embedding, the head and the loss run between the ops, unnamed.
+  /// The last step measured (after forward_backward returned), from the
+  /// start of layer 0's forward; the head and the loss run unnamed between
+  /// the last forward and the first backward.
   [[nodiscard]] timeline last_step_timeline() const { return memory_->swapper().last_timeline(); }
+  /// The simulated counterpart of a step: MEMO's step (memo_step.hpp) over
+  /// this model's layer costs, alpha and swap protocol, so
+  /// `simulate_memo_step(model.step_config(), profile)` predicts what
+  /// `last_step_timeline()` measures.
+  [[nodiscard]] memo_step_config step_config() const {
+    auto step = memo_step_config::from_layer_cost(gpt_layer_cost_of(gpt2_transformer_layer(config_, T_)),
+                                                  config_.num_layers, skeletal_plan().alpha());
+    const memo_protocol_options& protocol = swapper().protocol_options();
+    step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);
+    step.resident_last_layers = static_cast<int>(protocol.resident_last_layers);
+    step.protocol = protocol;
+    return step;
+  }
   /// AdamW steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 
@@ -344,6 +360,7 @@ class gpt2_model {
       const auto a = gpt2_layer_activations::from_skeletal(swapper.begin_backward(layer, check), T_, C, NH);
       gpt2_layer_recompute(b, s, p_.layer(l), a, static_cast<std::int64_t>(rebuild.begin),
                            static_cast<std::int64_t>(rebuild.tokens()));
+      if (swapper.recomputing(layer)) swapper.end_recompute(layer);  // the measured recompute holds the rebuild
       gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, a, v.dresidual, m.replay(), m.attention(l));
       swapper.end_backward(layer);
       mark_section_end(m.replay(), section);

@@ -26,11 +26,12 @@
 // Requests are replayed in time order, frees before mallocs at the same
 // instant, i.e. exactly in trace order for a parsed request trace.
 //
-// Alignment: every block starts at a multiple of 512 bytes of a segment
-// that the device aligns at least as much, so a buffer alignment up to 512
-// is honoured as PyTorch honours it; a larger `dsa_buffer::alignment` is
-// not simulated (PyTorch has no such request): on a problem with one, the
-// reserved peak may be below what an allocator honouring it would need.
+// Alignment: every block starts at a multiple of `round_bytes` (512 by
+// default) of a segment the device aligns at least as much, so a buffer
+// alignment that divides `round_bytes` is honoured, as PyTorch honours it;
+// a larger `dsa_buffer::alignment` is not simulated (PyTorch has no such
+// request): on a problem with one, the reserved peak may be below what an
+// allocator honouring it would need.
 #pragma once
 
 #include <algorithm>

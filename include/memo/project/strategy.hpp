@@ -176,41 +176,58 @@ std::optional<double> shortest_with_setting(const Probe& probe, double grid, dou
   return some * grid;
 }
 
-/// The longest sequence, a multiple of `grid` up to `limit`, for which
-/// `projector(tokens)` (returning std::optional<projection>) fits; the
-/// projection at that length, or nullopt when no grid step fits (or no
-/// setting applies at any: `shortest_with_setting` and `project` there tell
-/// the two apart). The search starts at the shortest length with a setting
-/// (`shortest_with_setting`), so a strategy whose rules admit no setting at
-/// one grid step is still searched. An answer within one grid step of
+/// The longest sequence, a multiple of `grid` from `first` up to `limit`,
+/// for which `projector(tokens)` (returning std::optional<projection>)
+/// fits; the projection at that length, or nullopt when `first` does not
+/// fit. `first` is where the strategy's rules first admit a setting (what
+/// `shortest_with_setting` returns). An answer within one grid step of
 /// `limit` means the search stopped there: longer sequences may fit too.
 /// `probe(tokens)` answers the same question during the bisection and may be
 /// cheaper (it must agree on fitting). Every memory term of every setting
-/// grows with the length, so fitting is monotone in it from there and a
-/// binary search over the grid is exact.
-///
-/// `first`, when given, is what `shortest_with_setting(probe, grid, limit)`
-/// returned (a caller that needs it too passes it rather than search twice).
+/// grows with the length, so fitting is monotone in it from `first` on and
+/// a binary search over the grid is exact.
 template <class Projector, class Probe>
-std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit,
-                                          std::optional<double> first = std::nullopt) {
-  if (!first) first = shortest_with_setting(probe, grid, limit);
-  if (!first) return std::nullopt;
-  expects(*first >= grid && *first <= limit && std::fmod(*first, grid) == 0, [&] {
-    return "longest_fitting: the first length " + std::to_string(*first) + " is not a multiple of the grid " +
-           std::to_string(grid) + " up to " + std::to_string(limit);
+std::optional<projection> longest_fitting_from(const Projector& projector, const Probe& probe, double grid,
+                                               double limit, double first) {
+  expects(grid >= 1 && limit >= grid && std::isfinite(limit), [&] {
+    return "longest_fitting: need 1 <= grid <= limit, got grid " + std::to_string(grid) + ", limit " +
+           std::to_string(limit);
+  });
+  expects(first >= grid && first <= limit, [&] {
+    char text[128];
+    std::snprintf(text, sizeof text, "longest_fitting: the first length %g is outside [grid %g, limit %g]", first,
+                  grid, limit);
+    return std::string(text);
+  });
+  expects(std::fmod(first, grid) == 0, [&] {
+    char text[128];
+    std::snprintf(text, sizeof text, "longest_fitting: the first length %g is not a multiple of the grid %g", first,
+                  grid);
+    return std::string(text);
   });
   auto fits = [&](double steps) {
     const std::optional<projection> r = probe(steps * grid);
     return r && r->fits();
   };
-  double good = *first / grid, bad = std::floor(limit / grid) + 1;
+  double good = first / grid, bad = std::floor(limit / grid) + 1;
   if (!fits(good)) return std::nullopt;
   while (bad - good > 1) {
     const double mid = std::floor((good + bad) / 2);
     (fits(mid) ? good : bad) = mid;
   }
   return projector(good * grid);
+}
+
+/// `longest_fitting_from` the shortest length with a setting
+/// (`shortest_with_setting`), so a strategy whose rules admit no setting at
+/// one grid step is still searched; nullopt when no grid step fits (or no
+/// setting applies at any: `shortest_with_setting` and `project` there tell
+/// the two apart).
+template <class Projector, class Probe>
+std::optional<projection> longest_fitting(const Projector& projector, const Probe& probe, double grid, double limit) {
+  const std::optional<double> first = shortest_with_setting(probe, grid, limit);
+  if (!first) return std::nullopt;
+  return longest_fitting_from(projector, probe, grid, limit, *first);
 }
 
 /// The longest sequence `kind` fits, a multiple of `grid` up to `limit`

@@ -91,6 +91,17 @@ inline constexpr const char* to_string(memo_action_kind kind) {
 /// The three streams of a MEMO step.
 enum class memo_stream { compute, offload, prefetch };
 
+/// "compute", "offload", "prefetch": the stream names of the simulated
+/// step (memo_step_config's defaults) and of the swapper's measured one.
+inline constexpr const char* to_string(memo_stream stream) {
+  switch (stream) {
+    case memo_stream::compute: return "compute";
+    case memo_stream::offload: return "offload";
+    case memo_stream::prefetch: return "prefetch";
+  }
+  return "unknown";
+}
+
 /// One action of the step.
 struct memo_action {
   memo_action_kind kind = memo_action_kind::forward;

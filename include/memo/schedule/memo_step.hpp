@@ -74,9 +74,9 @@ struct memo_step_config {
   /// after each backward (tensor/context parallelism; not overlapped).
   std::vector<collective_call> forward_collectives{};
 
-  std::string compute_stream = "compute";
-  std::string offload_stream = "offload";
-  std::string prefetch_stream = "prefetch";
+  std::string compute_stream = to_string(memo_stream::compute);
+  std::string offload_stream = to_string(memo_stream::offload);
+  std::string prefetch_stream = to_string(memo_stream::prefetch);
 
   /// Which layers recompute, when taken from a real swapper
   /// (`token_fraction_swapper::protocol_options()`, whose plan may round a

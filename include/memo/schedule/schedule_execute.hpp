@@ -48,6 +48,7 @@
 #include "memo/core/memory_region.hpp"
 #include "memo/schedule/schedule_graph.hpp"
 #include "memo/schedule/schedule_simulate.hpp"
+#include "memo/schedule/step_recorder.hpp"
 #include "memo/schedule/timeline.hpp"
 
 namespace memo {
@@ -162,23 +163,15 @@ class schedule_instance {
   [[nodiscard]] timeline last_timeline() const {
     expects(launches_ > 0, "schedule_instance::last_timeline: nothing was launched");
     const auto& ops = graph_.ops();
-    const std::size_t stream_count = graph_.streams().size();
     std::vector<timeline_op> result(ops.size());
-    std::vector<std::vector<std::size_t>> per_stream(stream_count);
-    for (std::size_t i = 0; i < ops.size(); ++i) per_stream[ops[i].stream].push_back(i);
-    for (std::size_t s = 0; s < stream_count; ++s) {
-      double fifo_ready = 0.0;
-      for (const std::size_t i : per_stream[s]) {
-        const double start = std::max(0.0, backend_->elapsed_seconds(*origin_, starts_[i]));
-        const double end = std::max(start, backend_->elapsed_seconds(*origin_, ends_[i]));
-        bool waits = false;
-        for (const std::size_t d : ops[i].dependencies) waits |= ops[d].stream != s;
-        // A gap before an op that waits on another stream is a stall; other
-        // gaps are the backend's own overhead.
-        result[i] = detail::describe_op(graph_, i, start, end, waits ? std::max(0.0, start - fifo_ready) : 0.0);
-        fifo_ready = end;
-      }
+    std::vector<bool> waits(ops.size(), false);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const auto [start, end] = detail::measured_span(*backend_, *origin_, starts_[i], ends_[i]);
+      result[i] = detail::describe_op(graph_, i, start, end, 0.0);
+      for (const std::size_t d : ops[i].dependencies) waits[i] = waits[i] || ops[d].stream != ops[i].stream;
     }
+    // A stream runs its ops in graph order, which is index order.
+    detail::assign_measured_stalls(result, waits, graph_.streams().size());
     return timeline("executed on " + std::string(B::name()), graph_.streams(), std::move(result));
   }
 

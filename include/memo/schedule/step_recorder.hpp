@@ -11,11 +11,15 @@
 // event after the waits the op's work is queued behind, so it completes
 // when the op can start; `end` records one after its work. A gap on a
 // stream before an op marked `waits` (it waited on another stream) is a
-// stall, as in an executed schedule; other gaps are host overhead.
+// stall, as in an executed schedule; other gaps are host overhead. An op
+// whose extent is known only later moves its marks with `move_end` and
+// `move_begin` (events are reusable: recording again moves the mark).
 //
-// Every event is made when the recorder is built (`capacity` ops), so
-// recording a step creates none and allocates no backend memory; a step
-// with more ops than that is a memo::error at the `begin` that overflows.
+// A step is `start`, then ops begun and ended, then `finish`; anything out
+// of that order (an op begun outside a step, ended twice or never, more
+// ops than `capacity`) is a memo::error at the call. Every event is made
+// when the recorder is built, so recording a step creates none and
+// allocates no backend memory.
 //
 // Lifetime: the recorder must not outlive its backend; the streams passed
 // to `start`, `begin` and `end` need only live until the step is
@@ -27,7 +31,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,6 +40,21 @@
 #include "memo/schedule/timeline.hpp"
 
 namespace memo {
+
+namespace detail {
+
+/// Seconds from `origin` to the two marks of a measured op, clamped so the
+/// op neither starts before the origin nor ends before it starts (a mark on
+/// a stream with no queued work completes when recorded, which may precede
+/// an origin recorded on a busy stream).
+template <Backend B>
+std::pair<double, double> measured_span(B& backend, const typename B::event& origin, const typename B::event& start,
+                                        const typename B::event& end) {
+  const double from = std::max(0.0, backend.elapsed_seconds(origin, start));
+  return {from, std::max(from, backend.elapsed_seconds(origin, end))};
+}
+
+}  // namespace detail
 
 template <Backend B>
 class step_recorder {
@@ -55,6 +74,7 @@ class step_recorder {
     }
     ops_.reserve(capacity);
     waits_.reserve(capacity);
+    ended_.reserve(capacity);
   }
   step_recorder(const step_recorder&) = delete;
   step_recorder& operator=(const step_recorder&) = delete;
@@ -62,13 +82,12 @@ class step_recorder {
   [[nodiscard]] std::size_t capacity() const noexcept { return starts_.size(); }
   [[nodiscard]] const std::vector<std::string>& streams() const noexcept { return streams_; }
 
-  /// Starts a step: the time origin is what `on` has been given so far.
+  /// Starts a step (forgetting the last one): the time origin is what `on`
+  /// has been given so far.
   void start(stream_type& on) {
+    discard();
     backend_->record(*origin_, on);
-    ops_.clear();
-    waits_.clear();
-    open_ = 0;
-    complete_ = false;
+    started_ = true;
   }
 
   /// Starts op `name` on stream `stream` (an index into `streams()`), whose
@@ -76,6 +95,9 @@ class step_recorder {
   /// just made to wait on another stream. Returns the op's index.
   std::size_t begin(std::string name, std::size_t stream, op_kind kind, stream_type& on, bool waits,
                     std::uint64_t bytes = 0) {
+    expects(started_ && !complete_, [&] {
+      return "step_recorder: op '" + name + "' begun " + (complete_ ? "after the step finished" : "before start");
+    });
     expects(stream < streams_.size(), [&] {
       return "step_recorder: op '" + name + "' names stream " + std::to_string(stream) + " of " +
              std::to_string(streams_.size());
@@ -93,34 +115,45 @@ class step_recorder {
     op.bytes = bytes;
     ops_.push_back(std::move(op));
     waits_.push_back(waits);
-    ++open_;
+    ended_.push_back(false);
     return index;
   }
 
   /// Ends op `index` after the work enqueued on `on` so far.
   void end(std::size_t index, stream_type& on) {
-    expects(index < ops_.size(), [&] {
-      return "step_recorder: end of op " + std::to_string(index) + ", but " + std::to_string(ops_.size()) +
-             " were begun";
-    });
+    check_op(index, "end");
+    expects(!ended_[index], [&] { return "step_recorder: op '" + ops_[index].name + "' ended twice"; });
     backend_->record(ends_[index], on);
-    --open_;
+    ended_[index] = true;
+  }
+  /// Moves the end of the ended op `index` to after the work enqueued on
+  /// `on` so far (work that belongs to it was issued after it ended).
+  void move_end(std::size_t index, stream_type& on) {
+    check_op(index, "move the end of");
+    expects(ended_[index], [&] { return "step_recorder: op '" + ops_[index].name + "' has not ended"; });
+    backend_->record(ends_[index], on);
+  }
+  /// Moves the start of op `index` to after the work enqueued on `on` so far.
+  void move_begin(std::size_t index, stream_type& on) {
+    check_op(index, "move the start of");
+    backend_->record(starts_[index], on);
   }
 
-  /// Marks the step recorded: every op begun has ended. `last_timeline`
-  /// answers for it once its streams are synchronized.
+  /// Marks the step recorded; every op begun must have ended.
   void finish() {
-    expects(open_ == 0, [&] { return "step_recorder: " + std::to_string(open_) + " ops begun but not ended"; });
+    expects(started_ && !complete_, "step_recorder: finish without a step in progress");
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      expects(ended_[i], [&] { return "step_recorder: op '" + ops_[i].name + "' was begun but not ended"; });
+    }
     complete_ = true;
   }
-  /// Forgets a step abandoned part-way.
+  /// Forgets the step in progress or the last one.
   void discard() noexcept {
     ops_.clear();
     waits_.clear();
-    open_ = 0;
-    complete_ = false;
+    ended_.clear();
+    started_ = complete_ = false;
   }
-  [[nodiscard]] bool has_step() const noexcept { return complete_; }
 
   /// The ops of the last finished step with their measured start, end and
   /// stall (seconds from `start`), once every stream it used is
@@ -129,30 +162,30 @@ class step_recorder {
     expects(complete_, "step_recorder::last_timeline: no step was recorded to its end");
     std::vector<timeline_op> ops = ops_;
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      ops[i].start_seconds = std::max(0.0, backend_->elapsed_seconds(*origin_, starts_[i]));
-      ops[i].end_seconds = std::max(ops[i].start_seconds, backend_->elapsed_seconds(*origin_, ends_[i]));
+      std::tie(ops[i].start_seconds, ops[i].end_seconds) =
+          detail::measured_span(*backend_, *origin_, starts_[i], ends_[i]);
     }
-    // Per stream in issue order (which is run order: a stream is FIFO).
-    std::vector<double> ready(streams_.size(), 0.0);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      double& free_at = ready[ops[i].stream];
-      ops[i].stall_seconds = waits_[i] ? std::max(0.0, ops[i].start_seconds - free_at) : 0.0;
-      free_at = ops[i].end_seconds;
-    }
+    detail::assign_measured_stalls(ops, waits_, streams_.size());
     return timeline(std::move(origin), streams_, std::move(ops));
   }
 
  private:
   using event_type = typename B::event;
 
+  void check_op(std::size_t index, const char* what) const {
+    expects(started_ && index < ops_.size(), [&] {
+      return std::string("step_recorder: cannot ") + what + " op " + std::to_string(index) + ": " +
+             std::to_string(ops_.size()) + " begun in this step";
+    });
+  }
+
   B* backend_;
   std::vector<std::string> streams_;
   std::optional<event_type> origin_;
   std::vector<event_type> starts_, ends_;
   std::vector<timeline_op> ops_;
-  std::vector<bool> waits_;
-  std::size_t open_ = 0;
-  bool complete_ = false;
+  std::vector<bool> waits_, ended_;
+  bool started_ = false, complete_ = false;
 };
 
 }  // namespace memo

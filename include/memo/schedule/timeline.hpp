@@ -46,6 +46,27 @@ struct timeline_op {
   [[nodiscard]] double duration_seconds() const { return end_seconds - start_seconds; }
 };
 
+namespace detail {
+
+/// The stalls of measured ops (start and end set, `waits[i]`: op i's
+/// stream was made to wait on another stream before it): on each of the
+/// `streams` streams, in index order (the order they ran: a stream is
+/// FIFO), the gap before an op that waited; other gaps are the host's
+/// overhead, not a stall.
+inline void assign_measured_stalls(std::vector<timeline_op>& ops, const std::vector<bool>& waits,
+                                   std::size_t streams) {
+  expects(waits.size() == ops.size(), "assign_measured_stalls: one waits flag per op");
+  std::vector<double> ready(streams, 0.0);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    expects(ops[i].stream < streams, "assign_measured_stalls: an op names a stream outside the timeline");
+    double& free_at = ready[ops[i].stream];
+    ops[i].stall_seconds = waits[i] ? std::max(0.0, ops[i].start_seconds - free_at) : 0.0;
+    free_at = ops[i].end_seconds;
+  }
+}
+
+}  // namespace detail
+
 /// The result of executing or simulating a schedule.
 class timeline {
  public:

@@ -42,7 +42,11 @@
 // protocol action with events on the stream it runs on (step_recorder.hpp),
 // and `last_timeline()` gives the measured step with the simulated
 // schedule's stream and op names (build_memo_step in memo_step.hpp), so the
-// two compare op by op and both open in chrome://tracing.
+// two compare op by op and both open in chrome://tracing. A caller that
+// rebuilds the recomputed ranges with work it issues itself (rather than
+// inside the `recompute` function) calls `end_recompute(i)` after issuing
+// it, so the measured recompute holds that work and the backward starts
+// there.
 //
 // Lifetime rules:
 //   - one swapper per `rounding_buffers` (a second is refused: both would
@@ -222,7 +226,11 @@ class token_fraction_swapper {
     if (!on) {
       recorder_.reset();
     } else if (!recorder_) {
-      recorder_.emplace(*backend_, std::vector<std::string>{"compute", "offload", "prefetch"}, protocol_.size());
+      std::vector<std::string> streams;
+      for (const auto s : {memo_stream::compute, memo_stream::offload, memo_stream::prefetch}) {
+        streams.emplace_back(to_string(s));
+      }
+      recorder_.emplace(*backend_, std::move(streams), protocol_.size());
     }
   }
   [[nodiscard]] bool recording_timeline() const noexcept { return recorder_.has_value(); }
@@ -249,7 +257,10 @@ class token_fraction_swapper {
     });
     if (recorder_ && next_ == 0) recorder_->start(*compute_);
     leases_[layer] = buffers_->acquire(layer, *compute_);
-    open_op_ = record_begin(op_kind::compute, *compute_, true);
+    // The buffer's last user was layer - K, whose offload released it on
+    // the offload stream when that layer is swapped.
+    const std::size_t k = buffers_->count();
+    open_op_ = record_begin(op_kind::compute, *compute_, layer >= k && swapped(layer - k));
     in_layer_ = true;
     shared_holder_ = layer;
     return views_of(layer);
@@ -307,14 +318,36 @@ class token_fraction_swapper {
       for (const auto& item : request.items) {
         recomputed_bytes_ += static_cast<std::uint64_t>(item.tokens.tokens()) * layout()[item.tensor].bytes_per_token;
       }
-      open_op_ = record_begin(op_kind::compute, *compute_, swapped(layer));
+      recompute_op_ = record_begin(op_kind::compute, *compute_, swapped(layer));
       backend_->enqueue(*compute_, [fn = recompute, req = std::move(request)](native_stream native) { fn(native, req); });
+      open_op_ = recompute_op_;
       record_end(*compute_);
       ++next_;
     }
     open_op_ = record_begin(op_kind::compute, *compute_, swapped(layer) && !recomputes);
+    recomputed_layer_ = recomputes ? std::optional<std::size_t>(layer) : std::nullopt;
     in_layer_ = true;
     return views_of(layer);
+  }
+
+  /// True while layer `layer`'s backward is open and it recomputed (so
+  /// `end_recompute(layer)` may be called).
+  [[nodiscard]] bool recomputing(std::size_t layer) const noexcept { return recomputed_layer_ == layer; }
+
+  /// Marks where the rebuild of layer `layer`'s recomputed ranges that the
+  /// caller issued itself (after begin_backward) ends: the measured
+  /// recompute extends to here and the backward starts here. Optional; a
+  /// memo::error unless layer `layer` recomputes and its backward is open.
+  void end_recompute(std::size_t layer) {
+    expects(in_layer_ && at(memo_action_kind::backward, layer) && recomputed_layer_ == layer, [&] {
+      return "token_fraction_swapper: end_recompute(" + std::to_string(layer) +
+             ") outside a recomputing layer's backward (" + expected() + ")";
+    });
+    if (recorder_) {
+      recorder_->move_end(recompute_op_, *compute_);
+      recorder_->move_begin(open_op_, *compute_);
+    }
+    recomputed_layer_.reset();  // once per layer
   }
 
   /// Ends layer `layer`'s backward (everything enqueued on the compute
@@ -324,6 +357,7 @@ class token_fraction_swapper {
       return "token_fraction_swapper: end_backward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
     in_layer_ = false;
+    recomputed_layer_.reset();
     record_end(*compute_);
     buffers_->release(std::move(*leases_[layer]), *compute_);
     leases_[layer].reset();
@@ -365,6 +399,7 @@ class token_fraction_swapper {
     next_ = 0;
     in_layer_ = false;
     shared_holder_.reset();
+    recomputed_layer_.reset();
     if (recorder_) recorder_->discard();
     if (failure) std::rethrow_exception(failure);
   }
@@ -546,6 +581,8 @@ class token_fraction_swapper {
   std::uint64_t recomputed_bytes_ = 0;
   std::optional<step_recorder<B>> recorder_;  // measures steps when set
   std::size_t open_op_ = 0;                   // the recorded op begun last
+  std::size_t recompute_op_ = 0;              // the recorded recompute of the open backward
+  std::optional<std::size_t> recomputed_layer_;  // the open backward recomputed (end_recompute allowed)
 };
 
 }  // namespace memo
