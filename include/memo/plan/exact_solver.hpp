@@ -72,8 +72,24 @@ class search_portfolio {
   search_portfolio(const std::vector<dsa_buffer>& buffers, const section_table& table,
                    const exact_options& options)
       : buffers_(&buffers), table_(&table), options_(options) {
-    for (const auto rank_by : {dsa_search::ranking::total_width_area, dsa_search::ranking::width_area_total,
-                               dsa_search::ranking::total_area_width, dsa_search::ranking::start_size}) {
+    // Where two keys order the buffers alike (every buffer of a perfect
+    // packing has the same heaviest load, so the first two keys agree there)
+    // the second search would repeat the first node for node; a spare
+    // ranking takes its place.
+    using ranking = dsa_search::ranking;
+    std::vector<ranking> spares = {ranking::end_size, ranking::size_width};
+    std::vector<std::vector<std::uint32_t>> orders;
+    for (const auto wanted : {ranking::total_width_area, ranking::width_area_total, ranking::total_area_width,
+                              ranking::start_size}) {
+      auto rank_by = wanted;
+      auto order = rank_buffers(buffers, table, rank_by, 0);
+      while (std::find(orders.begin(), orders.end(), order) != orders.end() && !spares.empty()) {
+        rank_by = spares.front();
+        spares.erase(spares.begin());
+        order = rank_buffers(buffers, table, rank_by, 0);
+      }
+      if (std::find(orders.begin(), orders.end(), order) != orders.end()) continue;
+      orders.push_back(std::move(order));
       searches_.emplace_back(buffers, table, rank_by, 0, options);
     }
     fixed_ = searches_.size();
