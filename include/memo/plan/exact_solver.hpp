@@ -52,7 +52,9 @@ namespace memo {
 namespace detail {
 
 /// Searches over the same component that differ only in how they rank
-/// buffers and pick the buffer to branch on. Fixed rankings run round robin
+/// buffers and pick the buffer to branch on. Fixed rankings (four keys; one
+/// that orders the buffers as an earlier one does is replaced by a spare:
+/// bottom-right, then by size) run round robin
 /// with node limits that double every round (so one of them eventually
 /// finishes its tree, which proves infeasibility); between rounds,
 /// `restart_share` times as many nodes go to short searches (restarts),
@@ -90,6 +92,7 @@ class search_portfolio {
       }
       if (std::find(orders.begin(), orders.end(), order) != orders.end()) continue;
       orders.push_back(std::move(order));
+      rankings_.push_back(rank_by);
       searches_.emplace_back(buffers, table, rank_by, 0, options);
     }
     fixed_ = searches_.size();
@@ -127,6 +130,10 @@ class search_portfolio {
       }
     }
   }
+
+  /// The rankings of the complete searches, each ordering the buffers
+  /// differently from the others.
+  [[nodiscard]] const std::vector<dsa_search::ranking>& rankings() const noexcept { return rankings_; }
 
   [[nodiscard]] std::uint64_t best_peak() const { return searches_[best_].best_peak(); }
   /// The best plan's offsets, parallel to the component's buffers.
@@ -194,6 +201,7 @@ class search_portfolio {
   exact_options options_;
   search_workspace work_;
   std::vector<dsa_search> searches_;  // the fixed rankings, then the last successful restart
+  std::vector<dsa_search::ranking> rankings_;  // of the fixed ones
   std::size_t fixed_ = 0;
   std::size_t best_ = 0;
   std::uint64_t first_limit_ = 1024;

@@ -91,8 +91,9 @@ struct search_workspace {
 };
 
 /// How buffers are ranked: by the heaviest load they take part in
-/// ("total"), by lifetime ("width"), by size * lifetime ("area"), or by
-/// start time (bottom-left filling). `perturbed` is total_width_area with
+/// ("total"), by lifetime ("width"), by size * lifetime ("area"), by
+/// start time (bottom-left filling), by end time (bottom-right), or by
+/// size, then lifetime. `perturbed` is total_width_area with
 /// the load term scaled by a pseudo-random factor in [0.75, 1.25) drawn
 /// from `seed` (equal for identical buffers), `perturbed_start` is
 /// bottom-left with the area term scaled by one in [0.5, 1.5), and
