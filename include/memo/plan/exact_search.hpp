@@ -78,6 +78,8 @@ class dsa_search {
   }
 
   [[nodiscard]] std::uint32_t original_index(std::uint32_t rank) const { return original_[rank]; }
+  /// The buffers in rank order (rank -> index).
+  [[nodiscard]] const std::vector<std::uint32_t>& order() const noexcept { return original_; }
 
   /// Looks for plans with peak <= `target`; each one found becomes the
   /// incumbent and the target drops to one byte below it, until a plan at or

@@ -80,20 +80,22 @@ class search_portfolio {
     // ranking takes its place.
     using ranking = dsa_search::ranking;
     std::vector<ranking> spares = {ranking::end_size, ranking::size_width};
-    std::vector<std::vector<std::uint32_t>> orders;
+    auto repeats = [&](const dsa_search& candidate) {
+      return std::any_of(searches_.begin(), searches_.end(),
+                         [&](const dsa_search& s) { return s.order() == candidate.order(); });
+    };
     for (const auto wanted : {ranking::total_width_area, ranking::width_area_total, ranking::total_area_width,
                               ranking::start_size}) {
       auto rank_by = wanted;
-      auto order = rank_buffers(buffers, table, rank_by, 0);
-      while (std::find(orders.begin(), orders.end(), order) != orders.end() && !spares.empty()) {
+      dsa_search candidate(buffers, table, rank_by, 0, options);
+      while (repeats(candidate) && !spares.empty()) {
         rank_by = spares.front();
         spares.erase(spares.begin());
-        order = rank_buffers(buffers, table, rank_by, 0);
+        candidate = dsa_search(buffers, table, rank_by, 0, options);
       }
-      if (std::find(orders.begin(), orders.end(), order) != orders.end()) continue;
-      orders.push_back(std::move(order));
+      if (repeats(candidate)) continue;
       rankings_.push_back(rank_by);
-      searches_.emplace_back(buffers, table, rank_by, 0, options);
+      searches_.push_back(std::move(candidate));
     }
     fixed_ = searches_.size();
     first_limit_ = std::max<std::uint64_t>(1024, 3 * buffers.size());
