@@ -2,10 +2,12 @@
 // gets on generated instance families, what each of its switches buys, and
 // how much memory it needs on traces of tens of thousands of buffers.
 //
-//   exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--family NAME]
-//               [--buffers N] [--trace-limit S] [--no-ablation] [--no-traces]
+//   exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B]
+//               [--family NAME] [--buffers N] [--trace-limit S] [--no-ablation]
+//               [--no-traces] [--each]
 //
-// Families (five seeds each; a seed fixes an instance):
+// Families (five seeds each, seeds B .. B+K-1 with B = 0 unless given; a
+// seed fixes an instance; --each prints every instance):
 //   random-sparse / random-medium / random-dense: uniform start times,
 //       lifetimes drawn so that on average ~8 / ~32 / ~96 buffers are live;
 //       sizes are multiples of 256 bytes, from 256 B to 1 MiB, 256-aligned.
@@ -450,6 +452,8 @@ int main(int argc, char** argv) {
   double limit = 10.0;
   double trace_limit = 60.0;
   int seeds = 5;
+  int seed_base = 0;
+  bool each = false;
   std::string only_family;
   std::size_t only_buffers = 0;
   for (int i = 1; i < argc; ++i) {
@@ -469,14 +473,18 @@ int main(int argc, char** argv) {
       trace_limit = std::stod(argv[++i]);
     } else if (arg == "--seeds" && has_value) {
       seeds = std::stoi(argv[++i]);
+    } else if (arg == "--seed-base" && has_value) {
+      seed_base = std::stoi(argv[++i]);
+    } else if (arg == "--each") {
+      each = true;
     } else if (arg == "--family" && has_value) {
       only_family = argv[++i];
     } else if (arg == "--buffers" && has_value) {
       only_buffers = static_cast<std::size_t>(std::stoul(argv[++i]));
     } else {
       std::fprintf(stderr,
-                   "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--family NAME] "
-                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces]\n");
+                   "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B] [--family NAME] "
+                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each]\n");
       return 2;
     }
   }
@@ -505,9 +513,16 @@ int main(int argc, char** argv) {
   const char* families[] = {"random-sparse", "random-medium", "random-dense", "mixed-align", "nested", "gpt"};
   auto run_group = [&](const std::string& f, const std::string& mode, std::size_t n) {
     const std::size_t first = runs.size();
-    for (int seed = 0; seed < seeds; ++seed) {
+    for (int seed = seed_base; seed < seed_base + seeds; ++seed) {
       const auto p = make_instance(f, n, seed);
       runs.push_back(make_run(f, mode, "all", p, seed, solve(p, mode == "fit", all, limit)));
+      if (each && !json) {
+        const auto& r = runs.back();
+        std::printf("  %s %s %zu seed %d: %s peak/LB %.4f  %.3f s  %llu nodes\n", f.c_str(), mode.c_str(), n, seed,
+                    mode == "fit" ? (r.peak != 0 ? "found" : "NOT FOUND") : (r.proven ? "proven" : "NOT PROVEN"),
+                    ratio(r.peak, r.bound), r.seconds, static_cast<unsigned long long>(r.nodes));
+        std::fflush(stdout);
+      }
     }
     if (!json) print_group(group_runs({runs.begin() + static_cast<std::ptrdiff_t>(first), runs.end()}).front());
   };

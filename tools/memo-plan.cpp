@@ -4,7 +4,13 @@
 //
 //   memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]
 //             [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]
-//             [--json] TRACE
+//             [--json] [--no-dominance] [--no-section-bounds]
+//             [--no-alignment-bounds] [--no-symmetry] [--no-decomposition]
+//             [--no-restarts] [--no-tight-branching] TRACE
+//
+// The --no-* flags turn off one part of the exact search (memo::exact_options;
+// docs/dsa-solvers.md says what each buys), for it and for the bi-level
+// planner's levels; the answers stay exact, only slower to reach.
 //
 // TRACE is a request trace (`malloc id bytes` / `free id bytes`, optional
 // section markers) or DSA benchmark CSV (`id,lower,upper,size[,alignment]`);
@@ -84,16 +90,36 @@ struct arguments {
   std::string svg;
   bool json = false;
   bool help = false;
+  memo::exact_options exact;
   std::string input;
+};
+
+// The exact search's switches, each turned off by --no-<name>.
+struct exact_switch {
+  const char* flag;
+  bool memo::exact_options::*field;
+};
+constexpr exact_switch exact_switches[] = {
+    {"--no-dominance", &memo::exact_options::dominance},
+    {"--no-section-bounds", &memo::exact_options::section_bounds},
+    {"--no-alignment-bounds", &memo::exact_options::alignment_bounds},
+    {"--no-symmetry", &memo::exact_options::symmetry},
+    {"--no-decomposition", &memo::exact_options::decomposition},
+    {"--no-restarts", &memo::exact_options::restarts},
+    {"--no-tight-branching", &memo::exact_options::tight_branching},
 };
 
 const char* const usage_text =
     "usage: memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]\n"
     "                 [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]\n"
-    "                 [--json] TRACE\n"
+    "                 [--json] [--no-dominance] [--no-section-bounds]\n"
+    "                 [--no-alignment-bounds] [--no-symmetry] [--no-decomposition]\n"
+    "                 [--no-restarts] [--no-tight-branching] TRACE\n"
     "TRACE: a request trace (malloc/free lines) or DSA CSV (id,lower,upper,size).\n"
     "--layers N: TRACE is one layer (sections 'layer 0 forward' and 'layer 0 backward');\n"
-    "            plan the model made of N such layers.\n";
+    "            plan the model made of N such layers.\n"
+    "--no-*: turn off one part of the exact search (memo::exact_options); the answers\n"
+    "        stay exact, only slower to reach.\n";
 
 // What the user typed, as an error message shows it: control bytes
 // escaped and long values cut, like the tokens of an input file.
@@ -158,8 +184,17 @@ arguments parse_arguments(int argc, char** argv) {
       a.json = true;
     } else if (arg == "--help" || arg == "-h") {
       a.help = true;
+    } else if (const auto* sw = std::find_if(std::begin(exact_switches), std::end(exact_switches),
+                                             [&](const exact_switch& x) { return arg == x.flag; });
+               sw != std::end(exact_switches)) {
+      a.exact.*(sw->field) = false;
     } else if (!arg.empty() && arg[0] == '-') {
-      throw usage_error("unknown option '" + shown(arg) + "'");
+      std::string known;
+      if (arg.starts_with("--no-")) {
+        for (const auto& x : exact_switches) known += std::string(known.empty() ? "" : ", ") + x.flag;
+        known = " (the exact search's switches are " + known + ")";
+      }
+      throw usage_error("unknown option '" + shown(arg) + "'" + known);
     } else if (a.input.empty()) {
       a.input = arg;
     } else {
@@ -498,7 +533,9 @@ int plan(const arguments& args, clock_type::time_point started) {
     std::string why = skip_reason(exact_setup_sweeps, "the exact search's setup", o.time_limit_seconds);
     if (why.empty()) {
       rows.push_back(run("exact", [&] {
-        return bounded("exact", [shared_trace, o] { return memo::exact_solver{}.solve(shared_trace->problem, o); });
+        return bounded("exact", [shared_trace, o, exact = args.exact] {
+          return memo::exact_solver(exact).solve(shared_trace->problem, o);
+        });
       }));
       if (rows.back().result) flat_exact = rows.back().result;
     } else {
@@ -516,8 +553,8 @@ int plan(const arguments& args, clock_type::time_point started) {
       rows.push_back({"bilevel", std::nullopt, "", "not run: the input has no sections"});
     } else {
       rows.push_back(run("bilevel", [&] {
-        bilevel = run_bounded<memo::bilevel_result>(wait_until, [shared_trace, o = remaining()] {
-          memo::bilevel_planner<> planner;
+        bilevel = run_bounded<memo::bilevel_result>(wait_until, [shared_trace, o = remaining(), exact = args.exact] {
+          memo::bilevel_planner<> planner{memo::exact_solver(exact), memo::exact_solver(exact)};
           return planner.plan(*shared_trace, o);
         });
         if (!bilevel) throw memo::error("bilevel: did not return within the time limit; abandoned");

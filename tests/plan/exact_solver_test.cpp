@@ -196,8 +196,8 @@ TEST_CASE("exact: every ranking and strategy decides exactly (found at the optim
     // A small membership budget on odd trials: some buffers are summarised.
     const memo::detail::section_table table(buffers, trial % 2 == 1 ? 3 : 1000);
     memo::detail::search_workspace work;
-    for (int variant = 0; variant < 9; ++variant) {
-      const auto ranking = variant < 7 ? static_cast<search::ranking>(variant) : search::ranking::shuffled;
+    for (int variant = 0; variant < 11; ++variant) {
+      const auto ranking = variant < 9 ? static_cast<search::ranking>(variant) : search::ranking::shuffled;
       const auto& strategy = strategies[static_cast<std::size_t>(trial + variant) % strategies.size()];
       INFO("variant " << variant << " tight " << strategy.tight_first << " leftmost " << strategy.leftmost);
       search at(buffers, table, ranking, static_cast<std::uint64_t>(variant), {}, strategy);
@@ -268,7 +268,7 @@ TEST_CASE("exact: the alignment-slot bound is a lower bound, and mixed alignment
     }
     // Every search on its own: found at the optimum, exhausted one byte below.
     memo::detail::search_workspace work;
-    for (int variant = 0; variant < 7; ++variant) {
+    for (int variant = 0; variant <= static_cast<int>(search::ranking::shuffled); ++variant) {
       const auto ranking = static_cast<search::ranking>(variant);
       const auto& strategy = strategies[static_cast<std::size_t>(trial + variant) % strategies.size()];
       search at(buffers, table, ranking, static_cast<std::uint64_t>(variant), {}, strategy);
@@ -377,6 +377,57 @@ TEST_CASE("exact: perfect packings of a cut rectangle are found by every strateg
     CHECK(best.plan.peak_bytes == bound);
     CHECK(best.proven_optimal);
   }
+}
+
+TEST_CASE("exact: the complete searches rank the buffers in distinct orders") {
+  // In a perfect packing every buffer's heaviest load is the capacity, so
+  // the first two keys (load, lifetime, area / lifetime, area, load) order
+  // the buffers alike; a spare ranking (bottom-right) takes the second
+  // place. The portfolio then decides exactly: found at the brute-force
+  // optimum, infeasible one byte below.
+  using portfolio = memo::detail::search_portfolio;
+  using ranking = memo::detail::search_ranking;
+  std::mt19937_64 rng(59);
+  const auto far = portfolio::clock::now() + std::chrono::hours(1);
+  int with_spare = 0;
+  for (int trial = 0; trial < 10; ++trial) {
+    const auto buffers = cut_rectangle(rng, 5 + static_cast<std::size_t>(trial % 4), 9, 24);
+    INFO("trial " << trial << ", " << buffers.size() << " buffers");
+    const std::uint64_t optimum = brute_force_peak(buffers);
+    REQUIRE(optimum == 24);
+    const memo::detail::section_table table(buffers, 1000);
+    portfolio searches(buffers, table, {});
+    const auto& ranks = searches.rankings();
+    // Every ranking there is (the four keys and the two spares) is either
+    // taken or orders the buffers as a taken one does.
+    std::vector<std::vector<std::uint32_t>> distinct;
+    for (const auto r : {ranking::total_width_area, ranking::width_area_total, ranking::total_area_width,
+                         ranking::start_size, ranking::end_size, ranking::size_width}) {
+      auto order = memo::detail::rank_buffers(buffers, table, r, 0);
+      if (std::find(distinct.begin(), distinct.end(), order) == distinct.end()) distinct.push_back(std::move(order));
+    }
+    CHECK(ranks.size() == std::min<std::size_t>(4, distinct.size()));
+    CHECK(std::count(ranks.begin(), ranks.end(), ranking::width_area_total) == 0);
+    with_spare += std::count(ranks.begin(), ranks.end(), ranking::end_size) != 0 ? 1 : 0;
+    std::vector<std::vector<std::uint32_t>> orders;
+    for (const auto r : ranks) orders.push_back(memo::detail::rank_buffers(buffers, table, r, 0));
+    for (std::size_t a = 0; a < orders.size(); ++a) {
+      for (std::size_t b = a + 1; b < orders.size(); ++b) CHECK(orders[a] != orders[b]);
+    }
+    REQUIRE(searches.decide(optimum, far) == portfolio::verdict::feasible);
+    std::vector<std::uint64_t> offsets(buffers.size());
+    searches.best_offsets(offsets);
+    CHECK(independent_peak(buffers, offsets) == optimum);
+    portfolio below(buffers, table, {});
+    CHECK(below.decide(optimum - 1, far) == portfolio::verdict::infeasible);
+  }
+  CHECK(with_spare >= 5);
+  // Where every key orders the buffers alike (identical buffers), one
+  // complete search is enough: no search repeats another.
+  const std::vector<dsa_buffer> same(5, dsa_buffer{0, 8, 0, 4, 1});
+  const memo::detail::section_table table(same, 1000);
+  const portfolio one(same, table, {});
+  CHECK(one.rankings().size() == 1);
 }
 
 TEST_CASE("exact: hand-worked instances") {

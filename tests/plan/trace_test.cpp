@@ -1,6 +1,7 @@
 #include "memo/plan/trace.hpp"
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -381,6 +382,24 @@ TEST_CASE("trace: an endless input is refused at the limit, its buffer never pas
   CHECK(small.capacity() < 5000 + 64);
   std::fclose(file);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("trace: a stream under a huge limit is read without reserving the limit") {
+  // A pipe's length is unknown, so the reader reserves at most the default
+  // limit's worth (of which only what is read is touched) and grows from
+  // there: a limit of 2^62 bytes must not be asked for at once.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const std::string data(30000, 'm');  // fits in a pipe's buffer, so one thread writes it all
+  REQUIRE(::write(fds[1], data.data(), data.size()) == static_cast<ssize_t>(data.size()));
+  ::close(fds[1]);
+  std::FILE* stream = ::fdopen(fds[0], "rb");
+  REQUIRE(stream != nullptr);
+  std::string text;
+  memo::detail::read_bounded(stream, "pipe", std::uint64_t{1} << 62, text);
+  std::fclose(stream);
+  CHECK(text == data);
+  CHECK(text.capacity() <= memo::parse_options{}.max_input_bytes + 1);
 }
 
 TEST_CASE("trace: read and write errors are errors") {

@@ -78,6 +78,8 @@ class dsa_search {
   }
 
   [[nodiscard]] std::uint32_t original_index(std::uint32_t rank) const { return original_[rank]; }
+  /// The buffers in rank order (rank -> index).
+  [[nodiscard]] const std::vector<std::uint32_t>& order() const noexcept { return original_; }
 
   /// Looks for plans with peak <= `target`; each one found becomes the
   /// incumbent and the target drops to one byte below it, until a plan at or
@@ -531,7 +533,20 @@ class dsa_search {
     }
   }
 
-  // Stacking over `lows` ((lowest start, rank), sorted): for every k, the
+  // Orders `lows` by lowest start for stacked_top. Those at the smallest
+  // start go first in any order, and only the rest are sorted: stacked_top
+  // reads a group of equal starts only through its sums and maxima, and
+  // the group at the smallest start is often most of a section.
+  static void sort_lows(std::vector<std::pair<std::uint64_t, std::uint64_t>>& lows) {
+    if (lows.size() < 2) return;
+    std::uint64_t lowest = exact_u64_max;
+    for (const auto& x : lows) lowest = std::min(lowest, x.first);
+    const auto high = std::partition(lows.begin(), lows.end(), [&](const auto& x) { return x.first == lowest; });
+    std::sort(high, lows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+
+  // Stacking over `lows` ((lowest start, rank), by lowest start; the order
+  // within equal starts does not change the result): for every k, the
   // buffers from k up cannot start below lows[k].first, so they all fit
   // above it, each but the topmost with its padding. With alignment
   // bounds, those of them aligned to 2^slot_shift (the most aligned level
@@ -589,7 +604,7 @@ class dsa_search {
     }
     clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
     if (stacking && lows.size() > 1) {
-      std::sort(lows.begin(), lows.end());
+      sort_lows(lows);
       top_ = std::max(top_, stacked_top(lows, slot_shift));
     }
     if (lowest == w.lowest[sec]) return;
@@ -661,7 +676,7 @@ class dsa_search {
         slot_shift = std::max(slot_shift, shift_[q]);
       }
       clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
-      std::sort(lows.begin(), lows.end());
+      sort_lows(lows);
       if (stacked_top(lows, slot_shift) > target_) return false;
       const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
       const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;

@@ -52,7 +52,9 @@ namespace memo {
 namespace detail {
 
 /// Searches over the same component that differ only in how they rank
-/// buffers and pick the buffer to branch on. Fixed rankings run round robin
+/// buffers and pick the buffer to branch on. Fixed rankings (four keys; one
+/// that orders the buffers as an earlier one does is replaced by a spare:
+/// bottom-right, then by size) run round robin
 /// with node limits that double every round (so one of them eventually
 /// finishes its tree, which proves infeasibility); between rounds,
 /// `restart_share` times as many nodes go to short searches (restarts),
@@ -72,9 +74,28 @@ class search_portfolio {
   search_portfolio(const std::vector<dsa_buffer>& buffers, const section_table& table,
                    const exact_options& options)
       : buffers_(&buffers), table_(&table), options_(options) {
-    for (const auto rank_by : {dsa_search::ranking::total_width_area, dsa_search::ranking::width_area_total,
-                               dsa_search::ranking::total_area_width, dsa_search::ranking::start_size}) {
-      searches_.emplace_back(buffers, table, rank_by, 0, options);
+    // Where two keys order the buffers alike (every buffer of a perfect
+    // packing has the same heaviest load, so the first two keys agree there)
+    // the second search would repeat the first node for node; a spare
+    // ranking takes its place.
+    using ranking = dsa_search::ranking;
+    std::vector<ranking> spares = {ranking::end_size, ranking::size_width};
+    auto repeats = [&](const dsa_search& candidate) {
+      return std::any_of(searches_.begin(), searches_.end(),
+                         [&](const dsa_search& s) { return s.order() == candidate.order(); });
+    };
+    for (const auto wanted : {ranking::total_width_area, ranking::width_area_total, ranking::total_area_width,
+                              ranking::start_size}) {
+      auto rank_by = wanted;
+      dsa_search candidate(buffers, table, rank_by, 0, options);
+      while (repeats(candidate) && !spares.empty()) {
+        rank_by = spares.front();
+        spares.erase(spares.begin());
+        candidate = dsa_search(buffers, table, rank_by, 0, options);
+      }
+      if (repeats(candidate)) continue;
+      rankings_.push_back(rank_by);
+      searches_.push_back(std::move(candidate));
     }
     fixed_ = searches_.size();
     first_limit_ = std::max<std::uint64_t>(1024, 3 * buffers.size());
@@ -111,6 +132,10 @@ class search_portfolio {
       }
     }
   }
+
+  /// The rankings of the complete searches, each ordering the buffers
+  /// differently from the others.
+  [[nodiscard]] const std::vector<dsa_search::ranking>& rankings() const noexcept { return rankings_; }
 
   [[nodiscard]] std::uint64_t best_peak() const { return searches_[best_].best_peak(); }
   /// The best plan's offsets, parallel to the component's buffers.
@@ -178,6 +203,7 @@ class search_portfolio {
   exact_options options_;
   search_workspace work_;
   std::vector<dsa_search> searches_;  // the fixed rankings, then the last successful restart
+  std::vector<dsa_search::ranking> rankings_;  // of the fixed ones
   std::size_t fixed_ = 0;
   std::size_t best_ = 0;
   std::uint64_t first_limit_ = 1024;
@@ -297,10 +323,13 @@ class exact_solver {
         const std::uint64_t enough = std::max(forced_peak, bound);
         std::uint64_t proven_below = enough;  // no plan of this component peaks under it
         if (!best || *best > enough) {
-          // Probe the lower bound first with half of the remaining time,
-          // then tighten the target below each new incumbent.
+          // Probe the lower bound first with three quarters of the
+          // remaining time (a plan there ends the solve, proven; where the
+          // bound is out of reach, the plans below the greedy come early in
+          // the tightening), then tighten the target below each new
+          // incumbent.
           const auto now = clock::now();
-          auto outcome = decide(enough, now + (deadline - now) / 2);
+          auto outcome = decide(enough, now + (deadline - now) * 3 / 4);
           if (outcome == verdict::feasible) take();
           if (outcome == verdict::infeasible) proven_below = detail::saturating_add(enough, 1);
           while (!best || *best > proven_below) {

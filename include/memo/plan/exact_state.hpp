@@ -91,8 +91,9 @@ struct search_workspace {
 };
 
 /// How buffers are ranked: by the heaviest load they take part in
-/// ("total"), by lifetime ("width"), by size * lifetime ("area"), or by
-/// start time (bottom-left filling). `perturbed` is total_width_area with
+/// ("total"), by lifetime ("width"), by size * lifetime ("area"), by
+/// start time (bottom-left filling), by end time (bottom-right), or by
+/// size, then lifetime. `perturbed` is total_width_area with
 /// the load term scaled by a pseudo-random factor in [0.75, 1.25) drawn
 /// from `seed` (equal for identical buffers), `perturbed_start` is
 /// bottom-left with the area term scaled by one in [0.5, 1.5), and
@@ -103,6 +104,8 @@ enum class search_ranking {
   width_area_total,
   total_area_width,
   start_size,
+  end_size,
+  size_width,
   perturbed,
   perturbed_start,
   shuffled
@@ -151,6 +154,8 @@ inline std::vector<std::uint32_t> rank_buffers(const std::vector<dsa_buffer>& bu
       case search_ranking::width_area_total: return {width(i), area(i), heavy};
       case search_ranking::total_area_width: return {heavy, area(i), width(i)};
       case search_ranking::start_size: return {exact_u64_max - table.first[i], buffers[i].size_bytes, width(i)};
+      case search_ranking::end_size: return {table.last[i], buffers[i].size_bytes, width(i)};
+      case search_ranking::size_width: return {buffers[i].size_bytes, width(i), heavy};
       case search_ranking::perturbed_start: {
         // Bottom-left, with the size term scaled by a pseudo-random factor.
         std::uint64_t h = (seed + 1) * 0xd1b54a32d192ed03ull;

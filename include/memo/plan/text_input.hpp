@@ -153,12 +153,15 @@ inline void check_representable(const dsa_problem& problem, std::string_view sou
 inline std::string shown_path(const std::filesystem::path& path) { return quote(path.string(), 256); }
 
 /// Reads `file` to its end into `text`, refusing more than `limit_bytes`
-/// (`source` names it in the error). `text` is reserved once and never
-/// grows past that: the size of a regular file (refused before any read
-/// when it is over the limit), otherwise the limit plus one byte, of which
-/// only what is read is touched. At most `limit_bytes + 1` bytes are read,
-/// so an endless stream (a pipe, /dev/zero) costs the limit in memory, not
-/// the doubling of a growing string. Read errors name the system's reason.
+/// (`source` names it in the error). A regular file is reserved once at
+/// its size (refused before any read when it is over the limit). A stream
+/// of unknown length (a pipe, /dev/zero) is reserved at the limit plus one
+/// byte, but at most the default limit's (2^30 + 1; only what is read is
+/// touched), and grows geometrically from there up to the limit: so with
+/// the default limit an endless stream costs the limit in memory, not the
+/// doubling of a growing string, and a huge limit is not asked for at
+/// once. At most `limit_bytes + 1` bytes are read. Read errors name the
+/// system's reason.
 inline void read_bounded(std::FILE* file, std::string_view source, std::uint64_t limit_bytes,
                          std::string& text) {
   const auto too_large = [&] {
@@ -169,7 +172,7 @@ inline void read_bounded(std::FILE* file, std::string_view source, std::uint64_t
   // One more than the limit is read to tell "exactly the limit" from "more".
   const std::uint64_t wanted = limit_bytes == std::numeric_limits<std::uint64_t>::max() ? limit_bytes : limit_bytes + 1;
   struct stat info {};
-  std::uint64_t reserve = wanted;
+  std::uint64_t reserve = std::min<std::uint64_t>(wanted, parse_options{}.max_input_bytes + 1);
   if (::fstat(::fileno(file), &info) == 0 && S_ISREG(info.st_mode)) {
     const auto size = static_cast<std::uint64_t>(info.st_size);
     if (size > limit_bytes) throw too_large();
@@ -183,7 +186,8 @@ inline void read_bounded(std::FILE* file, std::string_view source, std::uint64_t
     const std::size_t got = std::fread(chunk, 1, static_cast<std::size_t>(room), file);
     if (got == 0) break;
     if (text.size() + got > text.capacity()) {
-      // Only a regular file that grew while read gets here: grow to the limit at most.
+      // A stream past the first reservation, or a regular file that grew
+      // while read: double, up to the limit.
       const std::uint64_t doubled = std::min<std::uint64_t>(wanted, 2 * static_cast<std::uint64_t>(text.capacity()));
       text.reserve(static_cast<std::size_t>(std::max<std::uint64_t>(doubled, text.size() + got)));
     }
