@@ -46,8 +46,19 @@
 // bi-level plan of the step's trace (every buffer outside the blocks, the
 // skeletal tensors of the stage's layers, the attention's workspace and
 // state, and one recorded block backward per subsequence and layer), and
-// replayed every step: a step allocates nothing. Skeletal tensors stay on
-// the device (MEMO's skeletal swapping is the single-device model's).
+// replayed every step: a step allocates nothing. Without
+// `subsequence_offload` every skeletal tensor of every local row stays in
+// place on the device for the whole step. With it (SPPO sections 5.1-5.2,
+// swap/subsequence_swapper.hpp) a layer of subsequence j computes into one
+// of two slots of the longest subsequence's rows; after its forward a copy
+// stream sends round(alpha_j n_j) of its rows to pinned host memory and
+// keeps the rest in a device store, while the next layer computes; before
+// its backward the slot is refilled (the next layer's refill runs behind
+// this layer's backward). K/V stay on the device in the attention's state
+// (the first level). The slots and the kept rows are outside buffers of
+// the plan, so the device holds 2 n_max + layers x sum_j (n_j - o_j)
+// skeletal rows instead of layers x sum_j n_j; losses and gradients are
+// the same bits.
 //
 // Errors. Every shape that does not split (ranks, heads, layers, context,
 // chunks, subsequences) is a memo::error raised on every rank before any
