@@ -320,7 +320,8 @@ offload_row offload_memory(const model_shape& m, offload_row row) {
         if (!on) return;
         row.host_bytes = model.skeletal_host_bytes();
         double bytes_per_row = 0;
-        for (const auto& t : memo::gpt2_skeletal_layout(m.config, 1).tensors()) bytes_per_row += static_cast<double>(t.bytes_per_token);
+        const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(m.config, 1);
+        for (const auto& t : layout.tensors()) bytes_per_row += static_cast<double>(t.bytes_per_token);
         const double layers = static_cast<double>(model.shape().stage_layers);
         double all = 0, kept = 0, longest = 0, offloaded = 0;
         for (int j = 0; j < row.subsequences; ++j) {

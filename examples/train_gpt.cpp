@@ -573,7 +573,8 @@ std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo:
       rows += r1 - r0;
     }
     // Every skeletal tensor may go (the attention keeps its own K/V).
-    for (const auto& t : memo::gpt2_skeletal_layout(config, 1).tensors()) problem.other_bytes_per_token += t.bytes_per_token;
+    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(config, 1);
+    for (const auto& t : layout.tensors()) problem.other_bytes_per_token += t.bytes_per_token;
     problem.layers = static_cast<int>(shape.stage_layers);
     const memo::transformer_layer mean = memo::gpt2_transformer_layer(config, std::max<std::int64_t>(1, rows / shape.subsequences));
     problem.compute_seconds = profile.compute_seconds(memo::gpt_layer_cost_of(mean).forward_flops);

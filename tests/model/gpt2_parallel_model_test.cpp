@@ -311,7 +311,8 @@ namespace {
 /// fch_gelu, four statistics and a log-sum-exp per head).
 std::uint64_t skeletal_row_bytes(const memo::gpt2_config& c) {
   std::uint64_t bytes = 0;
-  for (const auto& t : memo::gpt2_skeletal_layout(c, 1).tensors()) bytes += t.bytes_per_token;
+  const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(c, 1);
+  for (const auto& t : layout.tensors()) bytes += t.bytes_per_token;
   REQUIRE(bytes == 4u * static_cast<std::uint64_t>(16 * c.channels + 4 + c.num_heads));
   return bytes;
 }
@@ -322,7 +323,8 @@ std::uint64_t skeletal_row_bytes(const memo::gpt2_config& c) {
 std::uint64_t aligned_tensor_bytes(const memo::gpt2_config& c, std::int64_t rows, int copies) {
   std::uint64_t end = 0;
   for (int k = 0; k < copies; ++k) {
-    for (const auto& t : memo::gpt2_skeletal_layout(c, rows).tensors()) {
+    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(c, rows);
+    for (const auto& t : layout.tensors()) {
       end = (end + 255) / 256 * 256 + t.bytes();
     }
   }
