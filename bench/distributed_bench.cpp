@@ -313,8 +313,11 @@ offload_row offload_memory(const model_shape& m, offload_row row) {
         memo::gpt2_parallel_options options{.context = m.context, .sequence_parallel = row.sp,
                                             .pipeline_stages = row.pp, .subsequences = row.subsequences,
                                             .attention_chunk = 64};
-        if (on) options.subsequence_offload = std::vector<double>(static_cast<std::size_t>(row.subsequences), row.alpha);
-        memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(backend, comm, m.config, options);
+        if (on) {
+          options.subsequence_offload = std::vector<double>(static_cast<std::size_t>(row.subsequences), row.alpha);
+        }
+        memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(backend, comm, m.config,
+                                                                                      options);
         if (r != 0) return;
         (on ? row.on_bytes : row.off_bytes) = model.activation_bytes();
         if (!on) return;

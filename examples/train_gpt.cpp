@@ -576,13 +576,17 @@ std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo:
     const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(config, 1);
     for (const auto& t : layout.tensors()) problem.other_bytes_per_token += t.bytes_per_token;
     problem.layers = static_cast<int>(shape.stage_layers);
-    const memo::transformer_layer mean = memo::gpt2_transformer_layer(config, std::max<std::int64_t>(1, rows / shape.subsequences));
+    const memo::transformer_layer mean =
+        memo::gpt2_transformer_layer(config, std::max<std::int64_t>(1, rows / shape.subsequences));
     problem.compute_seconds = profile.compute_seconds(memo::gpt_layer_cost_of(mean).forward_flops);
     problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const std::uint64_t host = profile.host_memory_bytes > 0 ? profile.host_memory_bytes
-                               : pages > 0 && page > 0      ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2
-                                                            : std::uint64_t{1} << 32;
+    // An unlimited host backend: the host gets half the machine.
+    std::uint64_t host = profile.host_memory_bytes;
+    if (host == 0) {
+      host = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2
+                                   : std::uint64_t{1} << 32;
+    }
     problem.host_budget_bytes = host / static_cast<std::uint64_t>(world.size());
     alpha = memo::plan_sppo_offload(problem).alpha;
   } catch (const std::exception& e) {
@@ -629,7 +633,9 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
     }
     const memo::gpt2_parallel_shape shape = memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
     // SPPO's offload ratios (the model checks them, naming any bad one).
-    if (o.alpha) parallel.subsequence_offload = std::vector<double>(static_cast<std::size_t>(shape.subsequences), *o.alpha);
+    if (o.alpha) {
+      parallel.subsequence_offload = std::vector<double>(static_cast<std::size_t>(shape.subsequences), *o.alpha);
+    }
     if (!o.alpha_list.empty()) parallel.subsequence_offload = o.alpha_list;
     if (o.alpha_auto) parallel.subsequence_offload = sppo_alpha_auto(config, shape, world);
     if (parallel.subsequence_offload) {

@@ -18,7 +18,8 @@ namespace {
 
 using memo::host_backend;
 using swapper_type = memo::subsequence_swapper<host_backend>;
-using device_bytes = memo::buffer<std::byte, std::remove_reference_t<decltype(std::declval<host_backend&>().device_memory())>>;
+using device_resource = std::remove_reference_t<decltype(std::declval<host_backend&>().device_memory())>;
+using device_bytes = memo::buffer<std::byte, device_resource>;
 
 // Two tensors of the longest subsequence's 4 rows: 8 and 12 bytes a row.
 memo::skeletal_layout layout() {
@@ -94,8 +95,8 @@ TEST_CASE("subsequence_swapper: units out of order and bad ratios are errors") {
                        {kept.data(), kept.size_bytes()});
   CHECK(swapper.host_bytes() == 0);
   CHECK_THROWS_WITH_AS((void)swapper.begin_backward(0, 1), doctest::Contains("out of order"), memo::error);
-  CHECK_THROWS_WITH_AS((void)swapper.begin_forward(0, 1), doctest::Contains("expected the start of the forward of layer 0, subsequence 0"),
-                       memo::error);
+  CHECK_THROWS_WITH_AS((void)swapper.begin_forward(0, 1),
+                       doctest::Contains("expected the start of the forward of layer 0, subsequence 0"), memo::error);
   (void)swapper.begin_forward(0, 0);
   CHECK_THROWS_WITH_AS(swapper.end_forward(0, 1), doctest::Contains("without its begin"), memo::error);
   swapper.abandon();  // the next step starts clean

@@ -61,8 +61,9 @@
 // the same bits.
 //
 // Errors. Every shape that does not split (ranks, heads, layers, context,
-// chunks, subsequences) is a memo::error raised on every rank before any
-// collective, naming the numbers. A rank that fails or leaves mid-step
+// chunks, subsequences) and every offload ratio outside [0, 1] (or a count
+// other than one per subsequence) is a memo::error raised on every rank
+// before any collective, naming the numbers. A rank that fails or leaves mid-step
 // fails its peers' collectives (what the communicator guarantees: the
 // thread communicator within its timeout, MPI by terminating the job); a
 // step that threw is abandoned so the next one starts clean.
@@ -150,16 +151,18 @@ struct gpt2_distributed_block_attention {
     const std::int64_t C = atty.extent(1);
     const gpt2_matrix x = qkv.slice(r0, n), o = atty.slice(r0, n);
     using detail::split_heads;
-    attention->forward_queries(on, {first_row + r0, first_row + r0 + n}, split_heads(x, 0, C, heads), split_heads(x, C, C, heads),
-                               split_heads(x, 2 * C, C, heads), split_heads(o, 0, C, heads), lse);
+    attention->forward_queries(on, {first_row + r0, first_row + r0 + n}, split_heads(x, 0, C, heads),
+                               split_heads(x, C, C, heads), split_heads(x, 2 * C, C, heads),
+                               split_heads(o, 0, C, heads), lse);
   }
   void backward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix datty, gpt2_matrix lse,
                 gpt2_matrix dqkv, std::int64_t r0, std::int64_t n) const {
     const std::int64_t C = atty.extent(1);
     const gpt2_matrix x = qkv.slice(r0, n), o = atty.slice(r0, n);
     using detail::split_heads;
-    attention->backward_queries(on, {first_row + r0, first_row + r0 + n}, split_heads(x, 0, C, heads), split_heads(x, C, C, heads),
-                                split_heads(x, 2 * C, C, heads), split_heads(o, 0, C, heads),
+    attention->backward_queries(on, {first_row + r0, first_row + r0 + n}, split_heads(x, 0, C, heads),
+                                split_heads(x, C, C, heads), split_heads(x, 2 * C, C, heads),
+                                split_heads(o, 0, C, heads),
                                 split_heads(datty, 0, C, heads), lse, split_heads(dqkv, 0, C, heads),
                                 split_heads(dqkv, C, C, heads), split_heads(dqkv, 2 * C, C, heads));
   }

@@ -536,13 +536,13 @@ class distributed_attention {
   /// The run's columns of lse, given whole ([Hr, T]) or as the run's ([Hr, run tokens]).
   template <class T>
   [[nodiscard]] tensor_view<T, 2> lse_of_run(const tensor_view<T, 2>& lse, const run& r) const {
-    expects(lse.data() != nullptr && lse.extent(0) == Hr_ && (lse.extent(1) == shape_.tokens || lse.extent(1) == r.tokens),
-            [&] {
-              return "distributed attention: lse must be a [" + std::to_string(Hr_) + ", " +
-                     std::to_string(shape_.tokens) + "] view (this rank's heads, the whole sequence) or a [" +
-                     std::to_string(Hr_) + ", " + std::to_string(r.tokens) + "] view of the run's tokens";
-            });
-    return lse.extent(1) == shape_.tokens ? lse_columns(lse, r.first, r.tokens) : lse;
+    const bool whole = lse.extent(1) == shape_.tokens, of_run = lse.extent(1) == r.tokens;
+    expects(lse.data() != nullptr && lse.extent(0) == Hr_ && (whole || of_run), [&] {
+      return "distributed attention: lse must be a [" + std::to_string(Hr_) + ", " + std::to_string(shape_.tokens) +
+             "] view (this rank's heads, the whole sequence) or a [" + std::to_string(Hr_) + ", " +
+             std::to_string(r.tokens) + "] view of the run's tokens";
+    });
+    return whole ? lse_columns(lse, r.first, r.tokens) : lse;
   }
 
   void copy(stream_type& on, tensor_view<float, 2> out, tensor_view<const float, 2> in, bool accumulate = false) {
