@@ -41,10 +41,19 @@
 // SP 2 with the attention's all-to-alls all before and after its compute
 // instead of group by group behind it (the same values), interleaved with
 // the others: the overlap's effect.
+// Memory of SPPO's subsequence offload (the same model with 8 layers, 4 per
+// stage, pipelined settings, built without stepping): rank 0's activation
+// bytes (planned
+// arena) without offload and with the offload ratios alpha_j all 1 and
+// all 0.5, the measured drop beside the formula's, layers x sum_j n_j -
+// 2 n_max - layers x sum_j (n_j - round(alpha_j n_j)) rows of the
+// skeletal tensors' bytes per row (alignment padding aside), and the
+// pinned host bytes beside layers x sum_j round(alpha_j n_j) rows.
 //
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/thread_communicator.hpp>
+#include <memo/core/bytes.hpp>
 #include <memo/core/device_profile.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
@@ -58,6 +67,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -282,6 +292,55 @@ std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
   return rows;
 }
 
+struct offload_row {
+  const char* name;
+  int sp, pp, subsequences;
+  double alpha;
+  std::uint64_t off_bytes = 0, on_bytes = 0, host_bytes = 0;
+  double predicted_drop = 0, predicted_host = 0;
+};
+
+/// Rank 0's activation bytes without and with offload ratio `alpha` on
+/// every subsequence, its pinned skeletal bytes, and the formula's figures.
+offload_row offload_memory(const model_shape& m, offload_row row) {
+  for (const bool on : {false, true}) {
+    const int P = row.sp * row.pp;
+    auto comms = memo::thread_communicator::create_group(P);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < P; ++r) {
+      threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+        memo::host_backend backend(one_thread());
+        memo::gpt2_parallel_options options{.context = m.context, .sequence_parallel = row.sp,
+                                            .pipeline_stages = row.pp, .subsequences = row.subsequences,
+                                            .attention_chunk = 64};
+        if (on) {
+          options.subsequence_offload = std::vector<double>(static_cast<std::size_t>(row.subsequences), row.alpha);
+        }
+        memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(backend, comm, m.config,
+                                                                                      options);
+        if (r != 0) return;
+        (on ? row.on_bytes : row.off_bytes) = model.activation_bytes();
+        if (!on) return;
+        row.host_bytes = model.skeletal_host_bytes();
+        double bytes_per_row = 0;
+        const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(m.config, 1);
+        for (const auto& t : layout.tensors()) bytes_per_row += static_cast<double>(t.bytes_per_token);
+        const double layers = static_cast<double>(model.shape().stage_layers);
+        double all = 0, kept = 0, longest = 0, offloaded = 0;
+        for (int j = 0; j < row.subsequences; ++j) {
+          const auto [r0, r1] = model.shape().rows(j);
+          const auto n = static_cast<double>(r1 - r0), o = std::round(row.alpha * n);
+          all += n, kept += n - o, offloaded += o, longest = std::max(longest, n);
+        }
+        row.predicted_drop = (layers * all - 2 * longest - layers * kept) * bytes_per_row;
+        row.predicted_host = layers * offloaded * bytes_per_row;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  return row;
+}
+
 struct rank_result {
   int ranks = 1;
   std::vector<double> seconds, speedup, comm_share;
@@ -333,6 +392,13 @@ int main(int argc, char** argv) {
   const model_shape model = quick ? model_shape{{256, 64, 64, 2, 4, 64}, 256, 2}
                                   : model_shape{{1024, 256, 256, 2, 4, 128}, 1024, 2};
   const std::vector<model_row> model_results = model_rows(model, quick ? 2 : rounds, cores);
+  model_shape deeper = model;
+  deeper.config.num_layers = 8;
+  std::vector<offload_row> offload_rows;
+  for (const double alpha : {1.0, 0.5}) {
+    offload_rows.push_back(offload_memory(deeper, {"PP 2, N 4", 1, 2, 4, alpha}));
+    offload_rows.push_back(offload_memory(deeper, {"SP 2 x PP 2, N 4", 2, 2, 4, alpha}));
+  }
 
   // SPPO: Table 4's settings (SPPO's SP, PP, N), uniform subsequences
   // (FLOPs-balanced partition), forward 1, backward 2 time units.
@@ -413,6 +479,18 @@ int main(int argc, char** argv) {
       out.end_object();
     }
     out.end_array().end_object();
+    out.key("subsequence_offload").begin_object().field("layers", deeper.config.num_layers);
+    out.key("settings").begin_array();
+    for (const auto& r : offload_rows) {
+      out.begin_object().field("setting", r.name).field("sp", r.sp).field("pp", r.pp);
+      out.field("subsequences", r.subsequences).field("alpha", r.alpha);
+      out.field("activation_bytes_off", r.off_bytes).field("activation_bytes_on", r.on_bytes);
+      out.field("drop_bytes", static_cast<std::int64_t>(r.off_bytes) - static_cast<std::int64_t>(r.on_bytes));
+      out.field("drop_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_drop)));
+      out.field("host_bytes", r.host_bytes);
+      out.field("host_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_host))).end_object();
+    }
+    out.end_array().end_object();
     out.key("sppo").begin_array();
     for (const auto& r : rows) {
       out.begin_object().field("model", r.s.model).field("gpus", r.s.gpus).field("sp", r.s.sp).field("pp", r.s.pp);
@@ -460,6 +538,16 @@ int main(int argc, char** argv) {
                 memo::spread_of(r.predicted_obtained).median, memo::spread_of(r.cores_used).median, r.bubble,
                 c.median, c.min, c.max,
                 static_cast<double>(r.rank_peak_bytes) / static_cast<double>(r.single_peak_bytes));
+  }
+  std::printf("SPPO subsequence offload, rank 0's activation bytes (L %d, C %d, T %lld; alpha_j on every "
+              "subsequence):\n",
+              deeper.config.num_layers, deeper.config.channels, static_cast<long long>(deeper.context));
+  for (const auto& r : offload_rows) {
+    const double kib = 1024.0, drop = static_cast<double>(r.off_bytes) - static_cast<double>(r.on_bytes);
+    std::printf("  %-18s alpha %.2f: %.1f KiB off, %.1f KiB on; drop %+.1f KiB (formula %+.1f KiB); pinned host "
+                "%.1f KiB (formula %.1f KiB)\n",
+                r.name, r.alpha, static_cast<double>(r.off_bytes) / kib, static_cast<double>(r.on_bytes) / kib,
+                drop / kib, r.predicted_drop / kib, static_cast<double>(r.host_bytes) / kib, r.predicted_host / kib);
   }
   std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
   for (const auto& r : rows) {

@@ -25,7 +25,12 @@
 // Across ranks (mpirun -np P train_gpt --sp S --pp Q, P = S x Q) it trains
 // the same model with FPDT sequence parallelism over S ranks per stage and
 // SPPO pipeline stages (memo/model/gpt2_parallel_training.hpp); the losses
-// equal the single-rank run's for the same seed and data.
+// equal the single-rank run's for the same seed and data. There --alpha
+// gives SPPO's offload ratio of every subsequence (X), one per subsequence
+// (a0,a1,...), or `auto` (SPPO section 5.2: each subsequence offloads what
+// its neighbour's compute hides, from this machine's measured profile):
+// that share of each subsequence's skeletal rows goes to host memory
+// between its forward and its backward, the rest stays on the device.
 //
 // smoke-args: --steps 3 --context 32
 #include <memo/backend/host_backend.hpp>
@@ -45,6 +50,7 @@
 #include <memo/plan/text_input.hpp>
 #include <memo/schedule/memo_step.hpp>
 #if MEMO_HAS_LPSOLVE
+#include <memo/pipeline/sppo_offload.hpp>
 #include <memo/swap/alpha_solver.hpp>
 #endif
 #if MEMO_HAS_MPI
@@ -77,7 +83,7 @@ constexpr const char* usage =
     "                 [--attention-chunk N] [--steps N] [--lr X] [--weight-decay X]\n"
     "                 [--init-std X] [--seed N] [--task recall|copy] [--keys K]\n"
     "                 [--values V] [--copy-vocab N] [--data FILE] [--checkpoint-in FILE]\n"
-    "                 [--checkpoint-out FILE] [--log-every N] [--alpha auto|X]\n"
+    "                 [--checkpoint-out FILE] [--log-every N] [--alpha auto|X|a0,a1,...]\n"
     "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
     "                 [--print-plan] [--json] [--help]\n"
     "                 [--sp S] [--pp Q] [--subsequences N] [--partition balanced|equal]\n"
@@ -97,7 +103,9 @@ constexpr const char* usage =
     "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
     "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
     "tokens (default: the largest power of two up to 64 that fits); a rank that waits\n"
-    "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job.\n";
+    "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job.\n"
+    "Across ranks --alpha is SPPO's offload ratio of each subsequence's skeletal rows:\n"
+    "X for all, a0,a1,... one per subsequence, auto from this machine's profile.\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -121,6 +129,7 @@ struct options {
   std::set<std::string, std::less<>> given;  // every option on the command line
   std::optional<double> alpha;  // --alpha X
   bool alpha_auto = false;      // --alpha auto
+  std::vector<double> alpha_list;  // --alpha a0,a1,... (across ranks: one per subsequence)
   bool kv_offload = false;
   std::optional<std::uint64_t> device_budget;
   std::string timeline;
@@ -228,12 +237,22 @@ options parse(int argc, char** argv) {
       o.checkpoint_out = path();
     } else if (arg == "--alpha") {
       const std::string text = value();
+      o.alpha.reset(), o.alpha_auto = false, o.alpha_list.clear();
       if (text == "auto") {
-        o.alpha_auto = true, o.alpha.reset();
+        o.alpha_auto = true;
+      } else if (text.find(',') != std::string::npos) {
+        for (std::size_t begin = 0; begin <= text.size();) {
+          const std::size_t end = std::min(text.find(',', begin), text.size());
+          const std::string item = text.substr(begin, end - begin);
+          const double a = parse_number(arg, item);
+          if (a > 1.0) throw usage_error("--alpha '" + text + "': '" + item + "' is not a number in [0, 1]");
+          o.alpha_list.push_back(a);
+          begin = end + 1;
+        }
       } else {
         const double a = parse_number(arg, text);
         if (a > 1.0) throw usage_error("--alpha '" + text + "' is not 'auto' or a number in [0, 1]");
-        o.alpha = a, o.alpha_auto = false;
+        o.alpha = a;
       }
     } else if (arg == "--kv-offload") {
       const std::string text = value();
@@ -291,6 +310,10 @@ options parse(int argc, char** argv) {
   if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1 && launched_ranks() == 1) {
     refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout"},
            "applies across ranks only: run under mpirun, or add --sp or --pp above 1");
+    if (!o.alpha_list.empty()) {
+      throw usage_error("--alpha with a list gives one offload ratio per subsequence, which applies across ranks "
+                        "only: run under mpirun, or give one --alpha");
+    }
   }
   // An output that is also an input would destroy it (a checkpoint may be
   // rewritten in place: it is read before the new one replaces it).
@@ -529,12 +552,63 @@ class training_data {
 
 bool across_ranks(const options& o) { return o.sp > 0 || o.pp > 0 || launched_ranks() > 1; }
 
+#if MEMO_HAS_MPI
+/// SPPO's offload ratios for `shape` (section 5.2, pipeline/sppo_offload.hpp):
+/// each subsequence offloads what one subsequence's compute hides at this
+/// machine's device-to-host bandwidth, within the host memory. Rank 0
+/// measures its profile and every rank takes its ratios, so all agree (a
+/// failure there hands every rank NaN ratios, which the model refuses on
+/// every rank before any collective; rank 0 prints the cause).
+std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo::gpt2_parallel_shape& shape,
+                                    memo::mpi_communicator& world) {
+#if MEMO_HAS_LPSOLVE
+  std::vector<double> alpha(static_cast<std::size_t>(shape.subsequences), 0.0);
+  if (world.rank() == 0) try {
+    memo::host_backend backend;
+    memo::device_profile profile = memo::measure_host_profile(backend);
+    memo::sppo_offload_problem problem;
+    std::int64_t rows = 0;
+    for (int j = 0; j < shape.subsequences; ++j) {
+      const auto [r0, r1] = shape.rows(j);
+      problem.tokens.push_back(static_cast<std::uint64_t>(r1 - r0));
+      rows += r1 - r0;
+    }
+    // Every skeletal tensor may go (the attention keeps its own K/V).
+    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(config, 1);
+    for (const auto& t : layout.tensors()) problem.other_bytes_per_token += t.bytes_per_token;
+    problem.layers = static_cast<int>(shape.stage_layers);
+    const memo::transformer_layer mean =
+        memo::gpt2_transformer_layer(config, std::max<std::int64_t>(1, rows / shape.subsequences));
+    problem.compute_seconds = profile.compute_seconds(memo::gpt_layer_cost_of(mean).forward_flops);
+    problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    // An unlimited host backend: the host gets half the machine.
+    std::uint64_t host = profile.host_memory_bytes;
+    if (host == 0) {
+      host = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2
+                                   : std::uint64_t{1} << 32;
+    }
+    problem.host_budget_bytes = host / static_cast<std::uint64_t>(world.size());
+    alpha = memo::plan_sppo_offload(problem).alpha;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: rank 0: --alpha auto: %s\n", e.what());
+    alpha.assign(alpha.size(), std::numeric_limits<double>::quiet_NaN());
+  }
+  MPI_Bcast(alpha.data(), static_cast<int>(alpha.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return alpha;
+#else
+  (void)config, (void)shape, (void)world;
+  throw memo::error("--alpha auto needs SPPO's offload LP, which needs lp_solve (memo::lpsolve); give --alpha X");
+#endif
+}
+#endif
+
 /// train_gpt under mpirun: every rank reads the same data and trains its
 /// part of the model (memo/model/gpt2_parallel_training.hpp).
 int run_across_ranks(const options& o, const memo::gpt2_config& config, training_data& data,
                      const std::optional<memo::gpt2_checkpoint>& checkpoint, double init_std) {
-  if (o.alpha || o.alpha_auto || o.device_budget || !o.timeline.empty() || o.print_plan) {
-    throw usage_error("--alpha, --device-budget, --timeline and --print-plan are single-rank options; "
+  if (o.device_budget || !o.timeline.empty() || o.print_plan) {
+    throw usage_error("--device-budget, --timeline and --print-plan are single-rank options; "
                       "drop them with --sp/--pp");
   }
 #if MEMO_HAS_MPI
@@ -558,7 +632,22 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
       throw memo::error("--sp " + std::to_string(sp) + " --pp " + std::to_string(pp) + " need " +
                         std::to_string(sp * pp) + " ranks: start them with mpirun -np " + std::to_string(sp * pp));
     }
-    (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+    const memo::gpt2_parallel_shape shape = memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+    // SPPO's offload ratios (the model checks them, naming any bad one).
+    if (o.alpha) {
+      parallel.subsequence_offload = std::vector<double>(static_cast<std::size_t>(shape.subsequences), *o.alpha);
+    }
+    if (!o.alpha_list.empty()) parallel.subsequence_offload = o.alpha_list;
+    if (o.alpha_auto) parallel.subsequence_offload = sppo_alpha_auto(config, shape, world);
+    if (parallel.subsequence_offload) {
+      (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
+      if (world.rank() == 0 && !o.json) {
+        std::string ratios;
+        for (const double a : *parallel.subsequence_offload) ratios += (ratios.empty() ? "" : " ") + std::to_string(a);
+        std::printf("SPPO offload ratios per subsequence: {%s} (%s)\n", ratios.c_str(),
+                    o.alpha_auto ? "auto: SPPO section 5.2 on rank 0's measured profile" : "given");
+      }
+    }
   } catch (const memo::error& e) {
     std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
     std::fflush(stderr);

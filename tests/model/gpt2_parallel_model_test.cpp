@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -300,5 +301,156 @@ TEST_CASE("gpt2_parallel_model: all-to-alls behind the attention's compute chang
     CHECK(overlapped.losses == serial.losses);
     CHECK(overlapped.gradients == serial.gradients);
     CHECK(overlapped.token_losses == serial.token_losses);
+  }
+}
+
+namespace {
+
+/// Bytes of one row of every skeletal tensor of a block: from the layout,
+/// and by hand (16 C + 4 + NH floats: input, ln1, qkv, atty, res2, ln2, fch,
+/// fch_gelu, four statistics and a log-sum-exp per head).
+std::uint64_t skeletal_row_bytes(const memo::gpt2_config& c) {
+  std::uint64_t bytes = 0;
+  const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(c, 1);
+  for (const auto& t : layout.tensors()) bytes += t.bytes_per_token;
+  REQUIRE(bytes == 4u * static_cast<std::uint64_t>(16 * c.channels + 4 + c.num_heads));
+  return bytes;
+}
+
+/// Bytes of `copies` regions each of `rows` rows of every tensor of the
+/// layout, one after the other, every tensor starting at a multiple of 256
+/// bytes (as tensors are carved on the device).
+std::uint64_t aligned_tensor_bytes(const memo::gpt2_config& c, std::int64_t rows, int copies) {
+  std::uint64_t end = 0;
+  for (int k = 0; k < copies; ++k) {
+    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(c, rows);
+    for (const auto& t : layout.tensors()) {
+      end = (end + 255) / 256 * 256 + t.bytes();
+    }
+  }
+  return end;
+}
+
+struct offload_setting {
+  int sp, pp, subsequences;
+  std::int64_t chunk;
+};
+
+struct rank_memory {
+  std::uint64_t activation_bytes = 0, host_bytes = 0, predicted_host_bytes = 0, predicted_drop = 0;
+};
+
+/// Every rank's activation bytes and skeletal host bytes for `alpha`
+/// (nullopt: no offload), and the formula's predictions for that rank.
+std::vector<rank_memory> offload_memory(const offload_setting& s, const std::optional<std::vector<double>>& alpha) {
+  const int P = s.sp * s.pp;
+  std::vector<rank_memory> out(static_cast<std::size_t>(P));
+  const auto errors = on_ranks(P, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+    parallel m(backend, comm, shape(),
+               {.context = context, .sequence_parallel = s.sp, .pipeline_stages = s.pp,
+                .subsequences = s.subsequences, .layout_chunk = s.chunk, .attention_chunk = s.sp * s.chunk,
+                .loss_chunk = 3, .subsequence_offload = alpha});
+    auto& mine = out[static_cast<std::size_t>(r)];
+    mine.activation_bytes = m.activation_bytes();
+    mine.host_bytes = m.skeletal_host_bytes();
+    if (!alpha) return;
+    // Device: every layer's tensors of every local row, against two slots
+    // of the longest subsequence and layers x sum_j (n_j - o_j) rows.
+    // Host: layers x sum_j o_j rows, o_j = round(alpha_j n_j).
+    const std::int64_t layers = shape().num_layers / s.pp;
+    std::int64_t longest = 0, kept = 0, offloaded = 0;
+    for (int j = 0; j < s.subsequences; ++j) {
+      const auto [r0, r1] = m.shape().rows(j);
+      const std::int64_t n = r1 - r0, o = std::llround((*alpha)[static_cast<std::size_t>(j)] * static_cast<double>(n));
+      longest = std::max(longest, n), kept += n - o, offloaded += o;
+    }
+    // The plan starts every buffer at a multiple of 256 bytes.
+    auto buffer = [](std::uint64_t bytes) { return (bytes + 255) / 256 * 256; };
+    const std::uint64_t row = skeletal_row_bytes(shape());
+    const std::uint64_t before = buffer(aligned_tensor_bytes(shape(), context / s.sp, static_cast<int>(layers)));
+    const std::uint64_t after = buffer(aligned_tensor_bytes(shape(), longest, 2)) +
+                                buffer(static_cast<std::uint64_t>(layers * kept) * row);
+    mine.predicted_drop = before - after;
+    mine.predicted_host_bytes = static_cast<std::uint64_t>(layers * offloaded) * row;
+  });
+  for (const auto& e : errors) REQUIRE(e == "");
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpt2_parallel_model: SPPO subsequence offload gives the same losses and gradients") {
+  const auto params = memo_test::random_parameters(shape(), 3);
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  const offload_setting settings[] = {{1, 2, 4, 4}, {2, 2, 4, 2}, {1, 1, 4, 4}};
+  for (const auto& s : settings) {
+    CAPTURE(s.sp);
+    CAPTURE(s.pp);
+    memo::gpt2_parallel_options options{.context = context,
+                                        .sequence_parallel = s.sp,
+                                        .pipeline_stages = s.pp,
+                                        .subsequences = s.subsequences,
+                                        .layout_chunk = s.chunk,
+                                        .attention_chunk = s.sp * s.chunk,
+                                        .loss_chunk = 3};
+    const result off = parallel_run(options, params, in, tg, 2);
+    const result single = single_run(params, in, tg, 2, s.sp * s.chunk);
+    // Nothing offloaded, everything, and a mix with rows split inside
+    // subsequences (0.3 and 0.55 of their rows round to fractions of them).
+    const std::vector<std::vector<double>> patterns = {
+        {0, 0, 0, 0}, {1, 1, 1, 1}, {1, 0.55, 0.3, 0}, {0.25, 1, 0, 0.7}};
+    for (const auto& alpha : patterns) {
+      CAPTURE(alpha[1]);
+      options.subsequence_offload = alpha;
+      const result on = parallel_run(options, params, in, tg, 2);
+      CHECK(on.losses == off.losses);
+      CHECK(on.token_losses == off.token_losses);
+      CHECK(on.gradients == off.gradients);
+      for (std::size_t k = 0; k < on.losses.size(); ++k) {
+        CHECK(on.losses[k] == doctest::Approx(single.losses[k]).epsilon(1e-6));
+      }
+      CHECK(scaled_error(on.gradients, single.gradients) < 2e-6);
+    }
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: subsequence offload shrinks device memory by the formula's bytes") {
+  const offload_setting settings[] = {{1, 2, 4, 4}, {2, 2, 4, 2}};
+  const std::vector<std::vector<double>> patterns = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 0.55, 0.3, 0}};
+  for (const auto& s : settings) {
+    CAPTURE(s.sp);
+    CAPTURE(s.pp);
+    const auto off = offload_memory(s, std::nullopt);
+    for (const auto& r : off) CHECK(r.host_bytes == 0);
+    for (const auto& alpha : patterns) {
+      CAPTURE(alpha[1]);
+      const auto on = offload_memory(s, alpha);
+      for (std::size_t r = 0; r < on.size(); ++r) {
+        CAPTURE(r);
+        CHECK(off[r].activation_bytes - on[r].activation_bytes == on[r].predicted_drop);
+        CHECK(on[r].host_bytes == on[r].predicted_host_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: bad offload ratios fail on every rank, naming the subsequence and the value") {
+  struct bad {
+    std::vector<double> alpha;
+    const char* message;
+  };
+  const bad cases[] = {
+      {{0, -0.5, 0, 0}, "offload ratio 1 is -0.5"},
+      {{0, 0, 1.5, 0}, "offload ratio 2 is 1.5"},
+      {{std::nan(""), 0, 0, 0}, "offload ratio 0 is nan"},
+      {{0, 0, 0}, "3 offload ratios given for 4 subsequences"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    const auto errors = on_ranks(2, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+      parallel m(backend, comm, shape(),
+                 {.context = context, .pipeline_stages = 2, .subsequences = 4, .subsequence_offload = c.alpha});
+    }, std::chrono::milliseconds(5000));
+    for (const auto& e : errors) CHECK(e.find(c.message) != std::string::npos);
   }
 }

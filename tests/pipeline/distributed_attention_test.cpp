@@ -121,19 +121,23 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
     std::int64_t T, H, K, D, c, chunk;
     std::vector<std::int64_t> runs;  // local chunk boundaries of the runs
     bool keep_state, offload;
+    bool run_lse;  // each run's log-sum-exp in its own [H / P, run tokens] buffer
   };
   const std::vector<config> configs = {
-      {2, 32, 2, 2, 8, 4, 8, {0, 1, 3, 4}, true, false},  // three runs of 1, 2, 1 chunk groups
-      {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false},     // GQA, K/V heads replicated
-      {1, 24, 2, 1, 8, 4, 2, {0, 2, 3, 6}, true, false},  // one rank: runs on the plain attention
-      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, true},        // one run, host K/V, shared state
-      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, false},       // one run, K/V re-sent in the backward
+      {2, 32, 2, 2, 8, 4, 8, {0, 1, 3, 4}, true, false, false},  // three runs of 1, 2, 1 chunk groups
+      {2, 32, 2, 2, 8, 4, 8, {0, 1, 3, 4}, true, false, true},   // the same, a log-sum-exp per run
+      {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false, false},     // GQA, K/V heads replicated
+      {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false, true},
+      {1, 24, 2, 1, 8, 4, 2, {0, 2, 3, 6}, true, false, false},  // one rank: runs on the plain attention
+      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, true, false},        // one run, host K/V, shared state
+      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, false, false},       // one run, K/V re-sent in the backward
   };
   for (const auto& c : configs) {
     CAPTURE(c.P);
     CAPTURE(c.T);
     CAPTURE(c.keep_state);
     CAPTURE(c.offload);
+    CAPTURE(c.run_lse);
     const memo::attention_shape s{.tokens = c.T, .heads = c.H, .kv_heads = c.K, .head_dim = c.D, .chunk = c.chunk};
     const auto in = memo_test::random_inputs(s, 17 + static_cast<unsigned>(c.P + c.T));
     const auto want = memo_test::naive_attention(s, in);
@@ -170,19 +174,25 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
             using E = std::remove_reference_t<decltype(x[0])>;
             return tensor_view<E, 3>(x.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
           };
-          const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {attention.local_heads(), c.T});
+          // The whole sequence's log-sum-exp, or run j's columns at offset
+          // a P (its global tokens) of the same buffer, viewed alone.
+          auto lse_view = [&](std::int64_t a, std::int64_t n) {
+            const std::int64_t Hr = attention.local_heads();
+            if (!c.run_lse) return tensor_view<float, 2>::contiguous(lse.data(), {Hr, c.T});
+            return tensor_view<float, 2>::contiguous(lse.data() + Hr * a * c.P, {Hr, n * c.P});
+          };
           for (std::size_t j = 0; j + 1 < c.runs.size(); ++j) {
             const std::int64_t a = c.runs[j] * c.c, n = (c.runs[j + 1] - c.runs[j]) * c.c;
             attention.forward_queries(stream, {a, a + n}, rows(std::as_const(q), H, a, n),
                                       rows(std::as_const(k), K, a, n), rows(std::as_const(v), K, a, n),
-                                      rows(o, H, a, n), lse_view);
+                                      rows(o, H, a, n), lse_view(a, n));
           }
           for (std::size_t j = c.runs.size() - 1; j-- > 0;) {
             const std::int64_t a = c.runs[j] * c.c, n = (c.runs[j + 1] - c.runs[j]) * c.c;
             attention.backward_queries(stream, {a, a + n}, rows(std::as_const(q), H, a, n),
                                        rows(std::as_const(k), K, a, n), rows(std::as_const(v), K, a, n),
                                        rows(std::as_const(o), H, a, n), rows(std::as_const(dout), H, a, n),
-                                       lse_view, rows(dq, H, a, n), rows(dk, K, a, n), rows(dv, K, a, n));
+                                       lse_view(a, n), rows(dq, H, a, n), rows(dk, K, a, n), rows(dv, K, a, n));
           }
           backend.synchronize(stream);
           layout.unshuffle<float>(o, r, got.o, H * D);
@@ -222,5 +232,8 @@ TEST_CASE("distributed_attention: a second run without keep_state, or a run off 
                        doctest::Contains("does not start at a chunk of the attention (16 tokens)"), memo::error);
   CHECK_THROWS_WITH_AS(odd.forward_queries(stream, {4, 12}, rows(8), rows(8), rows(8), rows(8), lse_view),
                        doctest::Contains("must be whole chunks of 8 rows"), memo::error);
+  const auto short_lse = tensor_view<float, 2>::contiguous(lse.data(), {2, 12});
+  CHECK_THROWS_WITH_AS(odd.forward_queries(stream, {0, 16}, rows(16), rows(16), rows(16), rows(16), short_lse),
+                       doctest::Contains("or a [2, 16] view of the run's tokens"), memo::error);
   backend.synchronize(stream);
 }

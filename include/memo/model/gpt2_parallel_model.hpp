@@ -46,12 +46,24 @@
 // bi-level plan of the step's trace (every buffer outside the blocks, the
 // skeletal tensors of the stage's layers, the attention's workspace and
 // state, and one recorded block backward per subsequence and layer), and
-// replayed every step: a step allocates nothing. Skeletal tensors stay on
-// the device (MEMO's skeletal swapping is the single-device model's).
+// replayed every step: a step allocates nothing. Without
+// `subsequence_offload` every skeletal tensor of every local row stays in
+// place on the device for the whole step. With it (SPPO sections 5.1-5.2,
+// swap/subsequence_swapper.hpp) a layer of subsequence j computes into one
+// of two slots of the longest subsequence's rows; after its forward a copy
+// stream sends round(alpha_j n_j) of its rows to pinned host memory and
+// keeps the rest in a device store, while the next layer computes; before
+// its backward the slot is refilled (the next layer's refill runs behind
+// this layer's backward). K/V stay on the device in the attention's state
+// (the first level). The slots and the kept rows are outside buffers of
+// the plan, so the device holds 2 n_max + layers x sum_j (n_j - o_j)
+// skeletal rows instead of layers x sum_j n_j; losses and gradients are
+// the same bits.
 //
 // Errors. Every shape that does not split (ranks, heads, layers, context,
-// chunks, subsequences) is a memo::error raised on every rank before any
-// collective, naming the numbers. A rank that fails or leaves mid-step
+// chunks, subsequences) and every offload ratio outside [0, 1] (or a count
+// other than one per subsequence) is a memo::error raised on every rank
+// before any collective, naming the numbers. A rank that fails or leaves mid-step
 // fails its peers' collectives (what the communicator guarantees: the
 // thread communicator within its timeout, MPI by terminating the job); a
 // step that threw is abandoned so the next one starts clean.
@@ -94,6 +106,7 @@
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/planned_arena.hpp"
 #include "memo/plan/planned_replay.hpp"
+#include "memo/swap/subsequence_swapper.hpp"
 
 namespace memo {
 
@@ -110,32 +123,46 @@ struct gpt2_parallel_options {
   std::int64_t loss_chunk = 0;      ///< rows of the logits buffer; 0 = min(T / S, 64)
   bool kv_offload = false;          ///< FPDT's host-resident K/V (N = 1 only)
   bool overlap_exchanges = true;    ///< all-to-alls behind the attention (distributed_attention_shape::overlap)
+  /// SPPO's per-subsequence offload ratios alpha_j (section 5.2), one per
+  /// subsequence, each in [0, 1]: round(alpha_j n_j) of subsequence j's n_j
+  /// rows of every skeletal tensor go to pinned host memory between its
+  /// forward and its backward, the rest to a device store
+  /// (swap/subsequence_swapper.hpp). Unset: every skeletal tensor stays in
+  /// place on the device.
+  std::optional<std::vector<double>> subsequence_offload{};
   double plan_time_limit_seconds = 0.1;
 };
 
 /// The distributed attention of one block, as the block calls it
 /// (gpt2_block_attention in gpt2_layer.hpp): the block's q, k, v and
 /// output rows of a run go through the all-to-all of the stage's ranks.
+/// `first_row` is the local row of the activations' row 0: 0 when they
+/// hold every local row (and the log-sum-exp of the whole sequence), the
+/// subsequence's first row when they hold one subsequence (and the
+/// log-sum-exp of its tokens).
 template <class Comm, Backend B>
 struct gpt2_distributed_block_attention {
   distributed_attention<Comm, B>* attention = nullptr;
   std::int64_t heads = 0;
+  std::int64_t first_row = 0;
 
   void forward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix lse, std::int64_t r0,
                std::int64_t n) const {
     const std::int64_t C = atty.extent(1);
     const gpt2_matrix x = qkv.slice(r0, n), o = atty.slice(r0, n);
     using detail::split_heads;
-    attention->forward_queries(on, {r0, r0 + n}, split_heads(x, 0, C, heads), split_heads(x, C, C, heads),
-                               split_heads(x, 2 * C, C, heads), split_heads(o, 0, C, heads), lse);
+    attention->forward_queries(on, {first_row + r0, first_row + r0 + n}, split_heads(x, 0, C, heads),
+                               split_heads(x, C, C, heads), split_heads(x, 2 * C, C, heads),
+                               split_heads(o, 0, C, heads), lse);
   }
   void backward(typename B::stream& on, gpt2_matrix qkv, gpt2_matrix atty, gpt2_matrix datty, gpt2_matrix lse,
                 gpt2_matrix dqkv, std::int64_t r0, std::int64_t n) const {
     const std::int64_t C = atty.extent(1);
     const gpt2_matrix x = qkv.slice(r0, n), o = atty.slice(r0, n);
     using detail::split_heads;
-    attention->backward_queries(on, {r0, r0 + n}, split_heads(x, 0, C, heads), split_heads(x, C, C, heads),
-                                split_heads(x, 2 * C, C, heads), split_heads(o, 0, C, heads),
+    attention->backward_queries(on, {first_row + r0, first_row + r0 + n}, split_heads(x, 0, C, heads),
+                                split_heads(x, C, C, heads), split_heads(x, 2 * C, C, heads),
+                                split_heads(o, 0, C, heads),
                                 split_heads(datty, 0, C, heads), lse, split_heads(dqkv, 0, C, heads),
                                 split_heads(dqkv, C, C, heads), split_heads(dqkv, 2 * C, C, heads));
   }
@@ -149,6 +176,8 @@ struct gpt2_parallel_shape {
   std::int64_t layout_chunk = 0, attention_chunk = 0, mlp_chunk = 0, loss_chunk = 0;
   std::int64_t stage_layers = 0;
   sequence_partition partition;  ///< global tokens of each subsequence
+  /// Rows of each subsequence that leave the device (subsequence_offload).
+  std::optional<subsequence_offload_plan> offload;
 
   /// Checks `options` against `config` for `ranks` ranks; every problem is
   /// a memo::error naming the numbers.
@@ -219,6 +248,12 @@ struct gpt2_parallel_shape {
                                                            static_cast<std::uint64_t>(config.channels)),
                                                  0, static_cast<std::uint64_t>(group))
                       : flops_balanced_partition(T, N, causal_cost_weights{1, 0}, 0, static_cast<std::uint64_t>(group));
+    if (o.subsequence_offload) {
+      std::vector<std::int64_t> rows;
+      for (int j = 0; j < s.subsequences; ++j) rows.push_back(s.rows(j).second - s.rows(j).first);
+      s.offload = subsequence_offload_plan::from_alpha(std::move(rows), *o.subsequence_offload,
+                                                       "gpt2_parallel_model: subsequence_offload");
+    }
     return s;
   }
 
@@ -316,8 +351,30 @@ class gpt2_parallel_model {
   [[nodiscard]] std::size_t activation_bytes() const noexcept { return arena_->peak_bytes() + workspace_.size_bytes(); }
   [[nodiscard]] const bilevel_result& memory_plan() const noexcept { return plan_; }
   [[nodiscard]] const memory_trace& step_trace() const noexcept { return trace_; }
-  /// Pinned host bytes of the host K/V (kv_offload).
-  [[nodiscard]] std::uint64_t host_offload_bytes() const noexcept { return attention_pinned_.size_bytes(); }
+  /// Pinned host bytes of the host K/V (kv_offload) and of the offloaded
+  /// skeletal rows (subsequence_offload).
+  [[nodiscard]] std::uint64_t host_offload_bytes() const noexcept {
+    return attention_pinned_.size_bytes() + skeletal_host_bytes();
+  }
+  /// The offload ratio of each subsequence (empty without subsequence_offload)
+  /// and the rows of each it sends to the host (round(alpha_j n_j)).
+  [[nodiscard]] std::vector<double> subsequence_offload_alpha() const {
+    return shape_.offload ? shape_.offload->alpha : std::vector<double>{};
+  }
+  [[nodiscard]] std::vector<std::int64_t> subsequence_offloaded_rows() const {
+    return shape_.offload ? shape_.offload->offloaded : std::vector<std::int64_t>{};
+  }
+  /// Device bytes of the skeletal tensors in the plan: every layer's of
+  /// every local row, or the two slots and the kept rows.
+  [[nodiscard]] std::uint64_t skeletal_device_bytes() const {
+    std::uint64_t bytes = 0;
+    for (const auto& b : outside_->table()) bytes += b.name == "skeletal" || b.name == "skeletal kept" ? b.bytes : 0;
+    return bytes;
+  }
+  /// Pinned host bytes of the offloaded skeletal rows (subsequence_offload).
+  [[nodiscard]] std::uint64_t skeletal_host_bytes() const noexcept {
+    return swapper_ ? swapper_->host_bytes() : 0;
+  }
   [[nodiscard]] bool kv_offload() const noexcept { return options_.kv_offload; }
   /// The pipeline schedule every stage's program is read from (simulate it
   /// with a device profile for a projection) and this stage's program.
@@ -400,6 +457,7 @@ class gpt2_parallel_model {
   using pinned_longs = buffer<std::int64_t, pinned_resource>;
   using pinned_bytes = buffer<std::byte, pinned_resource>;
   using attention_type = distributed_attention<comm_type, B>;
+  using skeletal_swapper = subsequence_swapper<B>;
 
   [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == shape_.pp - 1; }
@@ -427,17 +485,25 @@ class gpt2_parallel_model {
   /// step's table (gpt2_step_buffers) for this rank's tokens, the head's
   /// only on the last stage, plus the gathered losses and the attention's
   /// workspace and state; all live the whole step (with subsequences the
-  /// head of one runs between the others' blocks).
+  /// head of one runs between the others' blocks). The skeletal tensors
+  /// are every layer's of every local row, or with subsequence offload the
+  /// swapper's two slots ("skeletal") and its kept rows ("skeletal kept").
   [[nodiscard]] std::vector<gpt2_step_buffer> outside_buffers(const distributed_attention_bytes& attention) const {
     const auto layers = static_cast<std::uint64_t>(shape_.stage_layers);
-    region_carver skeletal;
-    const skeletal_layout layout = gpt2_skeletal_layout(config_, shape_.local_tokens);
-    for (std::uint64_t l = 0; l < layers; ++l) {
-      for (const auto& t : layout.tensors()) (void)skeletal.take(static_cast<std::size_t>(t.bytes()), t.name);
+    std::uint64_t skeletal_bytes = 0;
+    if (shape_.offload) {
+      skeletal_bytes = skeletal_swapper::slot_bytes(slot_layout());
+    } else {
+      region_carver skeletal;
+      const skeletal_layout layout = gpt2_skeletal_layout(config_, shape_.local_tokens);
+      for (std::uint64_t l = 0; l < layers; ++l) {
+        for (const auto& t : layout.tensors()) (void)skeletal.take(static_cast<std::size_t>(t.bytes()), t.name);
+      }
+      skeletal_bytes = skeletal.required_bytes();
     }
     std::vector<gpt2_step_buffer> out = gpt2_step_buffers(
         config_, shape_.local_tokens, shape_.loss_chunk,
-        repeated_bytes(attention.attention_device, options_.kv_offload ? layers : 1), skeletal.required_bytes());
+        repeated_bytes(attention.attention_device, options_.kv_offload ? layers : 1), skeletal_bytes);
     if (!last_stage()) {
       std::erase_if(out, [](const gpt2_step_buffer& b) {
         return b.name == "lnf" || b.name == "lnf_mean" || b.name == "lnf_rstd" || b.name == "dlnf" ||
@@ -447,8 +513,19 @@ class gpt2_parallel_model {
     out.push_back({"gathered losses", checked_mul(static_cast<std::uint64_t>(shape_.tokens), sizeof(float))});
     out.push_back({"attention workspace", attention.workspace});
     out.push_back({"attention state", repeated_bytes(attention.state, shape_.subsequences > 1 ? layers : 1)});
+    if (shape_.offload) {
+      // All subsequences' kept rows coexist after the last forward (the
+      // step's peak), so one region for the whole step costs nothing more.
+      const std::uint64_t kept = skeletal_swapper::kept_bytes(slot_layout(), *shape_.offload, shape_.stage_layers);
+      if (kept > 0) out.push_back({"skeletal kept", kept});
+    }
     for (auto& b : out) b.born = gpt2_step_phase::step_begin, b.dies = gpt2_step_phase::step_end;
     return out;
+  }
+
+  /// One layer's skeletal tensors of the longest subsequence (the swapper's slots).
+  [[nodiscard]] skeletal_layout slot_layout() const {
+    return gpt2_skeletal_layout(config_, shape_.offload->max_rows());
   }
 
   /// Bytes of `count` aligned parts of `bytes` each (region_carver's sizing).
@@ -495,6 +572,13 @@ class gpt2_parallel_model {
     replay_.emplace(*arena_);
     outside_.emplace(std::move(outside), *arena_, *replay_);
     bind_views();
+    if (shape_.offload) {
+      std::vector<int> forwards, backwards;
+      for (const sppo_stage_op& op : program_) (op.forward ? forwards : backwards).push_back(op.subsequence);
+      const bool kept = outside_has("skeletal kept");
+      swapper_.emplace(b, *stream_, slot_layout(), *shape_.offload, shape_.stage_layers, forwards, backwards,
+                       region("skeletal"), kept ? region("skeletal kept") : memory_region{});
+    }
     // The attention of every layer over its regions of the arena.
     const auto layers = static_cast<std::size_t>(shape_.stage_layers);
     if (options_.kv_offload) {
@@ -523,6 +607,9 @@ class gpt2_parallel_model {
   }
 
   [[nodiscard]] memory_region region(std::string_view name) const { return outside_->region(name); }
+  [[nodiscard]] bool outside_has(std::string_view name) const {
+    return std::ranges::any_of(outside_->table(), [&](const gpt2_step_buffer& b) { return b.name == name; });
+  }
 
   /// Views of the outside buffers at their planned addresses (the same
   /// every step).
@@ -545,7 +632,9 @@ class gpt2_parallel_model {
                vector("lnf_rstd", Tl), matrix("logits chunk", shape_.loss_chunk, config_.padded_vocab_size),
                losses_, targets_};
     }
-    // The skeletal tensors of every layer of the stage, carved in order.
+    // The skeletal tensors of every layer of the stage, carved in order
+    // (with subsequence offload the swapper hands out slots instead).
+    if (shape_.offload) return;
     region_carver carver(region("skeletal"), "gpt2 parallel skeletal tensors");
     const skeletal_layout layout = gpt2_skeletal_layout(config_, Tl);
     const std::int64_t Hr = config_.num_heads / shape_.sp;
@@ -622,11 +711,38 @@ class gpt2_parallel_model {
   /// Resets a step that threw part-way: drains the stream, returns what the
   /// step held of the plan and rewinds the replay.
   void abandon() noexcept {
+    if (swapper_) swapper_->abandon();
     drain(*backend_, *stream_);  // the error is already on its way to the caller
     outside_->release();
     try {
       replay_->reset();
     } catch (...) {
+    }
+  }
+
+  /// Layer l's skeletal tensors for the forward or backward of subsequence
+  /// j, and the row of `a` where the subsequence starts: its local row in
+  /// the layer's own tensors (every local row), or 0 in the swapper's slot
+  /// (the subsequence's rows only, its log-sum-exp [heads / S, S n]).
+  struct layer_rows {
+    gpt2_layer_activations a;
+    std::int64_t row = 0;
+  };
+  [[nodiscard]] layer_rows begin_layer(std::int64_t l, int j, bool forward) {
+    const auto [r0, r1] = shape_.rows(j);
+    if (!swapper_) return {activations_[static_cast<std::size_t>(l)], r0};
+    const std::int64_t n = r1 - r0;
+    const std::vector<skeletal_slice> slices = forward ? swapper_->begin_forward(l, j) : swapper_->begin_backward(l, j);
+    return {gpt2_layer_activations::from_skeletal(slices, n, config_.channels, config_.num_heads / shape_.sp,
+                                                  shape_.sp * n),
+            0};
+  }
+  void end_layer(std::int64_t l, int j, bool forward) {
+    if (!swapper_) return;
+    if (forward) {
+      swapper_->end_forward(l, j);
+    } else {
+      swapper_->end_backward(l, j);
     }
   }
 
@@ -661,11 +777,13 @@ class gpt2_parallel_model {
           });
         }
         for (std::int64_t l = 0; l < shape_.stage_layers; ++l) {
-          const gpt2_layer_activations& a = activations_[static_cast<std::size_t>(l)];
-          b.copy_async(a.input.slice(r0, n).data(), x.data(), static_cast<std::size_t>(n * C) * sizeof(float),
+          const layer_rows at = begin_layer(l, op.subsequence, true);
+          b.copy_async(at.a.input.slice(at.row, n).data(), x.data(), static_cast<std::size_t>(n * C) * sizeof(float),
                        copy_kind::device_to_device, s);
-          gpt2_distributed_block_attention<comm_type, B> attention{attention_[static_cast<std::size_t>(l)].get(), NH};
-          gpt2_layer_forward(b, s, p_.layer(l), a, x, attention, r0, n);
+          gpt2_distributed_block_attention<comm_type, B> attention{attention_[static_cast<std::size_t>(l)].get(), NH,
+                                                                   r0 - at.row};
+          gpt2_layer_forward(b, s, p_.layer(l), at.a, x, attention, at.row, n);
+          end_layer(l, op.subsequence, true);
         }
         if (op.send_to >= 0) pp_->template send<const float>(b, s, span_of(x), op.send_to);
         continue;
@@ -686,9 +804,12 @@ class gpt2_parallel_model {
       for (std::int64_t l = shape_.stage_layers - 1; l >= 0; --l) {
         const std::string section = section_name(op.subsequence, l);
         mark_section_begin(*replay_, section);
-        gpt2_distributed_block_attention<comm_type, B> attention{attention_[static_cast<std::size_t>(l)].get(), NH};
-        gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), activations_[static_cast<std::size_t>(l)], dx, *replay_,
-                            attention, r0, n, shape_.mlp_chunk);
+        const layer_rows at = begin_layer(l, op.subsequence, false);
+        gpt2_distributed_block_attention<comm_type, B> attention{attention_[static_cast<std::size_t>(l)].get(), NH,
+                                                                 r0 - at.row};
+        gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), at.a, dx, *replay_, attention, at.row, n,
+                            shape_.mlp_chunk);
+        end_layer(l, op.subsequence, false);
         mark_section_end(*replay_, section);
       }
       if (op.send_to >= 0) {
@@ -815,8 +936,9 @@ class gpt2_parallel_model {
   gpt2_matrix residual_{}, dresidual_{};
   gpt2_head_views head_{};
   ops::token_buckets buckets_{};
-  std::vector<gpt2_layer_activations> activations_;           // [stage layers]
+  std::vector<gpt2_layer_activations> activations_;           // [stage layers], without subsequence offload
   std::vector<std::unique_ptr<attention_type>> attention_;    // [stage layers]
+  std::optional<skeletal_swapper> swapper_;                   // with subsequence offload
 };
 
 }  // namespace memo

@@ -154,6 +154,14 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
   }
   if (!run.json) {
     const auto& plan = model.memory_plan();
+    std::string host;
+    if (model.kv_offload()) {
+      host += ", host K/V " + format_bytes(model.host_offload_bytes() - model.skeletal_host_bytes());
+    }
+    if (!model.subsequence_offload_alpha().empty()) {
+      host += "; skeletal tensors " + format_bytes(model.skeletal_device_bytes()) + " on the device, " +
+              format_bytes(model.skeletal_host_bytes()) + " on the host (SPPO offload)";
+    }
     std::fprintf(out,
                  "rank %d (stage %d, sequence-parallel rank %d): layers [%lld, %lld), parameters+gradients+AdamW "
                  "%s, planned arena %s (bi-level peak %s, flat lower bound %s)%s\n",
@@ -162,7 +170,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
                  static_cast<long long>((model.stage() + 1) * shape.stage_layers),
                  format_bytes(model.parameter_state_bytes()).c_str(), format_bytes(model.activation_bytes()).c_str(),
                  format_bytes(plan.plan.peak_bytes).c_str(), format_bytes(plan.flat_lower_bound_bytes).c_str(),
-                 model.kv_offload() ? (", host K/V " + format_bytes(model.host_offload_bytes())).c_str() : "");
+                 host.c_str());
     std::fflush(out);
   }
   backend.device_memory().reset_peak();
@@ -256,6 +264,14 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     j.field("layout_chunk", shape.layout_chunk).field("attention_chunk", shape.attention_chunk);
     j.field("mlp_chunk", shape.mlp_chunk).field("loss_chunk", shape.loss_chunk);
     j.field("kv_offload", model.kv_offload());
+    j.key("subsequence_offload");
+    if (model.subsequence_offload_alpha().empty()) {
+      j.null();
+    } else {
+      j.begin_array();
+      for (const double a : model.subsequence_offload_alpha()) j.value(a);
+      j.end_array();
+    }
     j.field("steps", run.steps).field("lr", run.adamw.learning_rate).field("weight_decay", run.adamw.weight_decay);
     j.field("seed", run.seed).field("init_std", run.init_std).field("seconds", total).field("tokens_per_second", tokens_per_second);
     j.field("loss", losses);

@@ -215,15 +215,17 @@ class distributed_attention {
   /// keys of every token before the run's end. q, k, v and o cover the
   /// run's local rows ([end - begin, heads, D], any row stride, heads
   /// dense); lse is this rank's [H / P, T] log-sum-exp of the whole
-  /// sequence, of which the run's columns are written. A run from token 0
-  /// starts a new sequence.
+  /// sequence, of which the run's columns are written, or [H / P, run
+  /// tokens], the run's columns only (a caller that keeps a run's
+  /// activations apart from the others'). A run from token 0 starts a new
+  /// sequence.
   void forward_queries(stream_type& on, std::pair<std::int64_t, std::int64_t> rows, tensor_view<const float, 3> q,
                        tensor_view<const float, 3> k, tensor_view<const float, 3> v, tensor_view<float, 3> o,
                        tensor_view<float, 2> lse) {
     const run r = checked_run(rows, "forward_queries");
     expect_run_view(q, shape_.heads, r, "q"), expect_run_view(k, shape_.kv_heads, r, "k");
     expect_run_view(v, shape_.kv_heads, r, "v"), expect_run_view(o, shape_.heads, r, "o");
-    expect_lse(lse);
+    const tensor_view<float, 2> run_lse = lse_of_run(lse, r);
     expects(r.first == 0 || shape_.keep_state, [&] {
       return "distributed attention: a run from token " + std::to_string(r.first) +
              " attends to the K/V of earlier runs and carries their dK/dV, which needs keep_state";
@@ -258,7 +260,7 @@ class distributed_attention {
                                   run_view<const float>(parts_.k, Kr_, shape_.tokens),
                                   run_view<const float>(parts_.v, Kr_, shape_.tokens),
                                   rows_view<float>(parts_.o, Hr_, first - r.first, tokens),
-                                  lse_columns(lse, first, tokens));
+                                  lse_columns(run_lse, first - r.first, tokens));
       backend_.record(computed_[j % 2], on);
       backend_.wait(comm, computed_[j % 2]);
       for (std::int64_t i = j; i < last; ++i) {
@@ -271,7 +273,7 @@ class distributed_attention {
   /// The backward of the run of local rows [begin, end): q, k, v, o as the
   /// forward was given them (k and v are read only when neither offload
   /// nor keep_state keeps them), dout [end - begin, H, D], lse as filled by
-  /// the forward; dq, dk, dv of the run's rows are added into (+=). Runs go
+  /// the forward (the whole sequence's or the run's columns); dq, dk, dv of the run's rows are added into (+=). Runs go
   /// backward in reverse order of their forwards.
   void backward_queries(stream_type& on, std::pair<std::int64_t, std::int64_t> rows, tensor_view<const float, 3> q,
                         tensor_view<const float, 3> k, tensor_view<const float, 3> v, tensor_view<const float, 3> o,
@@ -283,7 +285,7 @@ class distributed_attention {
     expect_run_view(dk, shape_.kv_heads, r, "dk"), expect_run_view(dv, shape_.kv_heads, r, "dv");
     const bool resend_kv = !shape_.offload && !shape_.keep_state;
     if (resend_kv) expect_run_view(k, shape_.kv_heads, r, "k"), expect_run_view(v, shape_.kv_heads, r, "v");
-    expect_lse(lse);
+    const tensor_view<const float, 2> run_lse = lse_of_run(lse, r);
     begin_exchange(on);
     for (std::int64_t j = r.g0; j < r.g1; ++j) {
       scatter_heads(*exchange_, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
@@ -293,7 +295,7 @@ class distributed_attention {
         scatter_heads(*exchange_, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, 0, j));
       }
     }
-    run_backward(on, r, dout, lse, dq, dk, dv);
+    run_backward(on, r, dout, run_lse, dq, dk, dv);
   }
 
  private:
@@ -410,7 +412,8 @@ class distributed_attention {
   /// re-sends the caller queued on the exchange stream): dO of the run
   /// sent, the attention's backward, and each group's dQ, dK, dV sent back
   /// and added into dq, dk, dv as soon as the attention's key loop has
-  /// passed it (FPDT Figure 7: while the next key chunk computes).
+  /// passed it (FPDT Figure 7: while the next key chunk computes). lse
+  /// holds the run's columns.
   void run_backward(stream_type& on, const run& r, tensor_view<const float, 3> dout, tensor_view<const float, 2> lse,
                     tensor_view<float, 3> dq, tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
     stream_type& comm = *exchange_;
@@ -441,7 +444,7 @@ class distributed_attention {
                                  run_view<const float>(parts_.k, Kr_, shape_.tokens),
                                  run_view<const float>(parts_.v, Kr_, shape_.tokens),
                                  run_view<const float>(parts_.o, Hr_, r.tokens),
-                                 run_view<const float>(parts_.dout, Hr_, r.tokens), lse_columns(lse, r.first, r.tokens),
+                                 run_view<const float>(parts_.dout, Hr_, r.tokens), lse,
                                  run_view<float>(parts_.dq, Hr_, r.tokens), run_view<float>(parts_.dk, Kr_, shape_.tokens),
                                  run_view<float>(parts_.dv, Kr_, shape_.tokens), send_back);
     send_back(layout_.group_begin(r.g1));  // nothing left when the key loop reached the run's end
@@ -530,11 +533,16 @@ class distributed_attention {
                      "] view of the run's local rows, heads and head_dim dense";
             });
   }
-  void expect_lse(const auto& lse) const {
-    expects(lse.data() != nullptr && lse.extent(0) == Hr_ && lse.extent(1) == shape_.tokens, [&] {
+  /// The run's columns of lse, given whole ([Hr, T]) or as the run's ([Hr, run tokens]).
+  template <class T>
+  [[nodiscard]] tensor_view<T, 2> lse_of_run(const tensor_view<T, 2>& lse, const run& r) const {
+    const bool whole = lse.extent(1) == shape_.tokens, of_run = lse.extent(1) == r.tokens;
+    expects(lse.data() != nullptr && lse.extent(0) == Hr_ && (whole || of_run), [&] {
       return "distributed attention: lse must be a [" + std::to_string(Hr_) + ", " + std::to_string(shape_.tokens) +
-             "] view (this rank's heads, the whole sequence)";
+             "] view (this rank's heads, the whole sequence) or a [" + std::to_string(Hr_) + ", " +
+             std::to_string(r.tokens) + "] view of the run's tokens";
     });
+    return whole ? lse_columns(lse, r.first, r.tokens) : lse;
   }
 
   void copy(stream_type& on, tensor_view<float, 2> out, tensor_view<const float, 2> in, bool accumulate = false) {

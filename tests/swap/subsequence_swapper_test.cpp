@@ -1,0 +1,116 @@
+// Tests of memo/swap/subsequence_swapper.hpp: what a forward writes comes
+// back to its backward through the host and the device store, whichever
+// slot either ran in; the stores are exactly the offloaded and kept rows;
+// units out of order and bad ratios are errors.
+#include "memo/swap/subsequence_swapper.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "memo/backend/buffer.hpp"
+#include "memo/backend/host_backend.hpp"
+
+namespace {
+
+using memo::host_backend;
+using swapper_type = memo::subsequence_swapper<host_backend>;
+using device_resource = std::remove_reference_t<decltype(std::declval<host_backend&>().device_memory())>;
+using device_bytes = memo::buffer<std::byte, device_resource>;
+
+// Two tensors of the longest subsequence's 4 rows: 8 and 12 bytes a row.
+memo::skeletal_layout layout() {
+  return memo::skeletal_layout({{"a", 4, 8, memo::skeletal_policy::offload_fraction},
+                                {"b", 4, 12, memo::skeletal_policy::offload_whole}});
+}
+
+// The byte the forward of (layer, subsequence) writes into tensor t.
+unsigned char pattern(std::int64_t layer, int j, std::size_t t) {
+  return static_cast<unsigned char>(1 + 16 * layer + 4 * j + static_cast<int>(t));
+}
+
+}  // namespace
+
+TEST_CASE("subsequence_swapper: a subsequence's rows come back to its backward through both stores") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  // Subsequences of 4 and 2 rows: half of the first and all of the second
+  // go to the host; two layers.
+  const auto plan = memo::subsequence_offload_plan::from_alpha({4, 2}, {0.5, 1.0}, "test");
+  CHECK(plan.offloaded == std::vector<std::int64_t>{2, 2});
+  CHECK(plan.kept_rows() == 2);
+  const std::int64_t layers = 2;
+  CHECK(swapper_type::host_bytes(layout(), plan, layers) == 2 * (2 + 2) * 20);
+  CHECK(swapper_type::kept_bytes(layout(), plan, layers) == 2 * 2 * 20);
+  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
+  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers));
+  swapper_type swapper(backend, compute, layout(), plan, layers, {0, 1}, {1, 0},
+                       {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  CHECK(swapper.host_bytes() == 160);
+  CHECK(swapper.units().size() == 8);
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    for (const int j : {0, 1}) {
+      for (std::int64_t l = 0; l < layers; ++l) {
+        const auto slices = swapper.begin_forward(l, j);
+        for (std::size_t t = 0; t < slices.size(); ++t) {
+          CHECK(slices[t].tokens == static_cast<std::size_t>(plan.rows[static_cast<std::size_t>(j)]));
+          backend.memset_async(slices[t].data, pattern(l, j, t), slices[t].bytes(), compute);
+        }
+        swapper.end_forward(l, j);
+      }
+    }
+    // Every backward unit lands in a slot that another unit used last.
+    for (const int j : {1, 0}) {
+      for (std::int64_t l = layers - 1; l >= 0; --l) {
+        const auto slices = swapper.begin_backward(l, j);
+        for (std::size_t t = 0; t < slices.size(); ++t) {
+          std::vector<unsigned char> back(slices[t].bytes());
+          backend.copy_async(back.data(), slices[t].data, back.size(), memo::copy_kind::device_to_host, compute);
+          backend.synchronize(compute);
+          CAPTURE(l);
+          CAPTURE(j);
+          CAPTURE(t);
+          CHECK(std::count(back.begin(), back.end(), pattern(l, j, t)) == static_cast<long>(back.size()));
+        }
+        swapper.end_backward(l, j);
+      }
+    }
+  }
+  backend.synchronize(compute);
+  CHECK(swapper.offloaded_bytes() == 2 * 160);
+  CHECK(swapper.prefetched_bytes() == 2 * 160);
+}
+
+TEST_CASE("subsequence_swapper: units out of order and bad ratios are errors") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  const auto plan = memo::subsequence_offload_plan::from_alpha({4, 2}, {0.0, 0.0}, "test");
+  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
+  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, 1));
+  swapper_type swapper(backend, compute, layout(), plan, 1, {0, 1}, {1, 0}, {slots.data(), slots.size_bytes()},
+                       {kept.data(), kept.size_bytes()});
+  CHECK(swapper.host_bytes() == 0);
+  CHECK_THROWS_WITH_AS((void)swapper.begin_backward(0, 1), doctest::Contains("out of order"), memo::error);
+  CHECK_THROWS_WITH_AS((void)swapper.begin_forward(0, 1),
+                       doctest::Contains("expected the start of the forward of layer 0, subsequence 0"), memo::error);
+  (void)swapper.begin_forward(0, 0);
+  CHECK_THROWS_WITH_AS(swapper.end_forward(0, 1), doctest::Contains("without its begin"), memo::error);
+  swapper.abandon();  // the next step starts clean
+  (void)swapper.begin_forward(0, 0);
+  swapper.end_forward(0, 0);
+  swapper.abandon();
+
+  // Rounding: round(alpha n) rows.
+  const auto rounded = memo::subsequence_offload_plan::from_alpha({5, 3, 8}, {0.5, 0.5, 0.3}, "test");
+  CHECK(rounded.offloaded == std::vector<std::int64_t>{3, 2, 2});
+  CHECK_THROWS_WITH_AS(memo::subsequence_offload_plan::from_alpha({4, 4}, {0.5, -1.0}, "who"),
+                       doctest::Contains("who: offload ratio 1 is -1.0"), memo::error);
+  CHECK_THROWS_WITH_AS(memo::subsequence_offload_plan::from_alpha({4, 4}, {std::nan("")}, "who"),
+                       doctest::Contains("who: 1 offload ratios given for 2 subsequences"), memo::error);
+  CHECK_THROWS_WITH_AS(memo::subsequence_offload_plan::from_alpha({4, 4}, {std::nan(""), 0.0}, "who"),
+                       doctest::Contains("offload ratio 0 is nan"), memo::error);
+}
