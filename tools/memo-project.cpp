@@ -221,7 +221,8 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
       .field("capacity", bytes(p.device_capacity)).end_object();
   j.key("step").begin_object().field("seconds", p.step_seconds).field("compute", p.time.compute)
       .field("recompute", p.time.recompute).field("communication", p.time.communication)
-      .field("offload_stall", p.time.offload_stall).field("bubble", p.time.bubble).end_object();
+      .field("offload_stall", p.time.offload_stall).field("bubble", p.time.bubble)
+      .field("pipeline_fill", p.time.pipeline_fill).end_object();
   j.field("host_bytes_per_node", bytes(p.host_per_node)).field("host_capacity_bytes", bytes(p.host_capacity))
       .field("tokens_per_gpu_per_second", p.tokens_per_gpu_per_second).field("mfu", p.mfu).field("hfu", p.hfu)
       .end_object();
@@ -270,9 +271,12 @@ void write_text(const row& r, bool best, bool search, int gpus) {
               d.planned ? "planned" : "caching", gib_text(d.total()).c_str(), gib_text(p.device_capacity).c_str());
   std::printf("    host GiB per node: %s of %s\n", gib_text(p.host_per_node).c_str(), gib_text(p.host_capacity).c_str());
   std::printf("    step %.2f s: compute %.2f, recompute %.2f, exposed communication %.2f, offload stall %.2f, "
-              "bubble %.2f\n",
+              "bubble %.2f",
               p.step_seconds, p.time.compute, p.time.recompute, p.time.communication, p.time.offload_stall,
               p.time.bubble);
+  // Only FPDT has a chunk pipeline; other strategies keep their line as it was.
+  if (p.time.pipeline_fill > 0) std::printf(", pipeline fill and drain %.2f", p.time.pipeline_fill);
+  std::printf("\n");
   std::printf("    %.0f tokens/GPU/s, MFU %.2f%%, HFU %.2f%%%s\n", p.tokens_per_gpu_per_second, 100 * p.mfu,
               100 * p.hfu, p.link_bound() ? "; the host link is the bottleneck (offload outlasts compute)" : "");
   if (!p.shortfalls.empty()) {

@@ -64,6 +64,61 @@ TEST_CASE("ulysses: FPDT's chunks by hand") {
   CHECK(slow.link_bound());
 }
 
+TEST_CASE("ulysses: FPDT's pipeline fill and drain by hand") {
+  // s = 64 over SP 2 in chunks of 16 (u = 4): a chunk is [16, 8 / 2] per rank
+  // for q, o and dout, and [16, 8 / 2] for k and v (kv = h without GQA).
+  // Per layer, in bf16 bytes:
+  //   forward    write back the last q, k, v:      16 x (8 + 2 x 8) / 2 x 2 = 384
+  //   recompute  fetch the first input chunk:       16 x 8 / 2 x 2           = 128
+  //              write back the last q, k, v:                                  384
+  //   backward   fetch chunk 0's q, k, v, o, dout:  16 x (3 x 8 + 2 x 8) / 2 x 2 = 640
+  // 1536 B per layer, 4 layers, at 100 B/s.
+  const auto slow = mp::detail::ulysses(mp::strategy::fpdt, tiny, tiny_cluster(100), 64, 2, 16);
+  CHECK(slow.time.pipeline_fill == doctest::Approx(4 * (384 + 128 + 384 + 640) / 100.0));
+  // It is on the critical path, and not a shortage of link bandwidth: the
+  // step is the sum of its parts, and a link that hides every steady-state
+  // fetch (1e12 B/s) still pays the fill and drain, without being the bottleneck.
+  CHECK(slow.step_seconds == doctest::Approx(slow.time.compute + slow.time.recompute + slow.time.communication +
+                                             slow.time.offload_stall + slow.time.pipeline_fill));
+  const auto fast = mp::detail::ulysses(mp::strategy::fpdt, tiny, tiny_cluster(), 64, 2, 16);
+  CHECK(fast.time.pipeline_fill == doctest::Approx(4 * 1536 / 1e12));
+  CHECK_FALSE(fast.link_bound());
+  // One chunk (u = 1) is no pipeline: the whole chunk's transfers are exposed.
+  const auto whole = mp::detail::ulysses(mp::strategy::fpdt, tiny, tiny_cluster(100), 64, 2, 64);
+  CHECK(whole.time.pipeline_fill == doctest::Approx(4 * 4 * 1536 / 100.0));
+  CHECK(whole.time.offload_stall == 0);  // no pairs of chunks
+  // Ulysses without chunks has no pipeline to fill.
+  CHECK(mp::detail::ulysses(mp::strategy::ulysses_zero3, tiny, tiny_cluster(100), 64, 2, 0).time.pipeline_fill == 0);
+}
+
+TEST_CASE("ulysses: FPDT's fill and drain shrink against the step as the chunks grow in number") {
+  // FPDT's 8B on 4 A100s at SP 4 (Table 1, Table 4), chunks of 64K: the
+  // fill and drain is fixed per layer while the step grows with the pairs of
+  // chunks, 4 chunks at 256K to 32 at 2M.
+  const auto m = mp::parse_model_shape("8b");
+  const mp::cluster c{mp::load_cluster_profile("a100x4"), 4, 4};
+  double previous_share = 1.0, fill_at_256k = 0;
+  for (double s : {262144.0, 524288.0, 1048576.0, 2097152.0}) {
+    const auto r = mp::detail::ulysses(mp::strategy::fpdt, m, c, s, 4, mp::fpdt_default_chunk);
+    const double share = r.time.pipeline_fill / r.step_seconds;
+    CAPTURE(s);
+    CHECK(share > 0);
+    CHECK(share < previous_share);
+    if (fill_at_256k == 0) fill_at_256k = r.time.pipeline_fill;
+    CHECK(r.time.pipeline_fill == doctest::Approx(fill_at_256k));
+    previous_share = share;
+  }
+  // At 256K, written out: chunk tensors of 64K / 4 = 16K tokens per rank,
+  // h = 4096, kv = 1024 (8 of 32 heads), 32 layers, 12 GB/s:
+  // 16384 x (2 (h + 2 kv) + h + (3h + 2kv)) x 2 B = 16384 x 30720 x 2 B per layer.
+  CHECK(fill_at_256k == doctest::Approx(32 * 16384.0 * 30720 * 2 / 12e9));
+  // At one length, smaller chunks (more of them) shrink it in proportion.
+  const auto coarse = mp::detail::ulysses(mp::strategy::fpdt, m, c, 262144, 4, 131072);
+  const auto fine = mp::detail::ulysses(mp::strategy::fpdt, m, c, 262144, 4, 32768);
+  CHECK(fine.time.pipeline_fill == doctest::Approx(coarse.time.pipeline_fill / 4));
+  CHECK(fine.time.pipeline_fill / fine.step_seconds < coarse.time.pipeline_fill / coarse.step_seconds);
+}
+
 TEST_CASE("ulysses: SP divides the heads and the GPUs, data parallel takes the rest") {
   const auto m = mp::parse_model_shape("7b");
   const mp::cluster c{mp::load_cluster_profile("a800"), 64, 8};

@@ -492,7 +492,7 @@ inline std::vector<paper_row> fpdt_rows(bool quick = false) {
   const char* counted_note = "FPDT trains with checkpointing on (5.1); its MFU includes the recomputation";
   rows.push_back(mfu_row("FPDT", "Table 4 (sparsity 0)", "8B, 4 GPUs, FPDT SP4 chunk 64K", "a100x4", 256 * K, 47.6,
                          fpdt_over_all(llama, four, 256 * K),
-                         "5.3: with few chunks (4 at 256K) the first fetch and last compute are exposed",
+                         "counts the recomputation (5.1) and 5.3's fill and drain of 4 chunks; the rest is not explained",
                          flops_counted::with_recomputation));
   rows.push_back(mfu_row("FPDT", "abstract", "8B, 4 GPUs, FPDT SP4 chunk 64K", "a100x4", 2 * M, 55.0,
                          fpdt_over_all(llama, four, 2 * M), counted_note, flops_counted::with_recomputation));

@@ -156,6 +156,10 @@ struct step_breakdown {
   double communication = 0;  ///< collectives not hidden behind compute
   double offload_stall = 0;  ///< host-link transfers not hidden behind compute
   double bubble = 0;         ///< pipeline idle time
+  /// fpdt: the chunk pipeline's fill and drain, host-link transfers before
+  /// a layer's first chunk can compute and after its last one has, which
+  /// no compute overlaps (FPDT 5.3); not a shortage of link bandwidth.
+  double pipeline_fill = 0;
 };
 
 /// A resource a step can run out of. Memory that runs out stops the step;
@@ -300,7 +304,8 @@ inline std::optional<resource> memory_limit(memory_breakdown d, double host_per_
 inline void finish(projection& r, const model_shape& m, const cluster& c, double hardware_flops) {
   r.device_capacity = c.profile.device_memory_bytes;
   r.host_capacity = c.profile.host_memory_bytes;
-  r.step_seconds = r.time.compute + r.time.recompute + r.time.communication + r.time.offload_stall + r.time.bubble;
+  r.step_seconds = r.time.compute + r.time.recompute + r.time.communication + r.time.offload_stall + r.time.bubble +
+                   r.time.pipeline_fill;
   const double gpu_seconds = r.step_seconds * c.gpus;
   r.tokens_per_gpu_per_second = r.sequence * r.chosen.dp / gpu_seconds;
   r.mfu = m.model_flops(r.sequence) * r.chosen.dp / (gpu_seconds * c.profile.peak_flops);

@@ -38,6 +38,26 @@
 // of chunks (i, j < i), the host-to-device fetch of chunk j's k, v
 // (forward and recompute) and of chunk i's q, o and output gradient
 // (backward, FPDT 4.2's inner loop) where it outlasts the pair's attention.
+//
+// Fill and drain (FPDT 5.3: "less chunks means a shorter pipeline, which
+// makes latencies of the first data preparation and the last computation
+// more salient, as they cannot overlap with other operations"). Double
+// buffering hides chunk k+1's transfer behind chunk k's compute, so in each
+// layer's pass the first chunk's fetch and the last chunk's write-back have
+// nothing to hide behind. Per layer, with u = T / (c / SP) chunks of c / SP
+// local tokens (chunk tensors [c, h/SP] after the all-to-all):
+//  forward    fill: none from the host (chunk 0's q, k, v come from its own
+//             projection and all-to-all, which are counted as exposed
+//             above); drain: the last chunk's q, k, v to the host,
+//             c (h + 2 kv) / SP elements.
+//  recompute  fill: the first chunk of the offloaded layer input, c h / SP;
+//             drain: the last chunk's q, k, v again.
+//  backward   fill: chunk 0's q, k, v, o and output gradient, c (3h + 2 kv)
+//             / SP; drain: none (the gradients stay on the device and leave
+//             by the all-to-all, counted above).
+// At the host link's rate. The term is fixed per layer for a given chunk
+// while the step grows with u^2 (the pairs), so it weighs at FPDT Table 4's
+// 4 chunks (256K) and hardly at Table 1's 32 (2M).
 #pragma once
 
 #include <algorithm>
@@ -107,6 +127,13 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
     const double q_fetch = 3 * chunk_tokens * h / sp * bytes_per_element / link;
     r.time.offload_stall = L * pairs * (2 * std::max(0.0, kv_fetch - pair_attention) +
                                         std::max(0.0, q_fetch - attention_backward_factor * pair_attention));
+    // Fill and drain per layer (header comment): forward and recompute
+    // write back the last chunk's q, k, v; the recompute fetches the first
+    // chunk of the layer input and the backward chunk 0's q, k, v, o, dout.
+    const double qkv_write_back = chunk_tokens * (h + 2 * kv) / sp * bytes_per_element / link;
+    const double input_fetch = chunk_tokens * h / sp * bytes_per_element / link;
+    const double backward_fetch = chunk_tokens * (3 * h + 2 * kv) / sp * bytes_per_element / link;
+    r.time.pipeline_fill = L * (2 * qkv_write_back + input_fetch + backward_fetch);
     if (pairs > 0) {
       r.link_needed_bytes_per_second =
           link * std::max(kv_fetch / pair_attention, q_fetch / (attention_backward_factor * pair_attention));
