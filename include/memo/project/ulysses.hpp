@@ -44,8 +44,9 @@
 // more salient, as they cannot overlap with other operations"). Double
 // buffering hides chunk k+1's transfer behind chunk k's compute, so in each
 // layer's pass the first chunk's fetch and the last chunk's write-back have
-// nothing to hide behind. Per layer, with u = T / (c / SP) chunks of c / SP
-// local tokens (chunk tensors [c, h/SP] after the all-to-all):
+// nothing to hide behind. Per layer, with u = T / (c / SP) = s / c chunks of
+// c / SP local tokens (after the all-to-all a chunk's q is [c, h/SP], its k
+// and v [c, kv/SP]), in elements:
 //  forward    fill: none from the host (chunk 0's q, k, v come from its own
 //             projection and all-to-all, which are counted as exposed
 //             above); drain: the last chunk's q, k, v to the host,
