@@ -35,9 +35,11 @@
 // smoke-args: --steps 3 --context 32
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/host_profile.hpp>
+#include <memo/core/atomic_file.hpp>
 #include <memo/core/bytes.hpp>
 #include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
+#include <memo/core/report_output.hpp>
 #include <memo/core/text.hpp>
 #include <memo/model/binary_file.hpp>
 #include <memo/model/builtin_data.hpp>
@@ -319,15 +321,7 @@ options parse(int argc, char** argv) {
   // rewritten in place: it is read before the new one replaces it).
   // A device (such as /dev/null) may be both; a path that cannot be
   // resolved is not claimed to be another.
-  auto same_file = [](const std::string& a, const std::string& b) {
-    if (a.empty() || b.empty()) return false;
-    std::error_code ec;
-    if (std::filesystem::is_character_file(a, ec)) return false;
-    if (std::filesystem::equivalent(a, b, ec)) return true;
-    std::error_code ea, eb;
-    const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
-    return !ea && !eb && ca == cb;
-  };
+  const auto same_file = [](const std::string& a, const std::string& b) { return memo::names_same_file(a, b); };
   const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data}, {"--checkpoint-in", &o.checkpoint_in}};
   for (const auto& [output, out_path] :
        {std::pair{"--checkpoint-out", &o.checkpoint_out}, std::pair{"--timeline", &o.timeline}}) {
@@ -340,6 +334,15 @@ options parse(int argc, char** argv) {
   }
   if (same_file(o.checkpoint_out, o.timeline)) {
     throw usage_error("--checkpoint-out and --timeline name the same file '" + o.timeline + "'");
+  }
+  // With --json stdout holds exactly one JSON object; a file written there
+  // would be mixed into it.
+  for (const auto& [output, path] :
+       {std::pair{"--checkpoint-out", &o.checkpoint_out}, std::pair{"--timeline", &o.timeline}}) {
+    if (o.json && memo::names_standard_output(*path)) {
+      throw usage_error(std::string(output) + " '" + *path +
+                        "' is standard output, where --json prints the run: write the file elsewhere");
+    }
   }
   if (o.data.empty()) {
     // The task's own checks, reported as usage errors.
@@ -923,7 +926,7 @@ int run(const options& o) {
 
 int main(int argc, char** argv) {
   try {
-    return run(parse(argc, argv));
+    return memo::finish_report("train_gpt", run(parse(argc, argv)));
   } catch (const usage_error& e) {
     std::fprintf(stderr, "train_gpt: %s\n%s", e.what(), usage);
     return 2;

@@ -63,7 +63,9 @@
 #include <string_view>
 #include <vector>
 
+#include "memo/core/atomic_file.hpp"
 #include "memo/core/json.hpp"
+#include "memo/core/report_output.hpp"
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/dsa_problem.hpp"
@@ -204,11 +206,7 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.input.empty() && !a.help) throw usage_error("no input trace given");
   // Nothing the user gave is overwritten: the plan and the picture go to
   // files other than the input and other than each other.
-  auto same_file = [](const std::string& x, const std::string& y) {
-    std::error_code ec;
-    if (std::filesystem::equivalent(x, y, ec)) return true;
-    return std::filesystem::path(x).lexically_normal() == std::filesystem::path(y).lexically_normal();
-  };
+  const auto same_file = [](const std::string& x, const std::string& y) { return memo::names_same_file(x, y); };
   if (!a.input.empty()) {
     for (const auto* option : {&a.out, &a.svg}) {
       if (!option->empty() && same_file(*option, a.input)) {
@@ -220,6 +218,14 @@ arguments parse_arguments(int argc, char** argv) {
   if (!a.out.empty() && !a.svg.empty() && same_file(a.out, a.svg)) {
     throw usage_error("--out and --svg name the same file '" + shown_path(a.out) + "'");
   }
+  // With --json stdout holds exactly one JSON object; a file written there
+  // would be mixed into it.
+  for (const auto* option : {&a.out, &a.svg}) {
+    if (a.json && memo::names_standard_output(*option)) {
+      throw usage_error(std::string(option == &a.out ? "--out" : "--svg") + " '" + shown_path(*option) +
+                        "' is standard output, where --json prints its report: write the file elsewhere");
+    }
+  }
   return a;
 }
 
@@ -228,6 +234,7 @@ struct row {
   std::optional<memo::dsa_result> result;
   std::string failure;  // set when the solver raised an error
   std::string skipped;  // set when the solver was not run, and why
+  bool proven_infeasible = false;  // the failure is a proof that the capacity is too small
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -308,6 +315,9 @@ row run(std::string name, Fn&& fn) {
   try {
     r.result = fn();
     r.solver = r.result->solver.empty() ? r.solver : r.result->solver;
+  } catch (const memo::capacity_infeasible& e) {
+    r.failure = e.message();
+    r.proven_infeasible = true;
   } catch (const memo::error& e) {
     r.failure = e.message();
   }
@@ -582,6 +592,12 @@ int plan(const arguments& args, clock_type::time_point started) {
   if (best == nullptr) {
     std::string reasons;
     for (const auto& r : rows) reasons += "\n  " + r.solver + ": " + (r.skipped.empty() ? r.failure : r.skipped);
+    const auto proof = std::find_if(rows.begin(), rows.end(), [](const row& r) { return r.proven_infeasible; });
+    if (proof != rows.end()) {
+      // An answer, not a lack of time: no limit would give a plan.
+      throw memo::error("capacity " + std::to_string(*problem.capacity_bytes) + " bytes is infeasible (proven by " +
+                        proof->solver + "):" + reasons);
+    }
     std::string message = "no solver produced a plan within the time limit of " +
                           seconds_text(args.time_limit_seconds) + ":" + reasons;
     if (heap_failed) {
@@ -749,11 +765,7 @@ int plan(const arguments& args, clock_type::time_point started) {
 // The report itself must reach its reader: a failed write to stdout is an
 // error like a failed write of the plan.
 int finish(int status) {
-  std::cout.flush();
-  if (!std::cout) {
-    std::cerr << "memo-plan: error: writing the report to standard output failed\n";
-    status = 1;
-  }
+  status = memo::finish_report("memo-plan", status);
   if (abandoned_a_solver) {
     std::cerr.flush();
     std::_Exit(status);

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "memo/core/json.hpp"
+#include "memo/core/report_output.hpp"
 #include "memo/project/strategy.hpp"
 
 namespace {
@@ -448,14 +449,7 @@ bool json_requested(int argc, char** argv) {
   return std::find(argv + 1, argv + argc, std::string("--json")) != argv + argc;
 }
 
-int finish(int status) {
-  std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fputs("memo-project: error: writing the report to standard output failed\n", stderr);
-    return 1;
-  }
-  return status;
-}
+int finish(int status) { return memo::finish_report("memo-project", status); }
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include "memo/core/error.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/memory_region.hpp"
+#include "memo/core/report_output.hpp"
 #include "memo/core/spread.hpp"
 #include "memo/core/tensor_view.hpp"
 #include "memo/core/text.hpp"

@@ -1,8 +1,12 @@
 #include "memo/model/binary_file.hpp"
 
+#include "memo/core/atomic_file.hpp"
+
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -197,4 +201,116 @@ TEST_CASE("binary_file: reading names the file, the missing bytes and the offset
   CHECK(contains(no_directory, "No such file or directory"));
   const auto into_directory = error_of([&] { memo::atomic_file_writer w(dir.path()); });
   CHECK(contains(into_directory, "is a directory"));
+}
+
+TEST_CASE("binary_file: a symbolic link is written through and stays a link") {
+  memo_test::scratch_directory dir;
+  memo_test::write_bytes(dir / "target.bin", {1, 2, 3});
+  std::filesystem::create_symlink("target.bin", dir / "link.bin");
+  const auto bytes = pattern(100, 5);
+  memo::atomic_file_writer out(dir / "link.bin");
+  out.write(bytes);
+  out.commit();
+  CHECK(std::filesystem::is_symlink(dir / "link.bin"));
+  CHECK(memo_test::file_bytes(dir / "target.bin") == as_uchar(bytes));
+  auto names = dir.entries();
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"link.bin", "target.bin"});
+}
+
+TEST_CASE("binary_file: the replacement keeps the old file's permissions") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "private.bin";
+  memo_test::write_bytes(path, {1});
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  memo::atomic_file_writer out(path);
+  out.write(pattern(10, 1));
+  out.commit();
+  CHECK(std::filesystem::status(path).permissions() ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  if (::geteuid() != 0) {  // root may write anything, so only a user sees the refusal
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read);
+    CHECK(contains(error_of([&] { memo::atomic_file_writer w(path); }), "cannot replace it"));
+    CHECK(memo_test::file_bytes(path).size() == 10);
+  }
+}
+
+TEST_CASE("binary_file: the longest file name the system allows can be written") {
+  memo_test::scratch_directory dir;
+  const std::string name = std::string(250, 'a') + ".json";
+  memo::atomic_file_writer out(dir / name);
+  out.write(pattern(7, 2));
+  out.commit();
+  CHECK(dir.entries() == std::vector<std::string>{name});
+}
+
+TEST_CASE("binary_file: a name for an open descriptor appends to what it leads to") {
+  memo_test::scratch_directory dir;
+  const auto path = dir / "stream.bin";
+  memo_test::write_bytes(path, {9, 8});
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  struct ::stat before {}, after {};
+  REQUIRE(::stat(path.c_str(), &before) == 0);
+  {
+    memo::atomic_file_writer out("/proc/self/fd/" + std::to_string(fd));
+    out.write(pattern(3, 0));
+    out.commit();
+  }
+  ::close(fd);
+  auto expected = std::vector<unsigned char>{9, 8};
+  for (const auto b : as_uchar(pattern(3, 0))) expected.push_back(b);
+  CHECK(memo_test::file_bytes(path) == expected);
+  REQUIRE(::stat(path.c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);  // written in place, not replaced
+  CHECK(dir.entries() == std::vector<std::string>{"stream.bin"});
+}
+
+TEST_CASE("binary_file: names_same_file sees one file behind different spellings") {
+  memo_test::scratch_directory dir;
+  std::filesystem::create_directory(dir / "sub");
+  // Names not yet created: the same once made absolute and normal.
+  CHECK(memo::names_same_file(dir / "c.bin", dir / "sub" / ".." / "c.bin"));
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  const bool relative = memo::names_same_file("c.bin", "./c.bin") && memo::names_same_file("c.bin", dir / "c.bin") &&
+                        memo::names_same_file("sub/../c.bin", "c.bin") && !memo::names_same_file("c.bin", "d.bin");
+  std::filesystem::current_path(cwd);
+  CHECK(relative);
+  // Existing files: hard and symbolic links are the same file.
+  memo_test::write_bytes(dir / "a.bin", {1});
+  std::filesystem::create_hard_link(dir / "a.bin", dir / "hard.bin");
+  std::filesystem::create_symlink(dir / "a.bin", dir / "soft.bin");
+  CHECK(memo::names_same_file(dir / "hard.bin", dir / "a.bin"));
+  CHECK(memo::names_same_file(dir / "soft.bin", dir / "a.bin"));
+  CHECK_FALSE(memo::names_same_file(dir / "a.bin", dir / "b.bin"));
+  // Devices take any number of outputs; empty names nothing.
+  CHECK_FALSE(memo::names_same_file("/dev/null", "/dev/null"));
+  CHECK_FALSE(memo::names_same_file("", ""));
+}
+
+TEST_CASE("binary_file: names_standard_output finds stdout behind its names, never /dev/null") {
+  memo_test::scratch_directory dir;
+  memo_test::write_bytes(dir / "a.bin", {1});
+  CHECK_FALSE(memo::names_standard_output(dir / "a.bin"));
+  CHECK_FALSE(memo::names_standard_output("/dev/null"));
+  CHECK_FALSE(memo::names_standard_output(""));
+  // Point stdout at a file for a moment: its names, and the file, are stdout.
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  REQUIRE(saved >= 0);
+  const int fd = ::open((dir / "out.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, STDOUT_FILENO);
+  const bool through_proc = memo::names_standard_output("/proc/self/fd/1");
+  const bool through_dev = memo::names_standard_output("/dev/stdout");
+  const bool the_file = memo::names_standard_output(dir / "out.txt");
+  const bool other = memo::names_standard_output(dir / "a.bin");
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ::close(fd);
+  CHECK(through_proc);
+  CHECK(through_dev);
+  CHECK(the_file);
+  CHECK_FALSE(other);
 }

@@ -262,3 +262,22 @@ TEST_CASE("timeline: several timelines share one Chrome trace, one process each"
   CHECK(document["otherData"]["origin"].string() == "measured; " + first.origin());
   CHECK_THROWS_WITH(chrome_trace_json(std::span<const timeline* const>{}), doctest::Contains("no timeline"));
 }
+
+TEST_CASE("timeline: back-to-back ops stay back to back in whole microseconds") {
+  // 210.6 us each: rounding start and duration apart would give [211, 422)
+  // and [421, 632), one op inside the next in a trace viewer.
+  const double us = 1e-6;
+  const std::vector<timeline_op> ops = {{.name = "first", .start_seconds = 210.6 * us, .end_seconds = 421.2 * us},
+                                        {.name = "second", .start_seconds = 421.2 * us, .end_seconds = 631.8 * us}};
+  const timeline t("measured", {"compute"}, ops);
+  const timeline* one[] = {&t};
+  const json_value document = json_reader(chrome_trace_json(one)).document();
+  std::map<std::string, std::pair<double, double>> span;  // name -> (ts, ts + dur)
+  for (const auto& event : document["traceEvents"].array()) {
+    if (event["ph"].string() != "X") continue;
+    span[event["name"].string()] = {event["ts"].number(), event["ts"].number() + event["dur"].number()};
+  }
+  REQUIRE(span.size() == 2);
+  CHECK(span["first"] == std::pair{211.0, 421.0});
+  CHECK(span["second"] == std::pair{421.0, 632.0});
+}

@@ -70,6 +70,13 @@ struct dsa_problem {
   std::optional<std::uint64_t> capacity_bytes;
 };
 
+/// Raised by a solver that proved no plan fits `problem.capacity_bytes`
+/// (an answer, unlike running out of time: a longer limit will not help).
+class capacity_infeasible : public error {
+ public:
+  using error::error;
+};
+
 /// Offsets parallel to `problem.buffers`, and the peak they reach.
 struct dsa_plan {
   std::vector<std::uint64_t> offsets;

@@ -309,13 +309,16 @@ class exact_solver {
       if (problem.capacity_bytes) {
         const std::uint64_t capacity = *problem.capacity_bytes;
         if (!best || *best > capacity) {
-          if (bound > capacity) throw error(capacity_message(capacity, part, bound, true, best));
+          if (bound > capacity) throw capacity_infeasible(capacity_message(capacity, part, bound, true, best));
           const auto found = decide(capacity, deadline);
           if (found == verdict::feasible) {
             take();
           } else {
             if (searches) nodes_ += searches->nodes();
-            throw error(capacity_message(capacity, part, bound, found == verdict::infeasible, best));
+            if (found == verdict::infeasible) {
+              throw capacity_infeasible(capacity_message(capacity, part, bound, true, best));
+            }
+            throw error(capacity_message(capacity, part, bound, false, best));
           }
         }
         proven = proven && *best <= std::max(forced_peak, bound);

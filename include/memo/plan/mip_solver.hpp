@@ -211,10 +211,10 @@ class mip_solver {
       }
       case lp_outcome::infeasible:
         if (has_capacity && capacity < warm_peak) {
-          throw error("capacity " + std::to_string(capacity) +
-                      " bytes is infeasible: the MIP proved that no plan fits (lower bound " +
-                      std::to_string(result.lower_bound_bytes) + " bytes, best greedy plan " +
-                      std::to_string(warm_peak) + " bytes)");
+          throw capacity_infeasible("capacity " + std::to_string(capacity) +
+                                    " bytes is infeasible: the MIP proved that no plan fits (lower bound " +
+                                    std::to_string(result.lower_bound_bytes) + " bytes, best greedy plan " +
+                                    std::to_string(warm_peak) + " bytes)");
         }
         throw error("lp_solve reported the DSA MIP infeasible although the greedy plan of " +
                     std::to_string(warm_peak) + " bytes satisfies it (numerical trouble)");

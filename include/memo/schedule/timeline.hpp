@@ -253,7 +253,10 @@ inline std::string chrome_trace_json(std::span<const timeline* const> timelines)
     for (const auto& op : t.ops()) {
       json.begin_object().field("name", op.name).field("cat", to_string(op.kind)).field("ph", "X");
       json.field("pid", pid).field("tid", op.stream);
-      json.field("ts", microseconds(op.start_seconds)).field("dur", microseconds(op.duration_seconds()));
+      // The end is rounded like the start, so ops back to back on a stream
+      // stay back to back (rounding the duration alone could overlap them).
+      const std::int64_t start = microseconds(op.start_seconds);
+      json.field("ts", start).field("dur", microseconds(op.start_seconds + op.duration_seconds()) - start);
       json.key("args").begin_object().field("stream", t.streams()[op.stream]);
       json.field("stall_us", op.stall_seconds * 1e6);
       if (op.flops > 0.0) json.field("flops", op.flops);
