@@ -103,6 +103,8 @@ TEST_CASE("step_recorder: misuse is an error at the call") {
   CHECK_THROWS_WITH(recorder.finish(), doctest::Contains("'a' was begun but not ended"));
   recorder.end(a, s);
   CHECK_THROWS_WITH(recorder.end(a, s), doctest::Contains("'a' ended twice"));
+  // An ended op's start cannot pass its end.
+  CHECK_THROWS_WITH(recorder.move_begin(a, s), doctest::Contains("cannot move the start of op 'a': it has ended"));
   CHECK_THROWS_WITH(recorder.end(5, s), doctest::Contains("cannot end op 5: 1 begun in this step"));
   (void)recorder.begin("b", 1, op_kind::compute, s, false);
   CHECK_THROWS_WITH(recorder.begin("c", 0, op_kind::compute, s, false),
@@ -110,6 +112,10 @@ TEST_CASE("step_recorder: misuse is an error at the call") {
   recorder.end(1, s);
   recorder.finish();
   CHECK_THROWS_WITH(recorder.begin("late", 0, op_kind::compute, s, false), doctest::Contains("after the step finished"));
+  // A finished step's marks stay where they are.
+  CHECK_THROWS_WITH(recorder.move_end(a, s), doctest::Contains("cannot move the end of op 'a': the step has finished"));
+  CHECK_THROWS_WITH(recorder.move_begin(a, s),
+                    doctest::Contains("cannot move the start of op 'a': the step has finished"));
   backend.synchronize(s);
   CHECK(recorder.last_timeline("x").ops().size() == 2);
   // A new step forgets the last: nothing to read until it finishes.

@@ -6,9 +6,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "memo/backend/buffer.hpp"
@@ -32,7 +35,88 @@ unsigned char pattern(std::int64_t layer, int j, std::size_t t) {
   return static_cast<unsigned char>(1 + 16 * layer + 4 * j + static_cast<int>(t));
 }
 
+// One whole step: every forward writes its pattern, every backward checks
+// it from a task on the compute stream that first sleeps, so a refill or a
+// next forward that did not wait for the compute stream would overwrite
+// the slot before the check reads it.
+void run_step(host_backend& backend, host_backend::stream& compute, swapper_type& swapper,
+              const memo::subsequence_offload_plan& plan, std::int64_t layers, std::vector<int> forwards,
+              std::vector<int> backwards, int& bad_rows) {
+  for (const int j : forwards) {
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const auto slices = swapper.begin_forward(l, j);
+      for (std::size_t t = 0; t < slices.size(); ++t) {
+        backend.memset_async(slices[t].data, pattern(l, j, t), slices[t].bytes(), compute);
+      }
+      swapper.end_forward(l, j);
+    }
+  }
+  for (const int j : backwards) {
+    for (std::int64_t l = layers - 1; l >= 0; --l) {
+      const auto slices = swapper.begin_backward(l, j);
+      for (std::size_t t = 0; t < slices.size(); ++t) {
+        const auto* data = reinterpret_cast<const unsigned char*>(slices[t].data);
+        const std::size_t bytes = slices[t].bytes();
+        const unsigned char expected = pattern(l, j, t);
+        CHECK(slices[t].tokens == static_cast<std::size_t>(plan.rows[static_cast<std::size_t>(j)]));
+        backend.enqueue(compute, [=, &bad_rows](host_backend::native_stream) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          if (std::count(data, data + bytes, expected) != static_cast<long>(bytes)) ++bad_rows;
+        });
+      }
+      swapper.end_backward(l, j);
+    }
+  }
+  backend.synchronize(compute);
+}
+
 }  // namespace
+
+TEST_CASE("subsequence_swapper: a slot is not refilled or rewritten while the compute stream still reads it") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  // Three subsequences, three layers: every slot is reused while the
+  // previous unit's (sleeping) reader is still queued.
+  const auto plan = memo::subsequence_offload_plan::from_alpha({4, 3, 2}, {1.0, 0.5, 0.0}, "test");
+  const std::int64_t layers = 3;
+  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
+  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers));
+  swapper_type swapper(backend, compute, layout(), plan, layers, {0, 1, 2}, {2, 1, 0},
+                       {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  int bad_rows = 0;
+  run_step(backend, compute, swapper, plan, layers, {0, 1, 2}, {2, 1, 0}, bad_rows);
+  CHECK(bad_rows == 0);
+  // Abandoned after part of a step, the next step runs whole and right.
+  (void)swapper.begin_forward(0, 0);
+  swapper.end_forward(0, 0);
+  (void)swapper.begin_forward(1, 0);
+  swapper.abandon();
+  run_step(backend, compute, swapper, plan, layers, {0, 1, 2}, {2, 1, 0}, bad_rows);
+  CHECK(bad_rows == 0);
+  // And after a step abandoned in its backward.
+  run_step(backend, compute, swapper, plan, layers, {0, 1, 2}, {}, bad_rows);
+  swapper.abandon();
+  run_step(backend, compute, swapper, plan, layers, {0, 1, 2}, {2, 1, 0}, bad_rows);
+  CHECK(bad_rows == 0);
+}
+
+TEST_CASE("subsequence_swapper: orders that do not run each subsequence forward and backward once are errors") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  const auto plan = memo::subsequence_offload_plan::from_alpha({4, 2}, {0.5, 0.5}, "test");
+  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
+  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, 1));
+  auto make = [&](std::vector<int> forwards, std::vector<int> backwards) {
+    swapper_type s(backend, compute, layout(), plan, 1, std::move(forwards), std::move(backwards),
+                   {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  };
+  CHECK_THROWS_WITH_AS(make({}, {}), doctest::Contains("no subsequence to run"), memo::error);
+  CHECK_THROWS_WITH_AS(make({0, 0}, {0, 0}), doctest::Contains("appears twice in the forward order"), memo::error);
+  CHECK_THROWS_WITH_AS(make({0, 1}, {0, 0}), doctest::Contains("every forward subsequence exactly once"),
+                       memo::error);
+  CHECK_THROWS_WITH_AS(make({0, 1}, {1}), doctest::Contains("every forward subsequence exactly once"), memo::error);
+  make({1, 0}, {0, 1});  // any permutation is fine
+}
 
 TEST_CASE("subsequence_swapper: a subsequence's rows come back to its backward through both stores") {
   host_backend backend;

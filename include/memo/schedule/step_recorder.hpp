@@ -133,9 +133,13 @@ class step_recorder {
     expects(ended_[index], [&] { return "step_recorder: op '" + ops_[index].name + "' has not ended"; });
     backend_->record(ends_[index], on);
   }
-  /// Moves the start of op `index` to after the work enqueued on `on` so far.
+  /// Moves the start of op `index`, still open, to after the work enqueued
+  /// on `on` so far (its start can never pass its end).
   void move_begin(std::size_t index, stream_type& on) {
     check_op(index, "move the start of");
+    expects(!ended_[index], [&] {
+      return "step_recorder: cannot move the start of op '" + ops_[index].name + "': it has ended";
+    });
     backend_->record(starts_[index], on);
   }
 
@@ -176,6 +180,10 @@ class step_recorder {
     expects(started_ && index < ops_.size(), [&] {
       return std::string("step_recorder: cannot ") + what + " op " + std::to_string(index) + ": " +
              std::to_string(ops_.size()) + " begun in this step";
+    });
+    // A finished step is measured as it stands: its marks no longer move.
+    expects(!complete_, [&] {
+      return std::string("step_recorder: cannot ") + what + " op '" + ops_[index].name + "': the step has finished";
     });
   }
 

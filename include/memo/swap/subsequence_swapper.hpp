@@ -182,6 +182,18 @@ class subsequence_swapper {
       return "subsequence_swapper: the kept region has " + std::to_string(kept.bytes) + " bytes, the plan needs " +
              std::to_string(kept_bytes(layout_, plan_, layers_));
     });
+    // Each subsequence forward once, and backward once: the backward order
+    // is a permutation of the forward order.
+    expects(!forward_order.empty(), "subsequence_swapper: the step has no subsequence to run");
+    {
+      std::vector<int> forwards = forward_order, backwards = backward_order;
+      std::ranges::sort(forwards);
+      std::ranges::sort(backwards);
+      expects(std::ranges::adjacent_find(forwards) == forwards.end(),
+              "subsequence_swapper: a subsequence appears twice in the forward order");
+      expects(forwards == backwards,
+              "subsequence_swapper: the backward order must run every forward subsequence exactly once");
+    }
     auto add_units = [&](const std::vector<int>& order, bool forward) {
       for (const int j : order) {
         expects(j >= 0 && static_cast<std::size_t>(j) < plan_.subsequences(), [&] {

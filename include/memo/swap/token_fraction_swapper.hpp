@@ -383,6 +383,13 @@ class token_fraction_swapper {
   /// slots of layers whose offload did not run hold stale bytes; the next
   /// step's forward overwrites them before any prefetch reads them.
   void abandon_step() {
+    // The protocol's state first: whatever fails below, the next step
+    // starts from layer 0, not "out of order".
+    next_ = 0;
+    in_layer_ = false;
+    shared_holder_.reset();
+    recomputed_layer_.reset();
+    if (recorder_) recorder_->discard();
     std::exception_ptr failure;
     for (auto* stream : {&*offload_, &*prefetch_, compute_}) {
       try {
@@ -396,11 +403,6 @@ class token_fraction_swapper {
       buffers_->refresh_guards(*compute_);
       backend_->synchronize(*compute_);
     }
-    next_ = 0;
-    in_layer_ = false;
-    shared_holder_.reset();
-    recomputed_layer_.reset();
-    if (recorder_) recorder_->discard();
     if (failure) std::rethrow_exception(failure);
   }
 
