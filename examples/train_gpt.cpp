@@ -64,6 +64,7 @@
 #include <algorithm>
 #include <chrono>
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -158,11 +159,13 @@ Int parse_int(std::string_view option, std::string_view text, Int low,
 
 double parse_number(std::string_view option, const std::string& text) {
   char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0.0) {
-    throw usage_error(std::string(option) + " '" + text + "' is not a non-negative number");
+  // strtod would skip leading blanks; a value is the whole token or nothing.
+  const bool blank = !text.empty() && std::isspace(static_cast<unsigned char>(text.front()));
+  const double v = blank ? 0.0 : std::strtod(text.c_str(), &end);
+  if (blank || end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0.0) {
+    throw usage_error(std::string(option) + " '" + memo::detail::quote(text) + "' is not a non-negative number");
   }
-  return v;
+  return v + 0.0;  // -0 is 0
 }
 
 /// The ranks mpirun started this process among (1 without a launcher).
@@ -246,8 +249,15 @@ options parse(int argc, char** argv) {
         for (std::size_t begin = 0; begin <= text.size();) {
           const std::size_t end = std::min(text.find(',', begin), text.size());
           const std::string item = text.substr(begin, end - begin);
-          const double a = parse_number(arg, item);
-          if (a > 1.0) throw usage_error("--alpha '" + text + "': '" + item + "' is not a number in [0, 1]");
+          const std::string where = "--alpha '" + memo::detail::quote(text) + "': ratio " +
+                                    std::to_string(o.alpha_list.size()) + " ('" + memo::detail::quote(item) + "')";
+          double a = 2.0;
+          try {
+            a = parse_number(arg, item);
+          } catch (const usage_error&) {
+            a = 2.0;  // reported below, with its place in the list
+          }
+          if (a > 1.0) throw usage_error(where + " is not a number in [0, 1]");
           o.alpha_list.push_back(a);
           begin = end + 1;
         }
@@ -311,10 +321,10 @@ options parse(int argc, char** argv) {
   if (o.task == builtin_task::recall) refuse({"--copy-vocab"}, "describes the copy task: add --task copy");
   if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1 && launched_ranks() == 1) {
     refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout"},
-           "applies across ranks only: run under mpirun, or add --sp or --pp above 1");
+           "applies across ranks only: start more than one rank (mpirun -np P), or add --sp or --pp above 1");
     if (!o.alpha_list.empty()) {
       throw usage_error("--alpha with a list gives one offload ratio per subsequence, which applies across ranks "
-                        "only: run under mpirun, or give one --alpha");
+                        "only: start more than one rank (mpirun -np P), or give one --alpha");
     }
   }
   // An output that is also an input would destroy it (a checkpoint may be

@@ -91,6 +91,7 @@ struct arguments {
   std::string out;
   std::string svg;
   bool json = false;
+  std::string exact_switch_given;  // the first --no-* switch, if any
   bool help = false;
   memo::exact_options exact;
   std::string input;
@@ -190,6 +191,7 @@ arguments parse_arguments(int argc, char** argv) {
                                              [&](const exact_switch& x) { return arg == x.flag; });
                sw != std::end(exact_switches)) {
       a.exact.*(sw->field) = false;
+      if (a.exact_switch_given.empty()) a.exact_switch_given = arg;
     } else if (!arg.empty() && arg[0] == '-') {
       std::string known;
       if (arg.starts_with("--no-")) {
@@ -204,6 +206,10 @@ arguments parse_arguments(int argc, char** argv) {
     }
   }
   if (a.input.empty() && !a.help) throw usage_error("no input trace given");
+  if (!a.exact_switch_given.empty() && (a.solver == "greedy" || a.solver == "mip")) {
+    throw usage_error(a.exact_switch_given + " tunes the exact search, which --solver " + a.solver +
+                      " does not run (use exact, bilevel or all)");
+  }
   // Nothing the user gave is overwritten: the plan and the picture go to
   // files other than the input and other than each other.
   const auto same_file = [](const std::string& x, const std::string& y) { return memo::names_same_file(x, y); };

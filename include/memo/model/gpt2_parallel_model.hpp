@@ -211,6 +211,11 @@ struct gpt2_parallel_shape {
       return "gpt2_parallel_model: host K/V (kv_offload) needs one subsequence, got " +
              std::to_string(s.subsequences) + " (a pipeline keeps K/V on the device, SPPO section 5)";
     });
+    expects(s.tokens / s.sp >= s.subsequences, [&] {
+      return "gpt2_parallel_model: " + std::to_string(s.subsequences) + " subsequences need at least as many of a " +
+             "rank's tokens, and context " + std::to_string(s.tokens) + " over " + std::to_string(s.sp) +
+             " sequence-parallel ranks gives " + std::to_string(s.tokens / s.sp);
+    });
     s.layout_chunk = o.layout_chunk;
     if (s.layout_chunk == 0) {
       for (std::int64_t c = 64; c >= 1 && s.layout_chunk == 0; c /= 2) {
