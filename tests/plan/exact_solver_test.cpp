@@ -379,6 +379,73 @@ TEST_CASE("exact: perfect packings of a cut rectangle are found by every strateg
   }
 }
 
+TEST_CASE("exact: the section bounds' shortcuts give the tree of the plain evaluation") {
+  // The search sums a section's members per lowest start instead of
+  // sorting them, and takes a section's bounds from the section before when
+  // no unplaced buffer starts or ends between them. Both must leave every
+  // bound as it was: the same search with the plain evaluation
+  // (`use_reference_bounds`) must visit the same number of nodes and end
+  // the same way, with the same plan. Instances: cut rectangles (every
+  // section tight), dense random ones of up to 60 buffers (sections with
+  // many distinct lowest starts), mixed alignments (alignment slots), and
+  // staircases (more than 16 distinct lowest starts in a section, where the
+  // sums give way to a sort), under every strategy, with full and with tiny
+  // section membership.
+  using search = memo::detail::dsa_search;
+  std::mt19937_64 rng(59);
+  const auto far = search::clock::now() + std::chrono::hours(1);
+  const auto strategies = every_strategy();
+  // A staircase: k one-tick buffers of sizes k down to 1, and above them
+  // buffers from each tick to the end, one byte each. Once the steps are
+  // placed, the last tick holds k buffers at k distinct lowest starts.
+  auto staircase = [](std::int64_t k) {
+    std::vector<dsa_buffer> buffers;
+    for (std::int64_t i = 0; i < k; ++i) {
+      buffers.push_back({buffers.size(), static_cast<std::uint64_t>(k - i), i, i + 1, 1});
+      buffers.push_back({buffers.size(), 1, i, k, 1});
+    }
+    return buffers;
+  };
+  std::size_t compared = 0;
+  const int trials = 51;
+  for (int trial = 0; trial < trials; ++trial) {
+    std::vector<dsa_buffer> buffers;
+    switch (trial < 48 ? trial % 3 : 3) {
+      case 0: buffers = cut_rectangle(rng, 10 + static_cast<std::size_t>(trial), 16, 96); break;
+      case 1: buffers = random_buffers(rng, 20 + static_cast<std::size_t>(trial), 8, 50, trial % 2 == 0); break;
+      case 2: buffers = mixed_alignment_buffers(rng, 12 + static_cast<std::size_t>(trial) / 2, 10); break;
+      default: buffers = staircase(17 + (trial - 48) * 4); break;
+    }
+    const auto bound = static_cast<std::uint64_t>(load_bound128(buffers));
+    INFO("trial " << trial << ", " << buffers.size() << " buffers, load bound " << bound);
+    const memo::detail::section_table table(buffers, trial % 4 == 3 ? 5 : 100000);
+    memo::detail::search_workspace work;
+    for (std::size_t k = 0; k < strategies.size(); ++k) {
+      const auto& strategy = strategies[k];
+      const auto ranking = k % 2 == 0 ? search::ranking::shuffled : search::ranking::total_width_area;
+      INFO("strategy " << k);
+      // At the load bound (found on cut rectangles, often exhausted on the
+      // others) and a little above it.
+      for (const std::uint64_t target : {bound, bound + bound / 50}) {
+        search fast(buffers, table, ranking, k, {}, strategy);
+        search plain(buffers, table, ranking, k, {}, strategy);
+        plain.use_reference_bounds(true);
+        const auto a = fast.search(work, target, target, far, 4000);
+        const auto b = plain.search(work, target, target, far, 4000);
+        REQUIRE(a == b);
+        CHECK(fast.nodes() == plain.nodes());
+        ++compared;
+        if (a != search::outcome::found) continue;
+        CHECK(fast.best_offsets() == plain.best_offsets());
+        std::vector<std::uint64_t> offsets(buffers.size());
+        for (std::uint32_t r = 0; r < buffers.size(); ++r) offsets[fast.original_index(r)] = fast.best_offsets()[r];
+        CHECK(independent_peak(buffers, offsets) <= target);
+      }
+    }
+  }
+  CHECK(compared == trials * strategies.size() * 2);
+}
+
 TEST_CASE("exact: the complete searches rank the buffers in distinct orders") {
   // In a perfect packing every buffer's heaviest load is the capacity, so
   // the first two keys (load, lifetime, area / lifetime, area, load) order
