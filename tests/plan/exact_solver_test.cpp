@@ -446,6 +446,51 @@ TEST_CASE("exact: the section bounds' shortcuts give the tree of the plain evalu
   CHECK(compared == trials * strategies.size() * 2);
 }
 
+TEST_CASE("exact: decisions that leave no byte free are exact under any restart share") {
+  // A decision whose target equals every section's live bytes gives the
+  // restarts `perfect_packing_share` times the complete searches' nodes.
+  // Random instances filled up to a flat load with one-tick buffers (the
+  // first decision, at the load, is such a decision; the optimum is the
+  // brute force's), and cut rectangles: under every share the plan at the
+  // optimum, proven. (No filled instance tried, of up to eight buffers,
+  // needed more than its flat load, so the share's decisions here all end
+  // with a plan.)
+  std::mt19937_64 rng(61);
+  for (int trial = 0; trial < 90; ++trial) {
+    std::vector<dsa_buffer> buffers;
+    if (trial % 3 == 2) {
+      buffers = cut_rectangle(rng, 6 + static_cast<std::size_t>(trial) / 3, 10, 40);
+    } else {
+      const std::int64_t horizon = 4;
+      buffers = random_buffers(rng, 5 + static_cast<std::size_t>(trial % 2), horizon, 12, false);
+      for (auto& b : buffers) b.upper = std::min(b.upper, horizon);
+      std::vector<std::uint64_t> load(static_cast<std::size_t>(horizon), 0);
+      std::uint64_t most = 0;
+      for (std::int64_t t = 0; t < horizon; ++t) {
+        for (const auto& b : buffers) {
+          if (b.lower <= t && t < b.upper) load[static_cast<std::size_t>(t)] += b.size_bytes;
+        }
+        most = std::max(most, load[static_cast<std::size_t>(t)]);
+      }
+      for (std::int64_t t = 0; t < horizon; ++t) {
+        const auto gap = most - load[static_cast<std::size_t>(t)];
+        if (gap > 0) buffers.push_back({500 + static_cast<std::uint64_t>(t), gap, t, t + 1, 1});
+      }
+    }
+    const std::uint64_t optimum = buffers.size() <= 9 ? brute_force_peak(buffers) : static_cast<std::uint64_t>(load_bound128(buffers));
+    INFO("trial " << trial << ", " << buffers.size() << " buffers, optimum " << optimum);
+    for (const std::uint32_t share : {0u, 1u, 12u, 40u}) {
+      memo::exact_options options;
+      options.perfect_packing_share = share;
+      const auto result = memo::exact_solver(options).solve(dsa_problem{buffers, {}}, {});
+      INFO("share " << share);
+      CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+      CHECK(result.plan.peak_bytes == optimum);
+      CHECK(result.proven_optimal);
+    }
+  }
+}
+
 TEST_CASE("exact: the complete searches rank the buffers in distinct orders") {
   // In a perfect packing every buffer's heaviest load is the capacity, so
   // the first two keys (load, lifetime, area / lifetime, area, load) order

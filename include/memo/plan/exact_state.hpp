@@ -47,6 +47,11 @@ struct exact_options {
   bool tight_branching = true;
   /// Nodes given to restarts per node of the complete searches, each round.
   std::uint32_t restart_share = 4;
+  /// The same, in a decision that leaves no byte free (every section's
+  /// live bytes equal the target, as in a perfect packing): there every
+  /// level is tight, the tight branching applies throughout, and the
+  /// restarts are what finds the plans.
+  std::uint32_t perfect_packing_share = 12;
   /// (buffer, section) pairs kept for the section bounds: this many per
   /// buffer, or `membership_floor` in all if that is more (16 MiB of
   /// 4-byte entries; small instances keep every pair). Buffers beyond the
