@@ -4,10 +4,12 @@
 //
 //   exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B]
 //               [--family NAME] [--buffers N] [--trace-limit S] [--no-ablation]
-//               [--no-traces] [--each]
+//               [--no-traces] [--each] [--save DIR]
 //
 // Families (five seeds each, seeds B .. B+K-1 with B = 0 unless given; a
-// seed fixes an instance; --each prints every instance):
+// seed fixes an instance; --each prints every instance; --save writes every
+// instance run as DIR/<family>-<buffers>-seed<seed>.csv, the DSA CSV that
+// `memo-plan` reads):
 //   random-sparse / random-medium / random-dense: uniform start times,
 //       lifetimes drawn so that on average ~8 / ~32 / ~96 buffers are live;
 //       sizes are multiples of 256 bytes, from 256 B to 1 MiB, 256-aligned.
@@ -362,6 +364,16 @@ dsa_problem make_instance(const std::string& f, std::size_t n, int seed) {
 using memo::spread;
 using memo::spread_of;
 
+// The instance as DSA CSV (id,lower,upper,size,alignment), for memo-plan.
+void save_problem(const std::string& path, const dsa_problem& p) {
+  std::ofstream out(path);
+  out << "id,lower,upper,size,alignment\n";
+  for (const auto& b : p.buffers) {
+    out << b.id << ',' << b.lower << ',' << b.upper << ',' << b.size_bytes << ',' << b.alignment << '\n';
+  }
+  if (!out) std::fprintf(stderr, "exact_bench: could not write %s\n", path.c_str());
+}
+
 double ratio(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b); }
 
 
@@ -455,6 +467,7 @@ int main(int argc, char** argv) {
   int seed_base = 0;
   bool each = false;
   std::string only_family;
+  std::string save_dir;
   std::size_t only_buffers = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -477,6 +490,8 @@ int main(int argc, char** argv) {
       seed_base = std::stoi(argv[++i]);
     } else if (arg == "--each") {
       each = true;
+    } else if (arg == "--save" && has_value) {
+      save_dir = argv[++i];
     } else if (arg == "--family" && has_value) {
       only_family = argv[++i];
     } else if (arg == "--buffers" && has_value) {
@@ -484,7 +499,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B] [--family NAME] "
-                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each]\n");
+                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] [--save DIR]\n");
       return 2;
     }
   }
@@ -515,6 +530,7 @@ int main(int argc, char** argv) {
     const std::size_t first = runs.size();
     for (int seed = seed_base; seed < seed_base + seeds; ++seed) {
       const auto p = make_instance(f, n, seed);
+      if (!save_dir.empty()) save_problem(save_dir + "/" + f + "-" + std::to_string(n) + "-seed" + std::to_string(seed) + ".csv", p);
       runs.push_back(make_run(f, mode, "all", p, seed, solve(p, mode == "fit", all, limit)));
       if (each && !json) {
         const auto& r = runs.back();

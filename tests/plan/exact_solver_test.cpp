@@ -379,6 +379,118 @@ TEST_CASE("exact: perfect packings of a cut rectangle are found by every strateg
   }
 }
 
+TEST_CASE("exact: the section bounds' shortcuts give the tree of the plain evaluation") {
+  // The search sums a section's members per lowest start instead of
+  // sorting them, and takes a section's bounds from the section before when
+  // no unplaced buffer starts or ends between them. Both must leave every
+  // bound as it was: the same search with the plain evaluation
+  // (`use_reference_bounds`) must visit the same number of nodes and end
+  // the same way, with the same plan. Instances: cut rectangles (every
+  // section tight), dense random ones of up to 60 buffers (sections with
+  // many distinct lowest starts), mixed alignments (alignment slots), and
+  // staircases (more than 16 distinct lowest starts in a section, where the
+  // sums give way to a sort), under every strategy, with full and with tiny
+  // section membership.
+  using search = memo::detail::dsa_search;
+  std::mt19937_64 rng(59);
+  const auto far = search::clock::now() + std::chrono::hours(1);
+  const auto strategies = every_strategy();
+  // A staircase: k one-tick buffers of sizes k down to 1, and above them
+  // buffers from each tick to the end, one byte each. Once the steps are
+  // placed, the last tick holds k buffers at k distinct lowest starts.
+  auto staircase = [](std::int64_t k) {
+    std::vector<dsa_buffer> buffers;
+    for (std::int64_t i = 0; i < k; ++i) {
+      buffers.push_back({buffers.size(), static_cast<std::uint64_t>(k - i), i, i + 1, 1});
+      buffers.push_back({buffers.size(), 1, i, k, 1});
+    }
+    return buffers;
+  };
+  std::size_t compared = 0;
+  const int trials = 51;
+  for (int trial = 0; trial < trials; ++trial) {
+    std::vector<dsa_buffer> buffers;
+    switch (trial < 48 ? trial % 3 : 3) {
+      case 0: buffers = cut_rectangle(rng, 10 + static_cast<std::size_t>(trial), 16, 96); break;
+      case 1: buffers = random_buffers(rng, 20 + static_cast<std::size_t>(trial), 8, 50, trial % 2 == 0); break;
+      case 2: buffers = mixed_alignment_buffers(rng, 12 + static_cast<std::size_t>(trial) / 2, 10); break;
+      default: buffers = staircase(17 + (trial - 48) * 4); break;
+    }
+    const auto bound = static_cast<std::uint64_t>(load_bound128(buffers));
+    INFO("trial " << trial << ", " << buffers.size() << " buffers, load bound " << bound);
+    const memo::detail::section_table table(buffers, trial % 4 == 3 ? 5 : 100000);
+    memo::detail::search_workspace work;
+    for (std::size_t k = 0; k < strategies.size(); ++k) {
+      const auto& strategy = strategies[k];
+      const auto ranking = k % 2 == 0 ? search::ranking::shuffled : search::ranking::total_width_area;
+      INFO("strategy " << k);
+      // At the load bound (found on cut rectangles, often exhausted on the
+      // others) and a little above it.
+      for (const std::uint64_t target : {bound, bound + bound / 50}) {
+        search fast(buffers, table, ranking, k, {}, strategy);
+        search plain(buffers, table, ranking, k, {}, strategy);
+        plain.use_reference_bounds(true);
+        const auto a = fast.search(work, target, target, far, 4000);
+        const auto b = plain.search(work, target, target, far, 4000);
+        REQUIRE(a == b);
+        CHECK(fast.nodes() == plain.nodes());
+        ++compared;
+        if (a != search::outcome::found) continue;
+        CHECK(fast.best_offsets() == plain.best_offsets());
+        std::vector<std::uint64_t> offsets(buffers.size());
+        for (std::uint32_t r = 0; r < buffers.size(); ++r) offsets[fast.original_index(r)] = fast.best_offsets()[r];
+        CHECK(independent_peak(buffers, offsets) <= target);
+      }
+    }
+  }
+  CHECK(compared == trials * strategies.size() * 2);
+}
+
+TEST_CASE("exact: decisions that leave no byte free are exact under any restart share") {
+  // A decision whose target equals every section's live bytes gives the
+  // restarts `perfect_packing_share` times the complete searches' nodes.
+  // Random instances filled up to a flat load with one-tick buffers (the
+  // first decision, at the load, is such a decision; the optimum is the
+  // brute force's), and cut rectangles: under every share the plan at the
+  // optimum, proven. (No filled instance tried, of up to eight buffers,
+  // needed more than its flat load, so the share's decisions here all end
+  // with a plan.)
+  std::mt19937_64 rng(61);
+  for (int trial = 0; trial < 90; ++trial) {
+    std::vector<dsa_buffer> buffers;
+    if (trial % 3 == 2) {
+      buffers = cut_rectangle(rng, 6 + static_cast<std::size_t>(trial) / 3, 10, 40);
+    } else {
+      const std::int64_t horizon = 4;
+      buffers = random_buffers(rng, 5 + static_cast<std::size_t>(trial % 2), horizon, 12, false);
+      for (auto& b : buffers) b.upper = std::min(b.upper, horizon);
+      std::vector<std::uint64_t> load(static_cast<std::size_t>(horizon), 0);
+      std::uint64_t most = 0;
+      for (std::int64_t t = 0; t < horizon; ++t) {
+        for (const auto& b : buffers) {
+          if (b.lower <= t && t < b.upper) load[static_cast<std::size_t>(t)] += b.size_bytes;
+        }
+        most = std::max(most, load[static_cast<std::size_t>(t)]);
+      }
+      for (std::int64_t t = 0; t < horizon; ++t) {
+        const auto gap = most - load[static_cast<std::size_t>(t)];
+        if (gap > 0) buffers.push_back({500 + static_cast<std::uint64_t>(t), gap, t, t + 1, 1});
+      }
+    }
+    const std::uint64_t optimum = buffers.size() <= 9 ? brute_force_peak(buffers) : static_cast<std::uint64_t>(load_bound128(buffers));
+    INFO("trial " << trial << ", " << buffers.size() << " buffers, optimum " << optimum);
+    for (const std::uint32_t share : {0u, 1u, 12u, 40u}) {
+      memo::exact_options options;
+      options.perfect_packing_share = share;
+      const auto result = memo::exact_solver(options).solve(dsa_problem{buffers, {}}, {});
+      INFO("share " << share);
+      CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+      CHECK(result.plan.peak_bytes == optimum);
+      CHECK(result.proven_optimal);
+    }
+  }
+}
+
 TEST_CASE("exact: the complete searches rank the buffers in distinct orders") {
   // In a perfect packing every buffer's heaviest load is the capacity, so
   // the first two keys (load, lifetime, area / lifetime, area, load) order

@@ -124,6 +124,12 @@ class dsa_search {
   [[nodiscard]] const std::vector<std::uint64_t>& best_offsets() const noexcept { return best_; }
   [[nodiscard]] std::uint64_t nodes() const noexcept { return nodes_; }
 
+  /// Evaluates the section bounds the plain way: every section scanned in
+  /// full and its members sorted, without the per-height sums or the reuse
+  /// of the section before. The bounds, and so the tree, are the same
+  /// (the tests compare the two).
+  void use_reference_bounds(bool on) noexcept { reference_bounds_ = on; }
+
  private:
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
   // Ranks are below 2^29 (section_table refuses more buffers), so the
@@ -165,6 +171,13 @@ class dsa_search {
         if (t.member_begin[s] == t.member_begin[s + 1]) w.lowest[s] = exact_u64_max;
       }
       w.stamp.assign(t.sections, 0);
+      w.boundary_unplaced.assign(t.sections + 1, 0);
+      for (std::uint32_t r = 0; r < n_; ++r) {
+        if (is_long(r)) continue;
+        ++w.boundary_unplaced[first_[r]];
+        ++w.boundary_unplaced[last_[r]];
+      }
+      scanned_.stamp = 0;
     }
     undo_.clear();
     stamp_ = 0;
@@ -506,9 +519,14 @@ class dsa_search {
     // lowest floor may have risen, without stacking.
     if (++stamp_ == 0) {  // wrapped: no section may look rescanned already
       std::fill(w.stamp.begin(), w.stamp.end(), 0u);
+      scanned_.stamp = 0;
       stamp_ = 1;
     }
     const bool r_long = is_long(r);
+    if (!r_long) {
+      --w.boundary_unplaced[first_[r]];
+      --w.boundary_unplaced[last_[r]];
+    }
     for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) {
       w.rem[sec] -= size_[r];
       if (!r_long) rescan(sec, true);
@@ -581,37 +599,112 @@ class dsa_search {
     return best;
   }
 
+  // The stacking bound of stacked_top over `lows` in any order. A
+  // section's members usually sit on a few skyline heights, and the bound
+  // reads the members at one lowest start only through their sums and
+  // maxima (within a group, the bound grows with every member added, so
+  // its value after the whole group is the group's): so the members are
+  // summed per distinct start and only those sums are sorted. Past
+  // `max_groups` distinct starts, the members are sorted instead.
+  [[nodiscard]] wide stacking_bound(std::vector<std::pair<std::uint64_t, std::uint64_t>>& lows,
+                                    std::uint8_t slot_shift) const {
+    static constexpr std::size_t max_groups = 16;
+    if (reference_bounds_) {
+      sort_lows(lows);
+      return stacked_top(lows, slot_shift);
+    }
+    const bool slots = options_.alignment_bounds && (std::uint64_t{1} << slot_shift) > granule_mask_ + 1;
+    const wide slot_mask = (wide{1} << slot_shift) - 1;
+    auto& groups = w_->floor_groups;
+    groups.clear();
+    std::size_t g = 0;
+    for (const auto& [floor, rank] : lows) {
+      if (groups.empty() || groups[g].floor != floor) {
+        g = 0;
+        while (g < groups.size() && groups[g].floor != floor) ++g;
+        if (g == groups.size()) {
+          if (groups.size() == max_groups) {
+            sort_lows(lows);
+            return stacked_top(lows, slot_shift);
+          }
+          groups.push_back({floor, 0, 0, 0, 0, false});
+        }
+      }
+      auto& group = groups[g];
+      const auto q = static_cast<std::uint32_t>(rank);
+      group.bytes += wide{size_[q]} + pad(q);
+      group.most_pad = std::max(group.most_pad, pad(q));
+      if (slots && shift_[q] >= slot_shift) {
+        const wide slot = (wide{size_[q]} + slot_mask) & ~slot_mask;
+        group.slotted += slot;
+        group.most_tail = std::max(group.most_tail, static_cast<std::uint64_t>(slot - size_[q]));
+        group.any_slotted = true;
+      }
+    }
+    std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.floor > b.floor; });
+    // As in stacked_top, from the highest start down.
+    wide best = 0;
+    wide above = 0;
+    std::uint64_t most = 0;
+    wide slotted = 0;
+    std::uint64_t most_tail = 0;
+    bool any_slotted = false;
+    for (const auto& group : groups) {
+      above += group.bytes;
+      most = std::max(most, group.most_pad);
+      best = std::max(best, wide{group.floor} + above - most);
+      if (!slots) continue;
+      slotted += group.slotted;
+      most_tail = std::max(most_tail, group.most_tail);
+      any_slotted = any_slotted || group.any_slotted;
+      if (any_slotted) best = std::max(best, ((wide{group.floor} + slot_mask) & ~slot_mask) + slotted - most_tail);
+    }
+    return best;
+  }
+
   void rescan(std::uint32_t sec, bool stacking) {
     auto& w = *w_;
     const auto& t = *table_;
     if (w.stamp[sec] == stamp_) return;
     w.stamp[sec] = stamp_;
-    std::uint64_t lowest = exact_u64_max;
-    wide padding = 0;          // of the unplaced members here
-    std::uint64_t top_pad = 0;  // the largest: the topmost one keeps none
-    auto& lows = w.scratch;
-    lows.clear();
-    std::uint8_t slot_shift = 0;
-    for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
-      const std::uint32_t q = rank_of_[t.members[m]];
-      if (w.placed[q]) continue;
-      const std::uint64_t floor = aligned_floor(q);
-      lowest = std::min(lowest, floor);
-      padding += pad(q);
-      top_pad = std::max(top_pad, pad(q));
-      slot_shift = std::max(slot_shift, shift_[q]);
-      if (stacking) lows.emplace_back(floor, q);
+    // The section before holds the same unplaced members (no unplaced short
+    // buffer starts or ends between them) and was scanned in this round,
+    // with the floors as they are now: its lowest floor, padding and
+    // stacking bound are this section's too (the stacking bound is already
+    // in top_).
+    const bool same = !reference_bounds_ && sec > 0 && scanned_.stamp == stamp_ && scanned_.section + 1 == sec &&
+                      (scanned_.stacking || !stacking) && w.boundary_unplaced[sec] == 0;
+    if (!same) {
+      std::uint64_t lowest = exact_u64_max;
+      wide padding = 0;          // of the unplaced members here
+      std::uint64_t top_pad = 0;  // the largest: the topmost one keeps none
+      auto& lows = w.scratch;
+      lows.clear();
+      std::uint8_t slot_shift = 0;
+      for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+        const std::uint32_t q = rank_of_[t.members[m]];
+        if (w.placed[q]) continue;
+        const std::uint64_t floor = aligned_floor(q);
+        lowest = std::min(lowest, floor);
+        padding += pad(q);
+        top_pad = std::max(top_pad, pad(q));
+        slot_shift = std::max(slot_shift, shift_[q]);
+        if (stacking) lows.emplace_back(floor, q);
+      }
+      clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+      if (stacking && lows.size() > 1) {
+        top_ = std::max(top_, stacking_bound(lows, slot_shift));
+      }
+      scanned_ = {stamp_, sec, stacking, lowest, padding, top_pad};
+    } else {
+      scanned_.section = sec;
     }
-    clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
-    if (stacking && lows.size() > 1) {
-      sort_lows(lows);
-      top_ = std::max(top_, stacked_top(lows, slot_shift));
-    }
+    const std::uint64_t lowest = scanned_.lowest;
     if (lowest == w.lowest[sec]) return;
     w.section_trail.emplace_back(sec, w.lowest[sec]);
     w.lowest[sec] = lowest;
     const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
-    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec] + padding - top_pad);
+    if (from != exact_u64_max) top_ = std::max(top_, wide{from} + w.rem[sec] + scanned_.padding - scanned_.top_pad);
   }
 
   // A section where level + unplaced bytes == target is tight: its
@@ -664,21 +757,26 @@ class dsa_search {
     if (is_long(skipped)) return true;
     const std::uint64_t blocked_from = saturating_add(at, min_size);
     auto& lows = w.scratch;
+    std::uint64_t lowest = exact_u64_max;
     for (std::uint32_t sec = first_[skipped]; sec < last_[skipped]; ++sec) {
-      lows.clear();
-      std::uint8_t slot_shift = 0;
-      for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
-        const std::uint32_t q = rank_of_[t.members[m]];
-        if (w.placed[q]) continue;
-        const std::uint64_t floor = aligned_floor(q);
-        const bool blocked = floor < at || (floor == at && excluded(q, at));
-        lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, q);
-        slot_shift = std::max(slot_shift, shift_[q]);
+      // The same unplaced members as the section before: the same stacking,
+      // already checked, and the same lowest start.
+      if (reference_bounds_ || sec == first_[skipped] || w.boundary_unplaced[sec] != 0) {
+        lows.clear();
+        std::uint8_t slot_shift = 0;
+        for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+          const std::uint32_t q = rank_of_[t.members[m]];
+          if (w.placed[q]) continue;
+          const std::uint64_t floor = aligned_floor(q);
+          const bool blocked = floor < at || (floor == at && excluded(q, at));
+          lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, q);
+          slot_shift = std::max(slot_shift, shift_[q]);
+        }
+        clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+        if (stacking_bound(lows, slot_shift) > target_) return false;
+        lowest = exact_u64_max;
+        for (const auto& low : lows) lowest = std::min(lowest, low.first);
       }
-      clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
-      sort_lows(lows);
-      if (stacked_top(lows, slot_shift) > target_) return false;
-      const std::uint64_t lowest = lows.empty() ? exact_u64_max : lows.front().first;
       const std::uint64_t from = t.long_covered[sec] ? std::min(lowest, long_min_) : lowest;
       if (from != exact_u64_max && wide{from} + w.rem[sec] > target_) return false;
     }
@@ -706,6 +804,10 @@ class dsa_search {
     w.placed[r] = 0;
     if (options_.section_bounds) {
       for (std::uint32_t sec = first_[r]; sec < last_[r]; ++sec) w.rem[sec] += size_[r];
+      if (!is_long(r)) {
+        ++w.boundary_unplaced[first_[r]];
+        ++w.boundary_unplaced[last_[r]];
+      }
     }
     w.remaining.add(first_[r], last_[r], size_[r]);
     w.placed_ends.erase();
@@ -744,6 +846,18 @@ class dsa_search {
   std::vector<undo_record> undo_;
   std::vector<frame> frames_;
   std::uint32_t stamp_ = 0;
+  // The last section rescan() scanned: in which round, whether with the
+  // stacking bound, and what it found.
+  struct section_scan {
+    std::uint32_t stamp;
+    std::uint32_t section;
+    bool stacking;
+    std::uint64_t lowest;
+    wide padding;
+    std::uint64_t top_pad;
+  };
+  section_scan scanned_{};
+  bool reference_bounds_ = false;
   wide top_ = 0;            // a proven lower bound on the peak (monotone on a path)
   std::uint64_t peak_ = 0;  // highest end placed
   std::uint64_t long_min_ = 0;

@@ -59,7 +59,8 @@ namespace detail {
 /// finishes its tree, which proves infeasibility); between rounds,
 /// `restart_share` times as many nodes go to short searches (restarts),
 /// because a depth-first search whose early choices were wrong thrashes
-/// below them, and a fresh start is the cheapest way out. With
+/// below them, and a fresh start is the cheapest way out (`perfect_packing_share`
+/// times as many in a decision that leaves no byte free). With
 /// `tight_branching`, a restart ranks the buffers in a shuffled order,
 /// branches on the most constrained tight section with one of five fit
 /// orders in turn (equal fits in a pseudo-random order), uses the light
@@ -99,6 +100,10 @@ class search_portfolio {
     }
     fixed_ = searches_.size();
     first_limit_ = std::max<std::uint64_t>(1024, 3 * buffers.size());
+    if (!table.load.empty()) {
+      const auto [low, high] = std::minmax_element(table.load.begin(), table.load.end());
+      flat_load_ = *low == *high ? std::optional<std::uint64_t>(*low) : std::nullopt;
+    }
   }
 
   /// Is there a plan with peak <= target? `feasible` leaves it as the best plan.
@@ -109,7 +114,10 @@ class search_portfolio {
         if (auto v = conclude(result, k)) return *v;
       }
       if (!options_.restarts) continue;
-      const std::uint64_t share = std::uint64_t{options_.restart_share} * fixed_;
+      // A plan with no byte free: the restarts get the larger share.
+      const bool perfect = flat_load_ == target;
+      const std::uint64_t share =
+          std::uint64_t{perfect ? options_.perfect_packing_share : options_.restart_share} * fixed_;
       const std::uint64_t quota = share != 0 && limit > exact_u64_max / share ? exact_u64_max : share * limit;
       for (std::uint64_t spent = 0; spent < quota;) {
         if (clock::now() >= deadline) return verdict::unknown;
@@ -209,6 +217,7 @@ class search_portfolio {
   std::uint64_t first_limit_ = 1024;
   std::uint64_t seed_ = 0;
   std::uint64_t restart_nodes_ = 0;
+  std::optional<std::uint64_t> flat_load_;  // every section's live bytes, when they are all equal
 };
 
 }  // namespace detail

@@ -47,6 +47,11 @@ struct exact_options {
   bool tight_branching = true;
   /// Nodes given to restarts per node of the complete searches, each round.
   std::uint32_t restart_share = 4;
+  /// The same, in a decision that leaves no byte free (every section's
+  /// live bytes equal the target, as in a perfect packing): there every
+  /// level is tight, the tight branching applies throughout, and the
+  /// restarts are what finds the plans.
+  std::uint32_t perfect_packing_share = 12;
   /// (buffer, section) pairs kept for the section bounds: this many per
   /// buffer, or `membership_floor` in all if that is more (16 MiB of
   /// 4-byte entries; small instances keep every pair). Buffers beyond the
@@ -71,6 +76,9 @@ struct search_workspace {
   std::vector<std::uint64_t> rem;     // unplaced bytes live in each section
   std::vector<std::uint64_t> lowest;  // lowest aligned floor of the short unplaced buffers there
   std::vector<std::uint32_t> stamp;
+  // Per section boundary s: the unplaced short buffers that start or end
+  // at s. At zero, sections s - 1 and s hold the same unplaced members.
+  std::vector<std::uint32_t> boundary_unplaced;
   max_add_tree remaining;
   placed_max_tree placed_ends;  // ends of all placed buffers: the floors of the long ones
   placed_max_tree long_ends;    // ends of the placed long buffers
@@ -78,6 +86,19 @@ struct search_workspace {
   std::vector<std::uint64_t> long_part_version;  // valid while long_version is unchanged
   std::uint64_t long_version = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (lowest start, rank)
+  // The members of one section at one lowest start, summed for the
+  // stacking bound: their bytes with padding, the largest padding, and
+  // those aligned to the section's slot: their slots and the largest slot
+  // minus size.
+  struct floor_group {
+    std::uint64_t floor;
+    wide_uint bytes;
+    std::uint64_t most_pad;
+    wide_uint slotted;
+    std::uint64_t most_tail;
+    bool any_slotted;
+  };
+  std::vector<floor_group> floor_groups;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> level_starts;  // candidate spans
   std::vector<std::uint8_t> level_reach;
   // Branching: every unplaced buffer's aligned floor at the current node,
