@@ -65,6 +65,17 @@ TEST_CASE("cluster_profile: errors name the field and the line") {
   CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 0.5", "= 1.5"), "f"),
                     doctest::Contains("efficiencies must be at most 1"));
   CHECK_THROWS_WITH(parse_cluster_profile("", "empty.profile"), doctest::Contains("empty.profile: missing field"));
+  // Byte counts are whole numbers, judged as written: 2^60 + 1 is past
+  // the bound although it rounds to 2^60 as a double, and a count a double
+  // cannot hold exactly is refused rather than changed.
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 85899345920\n", "= 85899345920.5\n"), "f"),
+                    doctest::Contains("f:9: field 'device_memory_bytes' must be a whole number of bytes"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 85899345920\n", "= 1152921504606846977\n"), "f"),
+                    doctest::Contains("f:9: field 'device_memory_bytes' must be between 1 and 1152921504606846976"));
+  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 85899345920\n", "= 9007199254740993\n"), "f"),
+                    doctest::Contains("f:9: field 'device_memory_bytes' is not exactly representable"));
+  CHECK(parse_cluster_profile(replace(good, "= 85899345920\n", "= 1152921504606846976\n"), "f").device_memory_bytes ==
+        0x1p60);
 }
 
 TEST_CASE("cluster_profile: presets are valid and one per piece of hardware") {

@@ -86,6 +86,7 @@
 #include "memo/core/device_profile.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/input_file.hpp"
+#include "memo/core/text.hpp"
 #include "memo/plan/text_input.hpp"
 
 namespace memo::project {
@@ -95,6 +96,7 @@ struct profile_field_range {
   std::string_view field;
   double low = 0, high = 0;
   bool whole = false;
+  bool bytes = false;  ///< a byte count: whole, and judged as the integer written
 };
 
 /// Every numeric field of a profile with its range, in file order.
@@ -105,8 +107,8 @@ inline constexpr profile_field_range profile_field_ranges[] = {
     {"host_link_bytes_per_second", 1, 1e18},   // B/s (PCIe and NVLink do 1e10-1e12)
     {"intra_node_bytes_per_second", 1, 1e18},
     {"inter_node_bytes_per_second", 1, 1e18},
-    {"device_memory_bytes", 1, 0x1p60},        // bytes, up to 1 EiB
-    {"host_memory_bytes", 1, 0x1p60},
+    {"device_memory_bytes", 1, 0x1p60, false, true},  // bytes, up to 1 EiB
+    {"host_memory_bytes", 1, 0x1p60, false, true},
     {"gpus_per_node", 1, 1e6, true},
 };
 
@@ -130,6 +132,19 @@ inline std::string profile_value_problem(const profile_field_range& range, doubl
   const std::string got = ", got " + memo::detail::quote(text);
   if (!(value > 0.0) || !std::isfinite(value)) return field + " must be positive and finite" + got;
   if (range.whole && value != std::floor(value)) return field + " must be " + range_text(range) + got;
+  if (range.bytes && value != std::floor(value)) return field + " must be a whole number of bytes" + got;
+  if (range.whole || range.bytes) {
+    // Written as an integer: judged as one, not as the double it rounds
+    // to (2^60 + 1 is not 2^60), and it must survive being held as one.
+    std::string_view digits = text;
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+    if (const auto exact = memo::detail::parse_integer<std::uint64_t>(digits)) {
+      if (*exact > static_cast<std::uint64_t>(range.high)) return field + " must be " + range_text(range) + got;
+      if (static_cast<std::uint64_t>(static_cast<double>(*exact)) != *exact) {
+        return field + " is not exactly representable (whole numbers are exact up to 2^53)" + got;
+      }
+    }
+  }
   if (range.high == 1.0 && value > 1.0) {
     return field + " is above 1: efficiencies must be at most 1 (a fraction of peak)" + got;
   }
