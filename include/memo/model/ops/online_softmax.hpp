@@ -33,8 +33,8 @@
 // expf on a GPU, the C library's exp in fp64. Over the contiguous rows of
 // the attention's score tiles the row loops have no calls and no branches,
 // so one pass of the forward (and of the backward) runs in vector
-// registers; reductions keep fixed partial sums, so results do not depend
-// on the thread count.
+// registers; reductions keep fixed partial sums, so a row's result does
+// not depend on how the rows are spread over threads.
 //
 // Causal masking is by count, not by -infinity: within a tile whose keys
 // start at position key_first, the query at position q sees the first
@@ -54,8 +54,8 @@ namespace memo::detail {
 // loops have no calls and no branches, and the reductions run in
 // `row_lanes` independent partial results combined in a fixed order at
 // the end, so the compiler vectorises them (float addition is not
-// associative, so a single running sum would keep them scalar) and the
-// result does not depend on the machine.
+// associative, so a single running sum would keep them scalar) while the
+// order of the additions stays fixed by the source.
 inline constexpr int row_lanes = 8;
 
 /// max(p[0], ..., p[n - 1]), -inf for n = 0.
