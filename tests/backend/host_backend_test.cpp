@@ -412,3 +412,35 @@ TEST_CASE("host_backend: a parallel_for piece synchronising its own stream is an
   CHECK_THROWS_WITH_AS(backend.synchronize(stream), doctest::Contains("wait for itself forever"),
                        memo::error);
 }
+
+namespace {
+
+struct plain_indices {
+  void operator()(std::int64_t, std::int64_t) const {}
+};
+
+// Counts each (row, col) index it runs; a piece is at least 8 indices.
+struct count_rows {
+  static constexpr std::int64_t parallel_grain = 8;
+  std::vector<std::atomic<int>>* seen;
+  std::int64_t cols;
+  void operator()(std::int64_t r, std::int64_t c) const { ++(*seen)[static_cast<std::size_t>(r * cols + c)]; }
+};
+
+}  // namespace
+
+TEST_CASE("host_backend: a functor's parallel_grain sets the indices per piece") {
+  using plain = plain_indices;
+  static_assert(memo::detail::host_grain_of<plain>() == memo::detail::host_parallel_for_grain);
+  static_assert(memo::detail::host_grain_of<count_rows>() == 8);
+  // 2 heads x 128 rows: one piece with the default grain, a full split
+  // (four per thread) with a grain of 8.
+  CHECK(memo::detail::host_piece_count(256, 2, memo::detail::host_grain_of<plain>()) == 1);
+  CHECK(memo::detail::host_piece_count(256, 2, memo::detail::host_grain_of<count_rows>()) == 8);
+  host_backend backend;
+  auto stream = backend.make_stream();
+  std::vector<std::atomic<int>> seen(256);
+  backend.parallel_for(stream, memo::extent_2d{2, 128}, count_rows{&seen, 128});
+  backend.synchronize(stream);
+  CHECK(std::all_of(seen.begin(), seen.end(), [](const std::atomic<int>& n) { return n.load() == 1; }));
+}

@@ -7,7 +7,9 @@
 //
 // - parallel_for splits the extent into contiguous pieces (a few per
 //   thread, so uneven cores even out) and calls the functor for every index
-//   of a piece in order.
+//   of a piece in order. A piece has at least 256 indices, or
+//   `F::parallel_grain` if the functor declares it (a functor whose index
+//   is a whole row of work).
 // - GEMM maps the operands with `Eigen::Map` (any layout, leading dimension
 //   and transpose, no copies) and splits C into panels of columns (or of
 //   rows, when C is taller than wide), each one Eigen GEMM on one thread.
@@ -55,10 +57,24 @@ inline std::pair<std::int64_t, std::int64_t> host_piece_range(std::int64_t total
 
 inline constexpr std::int64_t host_parallel_for_grain = 256;
 
+/// Indices per piece for functor F: `F::parallel_grain` when it declares
+/// one (a functor whose index is a whole row of work, where a few hundred
+/// indices would keep a short extent on one thread), host_parallel_for_grain
+/// otherwise.
+template <class F>
+constexpr std::int64_t host_grain_of() {
+  if constexpr (requires { F::parallel_grain; }) {
+    static_assert(F::parallel_grain >= 1, "parallel_grain must be at least 1 index per piece");
+    return F::parallel_grain;
+  } else {
+    return host_parallel_for_grain;
+  }
+}
+
 template <class F>
 void host_parallel_for(host_thread_pool& pool, extent_1d extent, const F& functor) {
   const std::int64_t total = extent.size;
-  const std::int64_t pieces = host_piece_count(total, pool.concurrency(), host_parallel_for_grain);
+  const std::int64_t pieces = host_piece_count(total, pool.concurrency(), host_grain_of<F>());
   pool.run(pieces, [&](std::int64_t p) {
     const auto [begin, end] = host_piece_range(total, pieces, p);
     for (std::int64_t i = begin; i < end; ++i) functor(i);
@@ -68,7 +84,7 @@ void host_parallel_for(host_thread_pool& pool, extent_1d extent, const F& functo
 template <class F>
 void host_parallel_for(host_thread_pool& pool, extent_2d extent, const F& functor) {
   const std::int64_t total = extent.rows * extent.cols;  // checked by checked_extent_size
-  const std::int64_t pieces = host_piece_count(total, pool.concurrency(), host_parallel_for_grain);
+  const std::int64_t pieces = host_piece_count(total, pool.concurrency(), host_grain_of<F>());
   pool.run(pieces, [&](std::int64_t p) {
     const auto [begin, end] = host_piece_range(total, pieces, p);
     std::int64_t row = begin / extent.cols;

@@ -95,6 +95,14 @@ inline std::int64_t host_attention_chunk(std::int64_t head_dim, std::size_t cach
 
 namespace memo::detail {
 
+/// The host parallel_for grain (indices per piece) of the score-row
+/// kernels: an index is a row of a score tile (a chunk of keys, an exp
+/// each), so a tile of a few hundred (head, row) indices must still spread
+/// over every core (host_compute.hpp's default grain of 256 is for
+/// one-element indices, and kept for the kernels that copy head_dim floats
+/// per index, where splitting costs more than it saves).
+inline constexpr std::int64_t attention_score_row_grain = 8;
+
 /// Views of the per-head scratch tiles (see the layout above).
 struct attention_scratch {
   float* scores = nullptr;  // [heads, tile, tile]
@@ -154,6 +162,7 @@ struct attention_start_kernel {
 
 /// Scores -> P in place, running (max, sum) and acc rows updated.
 struct attention_softmax_kernel {
+  static constexpr std::int64_t parallel_grain = attention_score_row_grain;
   attention_scratch s;
   std::int64_t rows;
   std::int64_t cols;
@@ -204,6 +213,7 @@ struct attention_delta_kernel {
 
 /// Scores -> P = exp(s - lse), dP -> dS = P (dP - delta).
 struct attention_backward_kernel {
+  static constexpr std::int64_t parallel_grain = attention_score_row_grain;
   attention_scratch s;
   std::int64_t rows;
   std::int64_t cols;

@@ -28,6 +28,14 @@
 // the score gradient is dS = P * (dP - D), where dP = dO V^T comes from a
 // GEMM. dS then feeds the GEMMs for dQ and dK, P the one for dV.
 //
+// Every exp here is detail::ops_fast_exp (fast_exp.hpp): in fp32 a
+// polynomial the compiler vectorises (within 2 ulp of exp), the device's
+// expf on a GPU, the C library's exp in fp64. Over the contiguous rows of
+// the attention's score tiles the row loops have no calls and no branches,
+// so one pass of the forward (and of the backward) runs in vector
+// registers; reductions keep fixed partial sums, so a row's result does
+// not depend on how the rows are spread over threads.
+//
 // Causal masking is by count, not by -infinity: within a tile whose keys
 // start at position key_first, the query at position q sees the first
 // clamp(q - key_first + 1, 0, keys) keys. Masked entries of P and dS are
@@ -37,6 +45,67 @@
 #include <cstdint>
 
 #include "memo/model/ops/common.hpp"
+#include "memo/model/ops/fast_exp.hpp"
+
+namespace memo::detail {
+
+// Row loops of the tile operators over `n` entries `step` apart. The score
+// tiles the attention's GEMMs write are contiguous (step 1); there the
+// loops have no calls and no branches, and the reductions run in
+// `row_lanes` independent partial results combined in a fixed order at
+// the end, so the compiler vectorises them (float addition is not
+// associative, so a single running sum would keep them scalar) while the
+// order of the additions stays fixed by the source.
+inline constexpr int row_lanes = 8;
+
+/// max(p[0], ..., p[n - 1]), -inf for n = 0.
+template <class T>
+MEMO_HOST_DEVICE T row_max(const T* p, std::int64_t step, std::int64_t n) {
+  T lane[row_lanes];
+  for (int l = 0; l < row_lanes; ++l) lane[l] = -ops_infinity<T>();
+  std::int64_t j = 0;
+  if (step == 1) {
+    for (; j + row_lanes <= n; j += row_lanes)
+      for (int l = 0; l < row_lanes; ++l) lane[l] = ops_max(lane[l], p[j + l]);
+  }
+  for (; j < n; ++j) lane[0] = ops_max(lane[0], p[j * step]);
+  T m = lane[0];
+  for (int l = 1; l < row_lanes; ++l) m = ops_max(m, lane[l]);
+  return m;
+}
+
+/// p[j] = exp(p[j] - shift) for j < n; returns the sum of the new p[j].
+template <class T>
+MEMO_HOST_DEVICE T row_exp_sum(T* p, std::int64_t step, std::int64_t n, T shift) {
+  T lane[row_lanes];
+  for (int l = 0; l < row_lanes; ++l) lane[l] = T(0);
+  std::int64_t j = 0;
+  if (step == 1) {
+    for (; j + row_lanes <= n; j += row_lanes)
+      for (int l = 0; l < row_lanes; ++l) {
+        const T e = ops_fast_exp(p[j + l] - shift);
+        p[j + l] = e;
+        lane[l] += e;
+      }
+  }
+  for (; j < n; ++j) {
+    const T e = ops_fast_exp(p[j * step] - shift);
+    p[j * step] = e;
+    lane[0] += e;
+  }
+  // Pairwise: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
+  for (int width = 1; width < row_lanes; width *= 2)
+    for (int l = 0; l + width < row_lanes; l += 2 * width) lane[l] += lane[l + width];
+  return lane[0];
+}
+
+/// p[j] = 0 for j in [from, to).
+template <class T>
+MEMO_HOST_DEVICE void row_fill_zero(T* p, std::int64_t step, std::int64_t from, std::int64_t to) {
+  for (std::int64_t j = from; j < to; ++j) p[j * step] = T(0);
+}
+
+}  // namespace memo::detail
 
 namespace memo::ops {
 
@@ -69,23 +138,17 @@ template <ops_scalar T>
 MEMO_HOST_DEVICE T online_softmax_tile_row(online_softmax_state<T>& state,
                                            tensor_view<T, 1> scores,  // [keys]: scores in, P out
                                            std::int64_t visible) {
-  T tile_max = -detail::ops_infinity<T>();
-  for (std::int64_t j = 0; j < visible; ++j) tile_max = detail::ops_max(tile_max, scores(j));
-  const T new_max = detail::ops_max(state.max, tile_max);
-  for (std::int64_t j = visible; j < scores.extent(0); ++j) scores(j) = T(0);
+  T* const row = scores.data();
+  const std::int64_t step = scores.stride(0);
+  const T new_max = detail::ops_max(state.max, detail::row_max(row, step, visible));
+  detail::row_fill_zero(row, step, visible, scores.extent(0));
   if (new_max == -detail::ops_infinity<T>()) {
     // Nothing finite seen yet: keep the state, the tile contributes nothing.
-    for (std::int64_t j = 0; j < visible; ++j) scores(j) = T(0);
+    detail::row_fill_zero(row, step, 0, visible);
     return T(1);
   }
-  const T correction = detail::ops_exp(state.max - new_max);  // exp(-inf) = 0 on the first tile
-  T tile_sum = 0;
-  for (std::int64_t j = 0; j < visible; ++j) {
-    const T p = detail::ops_exp(scores(j) - new_max);
-    scores(j) = p;
-    tile_sum += p;
-  }
-  state.sum = state.sum * correction + tile_sum;
+  const T correction = detail::ops_fast_exp(state.max - new_max);  // exp(-inf) = 0 on the first tile
+  state.sum = state.sum * correction + detail::row_exp_sum(row, step, visible, new_max);
   state.max = new_max;
   return correction;
 }
@@ -102,12 +165,12 @@ MEMO_HOST_DEVICE void online_softmax_update(online_softmax_state<T>& state,
   for (std::int64_t j = 0; j < visible; ++j) tile_max = detail::ops_max(tile_max, scores(j));
   const T new_max = detail::ops_max(state.max, tile_max);
   if (new_max == -detail::ops_infinity<T>()) return;
-  const T correction = detail::ops_exp(state.max - new_max);
+  const T correction = detail::ops_fast_exp(state.max - new_max);
   const std::int64_t dim = acc.extent(0);
   for (std::int64_t d = 0; d < dim; ++d) acc(d) = acc(d) * correction;
   T tile_sum = 0;
   for (std::int64_t j = 0; j < visible; ++j) {
-    const T p = detail::ops_exp(scores(j) - new_max);
+    const T p = detail::ops_fast_exp(scores(j) - new_max);
     tile_sum += p;
     for (std::int64_t d = 0; d < dim; ++d) acc(d) += p * values(j, d);
   }
@@ -246,15 +309,26 @@ struct attention_tile_backward {
     const std::int64_t visible = visible_keys(tile, r, keys);
     const T l = lse(r);
     const T d = delta(r);
-    for (std::int64_t j = 0; j < visible; ++j) {
-      const T p = detail::ops_exp(scores(r, j) - l);
-      scores(r, j) = p;
-      dprobs(r, j) = p * (dprobs(r, j) - d);
+    T* const p = &scores(r, 0);
+    T* const dp = &dprobs(r, 0);
+    const std::int64_t step = scores.stride(1);
+    const std::int64_t dstep = dprobs.stride(1);
+    if (step == 1 && dstep == 1) {
+      // The GEMM tiles: contiguous rows, so the loop vectorises.
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const T e = detail::ops_fast_exp(p[j] - l);
+        p[j] = e;
+        dp[j] = e * (dp[j] - d);
+      }
+    } else {
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const T e = detail::ops_fast_exp(p[j * step] - l);
+        p[j * step] = e;
+        dp[j * dstep] = e * (dp[j * dstep] - d);
+      }
     }
-    for (std::int64_t j = visible; j < keys; ++j) {
-      scores(r, j) = T(0);
-      dprobs(r, j) = T(0);
-    }
+    detail::row_fill_zero(p, step, visible, keys);
+    detail::row_fill_zero(dp, dstep, visible, keys);
   }
 
   void validate() const {
