@@ -40,6 +40,7 @@
 #include <iterator>
 #include <optional>
 #include <set>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -74,7 +75,8 @@ struct dsa_problem {
 /// (an answer, unlike running out of time: a longer limit will not help).
 class capacity_infeasible : public error {
  public:
-  using error::error;
+  explicit capacity_infeasible(std::string message, std::source_location where = std::source_location::current())
+      : error(std::move(message), where) {}
 };
 
 /// Offsets parallel to `problem.buffers`, and the peak they reach.
