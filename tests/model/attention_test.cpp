@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -44,6 +45,15 @@ struct result {
   std::vector<float> o, lse, dq, dk, dv;
 };
 
+// With offload the backward reads Q, K and V from the host store only:
+// after the forward the caller's copies are overwritten with NaN, so any
+// read of them shows in every gradient.
+void poison_after_forward(memo::host_backend& backend, memo::host_backend::stream& stream,
+                          std::initializer_list<std::vector<float>*> tensors) {
+  backend.synchronize(stream);
+  for (auto* t : tensors) std::fill(t->begin(), t->end(), std::numeric_limits<float>::quiet_NaN());
+}
+
 // Forward then backward on the host backend with dense tensors; the
 // gradients start from `grad_init` (the attention accumulates).
 result run_dense(memo::host_backend& backend, const attention_shape& s, const inputs& in,
@@ -60,6 +70,7 @@ result run_dense(memo::host_backend& backend, const attention_shape& s, const in
   attn.forward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
                dense3<const float>(v, T, Hkv, D), dense3<float>(r.o, T, H, D),
                view2<float>(r.lse, H, T));
+  if (s.offload) poison_after_forward(backend, stream, {&q, &k, &v});
   attn.backward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
                 dense3<const float>(v, T, Hkv, D), dense3<const float>(r.o, T, H, D),
                 dense3<const float>(dout, T, H, D), cview2<float>(r.lse, H, T),
@@ -160,6 +171,7 @@ TEST_CASE("chunked_causal_attention: query runs forward in order and backward in
         attn.forward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
                              dense3<const float>(v, T, Hkv, D), rows(r.o, H, a, n), columns(r.lse, a, n));
       }
+      if (offload) poison_after_forward(backend, stream, {&q, &k, &v});
       for (std::size_t j = runs; j-- > 0;) {
         const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
         attn.backward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),

@@ -2,8 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -13,6 +15,7 @@
 #include "distributed_attention_support.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/backend/thread_communicator.hpp"
+#include "memo/backend/timed_communicator.hpp"
 
 namespace {
 
@@ -129,7 +132,8 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
       {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false, false},     // GQA, K/V heads replicated
       {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false, true},
       {1, 24, 2, 1, 8, 4, 2, {0, 2, 3, 6}, true, false, false},  // one rank: runs on the plain attention
-      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, true, false},        // one run, host K/V, shared state
+      {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, true, false},        // one run, host Q/K/V, shared state
+      {2, 32, 4, 2, 8, 4, 4, {0, 1, 4}, true, true, true},       // two runs, host Q/K/V, GQA
       {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, false, false},       // one run, K/V re-sent in the backward
   };
   for (const auto& c : configs) {
@@ -187,6 +191,12 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
                                       rows(std::as_const(k), K, a, n), rows(std::as_const(v), K, a, n),
                                       rows(o, H, a, n), lse_view(a, n));
           }
+          if (c.offload) {
+            // The backward reads Q, K and V from the host store only: any
+            // read of the caller's would spread NaN into every gradient.
+            backend.synchronize(stream);
+            for (auto* t : {&q, &k, &v}) std::fill(t->begin(), t->end(), std::numeric_limits<float>::quiet_NaN());
+          }
           for (std::size_t j = c.runs.size() - 1; j-- > 0;) {
             const std::int64_t a = c.runs[j] * c.c, n = (c.runs[j + 1] - c.runs[j]) * c.c;
             attention.backward_queries(stream, {a, a + n}, rows(std::as_const(q), H, a, n),
@@ -210,6 +220,82 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
     check_close(got.dq, want.dq, "dq");
     check_close(got.dk, want.dk, "dk");
     check_close(got.dv, want.dv, "dv");
+  }
+}
+
+TEST_CASE("distributed_attention: with host offload the backward sends no Q, K or V through the all-to-all") {
+  // Per rank, the backward's payload without offload minus with offload is
+  // exactly what the re-sends carry: Q ([L, H, D]) with K/V kept in the
+  // state, Q, K and V ([L, H + 2 K, D]) without. L = local tokens.
+  const int P = 2;
+  const std::int64_t T = 32, H = 4, K = 2, D = 8, L = T / P;
+  const memo::attention_shape s{.tokens = T, .heads = H, .kv_heads = K, .head_dim = D, .chunk = 4};
+  const auto in = memo_test::random_inputs(s, 29);
+  struct variant {
+    bool offload, keep_state;
+  };
+  auto backward_bytes = [&](variant w) {
+    const memo::distributed_attention_shape shape{.tokens = T,
+                                                  .heads = H,
+                                                  .kv_heads = K,
+                                                  .head_dim = D,
+                                                  .layout_chunk = 4,
+                                                  .attention_chunk = 4,
+                                                  .offload = w.offload,
+                                                  .keep_state = w.keep_state};
+    using timed = memo::timed_communicator<memo::thread_communicator>;
+    auto comms = memo::thread_communicator::create_group(P);
+    std::vector<std::uint64_t> bytes(P, 0);
+    std::vector<std::string> errors(P);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < P; ++r) {
+      threads.emplace_back([&, r, comm = timed(std::move(comms[static_cast<std::size_t>(r)]))]() mutable {
+        try {
+          memo::host_backend backend(memo_test::one_thread());
+          auto stream = backend.make_stream();
+          memo::distributed_attention<timed, memo::host_backend> attention(backend, comm, shape);
+          const memo::fpdt_layout& layout = attention.layout();
+          auto local = [&](const std::vector<float>& global, std::int64_t heads) {
+            std::vector<float> part(static_cast<std::size_t>(L * heads * D));
+            layout.shuffle<float>(global, r, part, heads * D);
+            return part;
+          };
+          auto q = local(in.q, H), k = local(in.k, K), v = local(in.v, K), dout = local(in.dout, H);
+          std::vector<float> o(q.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(k.size(), 0.0f);
+          std::vector<float> lse(static_cast<std::size_t>(attention.local_heads() * T));
+          auto all = [&](auto& x, std::int64_t heads) {
+            using E = std::remove_reference_t<decltype(x[0])>;
+            return tensor_view<E, 3>::contiguous(x.data(), {L, heads, D});
+          };
+          const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {attention.local_heads(), T});
+          attention.forward_queries(stream, {0, L}, all(std::as_const(q), H), all(std::as_const(k), K),
+                                    all(std::as_const(v), K), all(o, H), lse_view);
+          backend.synchronize(stream);
+          comm.reset_totals();
+          attention.backward_queries(stream, {0, L}, all(std::as_const(q), H), all(std::as_const(k), K),
+                                     all(std::as_const(v), K), all(std::as_const(o), H), all(std::as_const(dout), H),
+                                     lse_view, all(dq, H), all(dk, K), all(dv, K));
+          backend.synchronize(stream);
+          bytes[static_cast<std::size_t>(r)] = comm.totals().payload_bytes;
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) CHECK(e == "");
+    return bytes;
+  };
+  const std::uint64_t f = sizeof(float);
+  const auto offloaded = backward_bytes({true, false});
+  const auto kept = backward_bytes({false, true});
+  const auto resent = backward_bytes({false, false});
+  for (int r = 0; r < P; ++r) {
+    CAPTURE(r);
+    const auto i = static_cast<std::size_t>(r);
+    CHECK(offloaded[i] > 0);
+    CHECK(kept[i] - offloaded[i] == static_cast<std::uint64_t>(L * H * D) * f);
+    CHECK(resent[i] - offloaded[i] == static_cast<std::uint64_t>(L * (H + 2 * K) * D) * f);
   }
 }
 

@@ -18,15 +18,20 @@
 // outer step ends (which is what lets FPDT keep K/V on the host: each chunk
 // comes back exactly once); dQ accumulates across outer steps.
 //
-// Host offload (shape.offload): in the forward, K/V chunk i is packed and
-// copied to pinned host memory during query step i; every later use of
-// chunk j < i (forward) and every use in the backward reads the host copy,
-// fetched into one of TWO device slots on a copy stream the object owns, so
-// the fetch of chunk j + 1 overlaps the compute on chunk j. Events order the
-// two streams: the compute stream waits for a slot's fetch, and a fetch into
-// a slot waits for the compute that last read it. So with offload the
-// caller's K/V are read only for chunk i at forward step i, and never by the
-// backward: after the forward the caller may drop or reuse them.
+// Host offload (shape.offload, FPDT section 4.2): in the forward, the Q, K
+// and V of chunk i are packed and copied to pinned host memory during query
+// step i; every later use of K/V chunk j < i (forward) and every use of Q,
+// K or V in the backward reads the host copy, fetched on a copy stream the
+// object owns into one of TWO device slots per kind, so the next fetch
+// overlaps the compute on the current chunk. The backward's outer loop
+// fetches K/V chunk j + 1 while chunk j computes; its inner loop fetches
+// the query chunk of the next (j, i) pair while the current pair computes,
+// which is why FPDT puts queries in the inner loop: a pair's attention only
+// has to cover one query chunk's fetch. Events order the two streams: the
+// compute stream waits for a slot's fetch, and a fetch into a slot waits
+// for the compute that last read it. So with offload the caller's Q, K and
+// V are read only for chunk i at forward step i, and never by the backward:
+// after the forward the caller may drop or reuse them.
 //
 // Query runs (SPPO section 4: a pipeline stage attends subsequence by
 // subsequence): `forward_queries` / `backward_queries` take the queries of
@@ -40,7 +45,8 @@
 // Memory: the object allocates nothing. required_device_bytes(shape) and
 // required_pinned_bytes(shape) size the regions (region_carver's counting
 // mode); both grow linearly in tokens (device: the [heads, tokens] row
-// statistics of the backward; the rest is chunk-sized).
+// statistics of the backward; the rest is chunk-sized; pinned: Q, K and V
+// of every token).
 //
 // Layouts (all fp32, all views in elements):
 //   q, o, dout, dq   [tokens, heads, head_dim]     stride(2) == 1 for q, dout
@@ -103,7 +109,7 @@ class chunked_causal_attention {
     (void)carve(shape, device, pinned);
     return device.required_bytes();
   }
-  /// Pinned host bytes for `shape` (the host-resident K/V; 0 without offload).
+  /// Pinned host bytes for `shape` (the host-resident Q/K/V; 0 without offload).
   [[nodiscard]] static std::size_t required_pinned_bytes(const attention_shape& shape) {
     shape.validate();
     region_carver device;
@@ -120,12 +126,14 @@ class chunked_causal_attention {
       : backend_(backend), shape_(checked(shape)),
         fetched_{backend.make_event(), backend.make_event()},
         slot_free_{backend.make_event(), backend.make_event()},
+        q_fetched_{backend.make_event(), backend.make_event()},
+        q_slot_free_{backend.make_event(), backend.make_event()},
         staged_(backend.make_event()), stage_free_(backend.make_event()),
         copy_done_(backend.make_event()) {
     region_carver device_carver(device, "chunked_causal_attention device scratch");
-    region_carver pinned_carver(pinned, "chunked_causal_attention pinned K/V store");
+    region_carver pinned_carver(pinned, "chunked_causal_attention pinned Q/K/V store");
     parts_ = carve(shape_, device_carver, pinned_carver);
-    if (shape_.offload) copy_.emplace(backend_.make_stream("attention K/V copy"));
+    if (shape_.offload) copy_.emplace(backend_.make_stream("attention Q/K/V copy"));
   }
 
   chunked_causal_attention(const chunked_causal_attention&) = delete;
@@ -152,7 +160,8 @@ class chunked_causal_attention {
   /// chunk boundary (the last may end at the sequence's end). q, o and lse
   /// cover the n query tokens; k and v the whole sequence, of which the
   /// rows before first + n are read (with offload: the run's own chunks from
-  /// k and v, the earlier ones from the host store, filled by earlier runs).
+  /// k and v, the earlier ones from the host store, filled by earlier runs;
+  /// the run's q, k and v chunks are stored there for the backward).
   /// Runs are how a pipeline stage attends subsequence by subsequence
   /// (SPPO section 4); one run over the whole sequence is `forward`.
   void forward_queries(stream_type& on, std::int64_t first,
@@ -182,7 +191,7 @@ class chunked_causal_attention {
       const std::int64_t q0 = i * c;       // global token of the chunk's first query
       const std::int64_t r0 = q0 - first;  // its row in q, o and lse
       const std::int64_t rows = rows_of(i);
-      if (shape_.offload) store_chunk(on, k, v, i);
+      if (shape_.offload) store_chunk(on, q, r0, k, v, i);
       launch(on, detail::attention_start_kernel{s, rows}, {heads, rows});
       if (shape_.offload && i > 0) fetch(0);
       for (std::int64_t j = 0; j <= i; ++j) {
@@ -212,8 +221,8 @@ class chunked_causal_attention {
   }
 
   /// dq += dL/dQ, dk += dL/dK, dv += dL/dV given dout = dL/dO, enqueued on
-  /// `on`. q, k, v, o and lse are the forward's; with offload k and v are
-  /// not read (K/V come from the host store the forward filled) and may be
+  /// `on`. q, k, v, o and lse are the forward's; with offload q, k and v are
+  /// not read (they come from the host store the forward filled) and may be
   /// empty views.
   void backward(stream_type& on,
                 tensor_view<const float, 3> q,     // [tokens, heads, head_dim]
@@ -254,7 +263,7 @@ class chunked_causal_attention {
                         tensor_view<float, 3> dv,          // [tokens, kv_heads, head_dim]
                         KeysDone&& keys_done = {}) {
     const char* call = "chunked_causal_attention::backward";
-    const std::int64_t n = q.extent(0);
+    const std::int64_t n = dout.extent(0);
     const auto [i0, i1] = query_chunks(first, n, call);
     expects(!shape_.offload || stored_ > 0,
             "chunked_causal_attention::backward with offload reads K/V from the host store that "
@@ -263,8 +272,8 @@ class chunked_causal_attention {
       return std::string(call) + ": with offload, queries up to chunk " + std::to_string(i1) +
              " need their keys in the host store, which holds chunks [0, " + std::to_string(stored_) + ")";
     });
-    expect_operand(q, shape_.heads, call, "q", true, n);
     if (!shape_.offload) {
+      expect_operand(q, shape_.heads, call, "q", true, n);
       expect_operand(k, shape_.kv_heads, call, "k", true);
       expect_operand(v, shape_.kv_heads, call, "v", true);
     }
@@ -285,7 +294,14 @@ class chunked_causal_attention {
     launch(on, detail::attention_delta_kernel{delta, dout, o}, {heads, n});
 
     const std::size_t kv_tile_bytes = static_cast<std::size_t>(kv_heads * shape_.tile() * d) * sizeof(float);
-    if (shape_.offload) fetch(0);
+    // With offload the (j, i) pairs fetch their query chunks in loop order,
+    // pair p into query slot p % 2; the next pair's fetch is issued before
+    // the current pair waits for its own.
+    std::int64_t pair = 0;
+    if (shape_.offload) {
+      fetch(0);
+      fetch_query(0, i0);
+    }
     for (std::int64_t j = 0; j < i1; ++j) {
       const std::int64_t k0 = j * c;
       const std::int64_t cols = rows_of(j);
@@ -304,9 +320,18 @@ class chunked_causal_attention {
         const std::int64_t rows = rows_of(i);
         const output_operand scores{s.scores, cols, t * t, true};
         const output_operand dprobs{s.dprobs, cols, t * t, true};
+        gemm_operand query = shape_.offload ? query_slot(pair) : query_operand(q, r0);
+        if (shape_.offload) {
+          if (i + 1 < i1) {
+            fetch_query(pair + 1, i + 1);
+          } else if (j + 1 < i1) {
+            fetch_query(pair + 1, std::max(j + 1, i0));
+          }
+          backend_.wait(on, q_fetched_[pair % 2]);
+        }
         // S = Q_i K_j^T / sqrt(d);  dP = dO_i V_j^T       [heads][rows, cols]
         grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, scale(),
-                     query_operand(q, r0), kv.k, 0.0f, scores);
+                     query, kv.k, 0.0f, scores);
         grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, 1.0f,
                      query_operand(dout, r0), kv.v, 0.0f, dprobs);
         launch(on,
@@ -316,7 +341,9 @@ class chunked_causal_attention {
         grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, 1.0f, scores,
                      query_operand(dout, r0), 1.0f, dv_tile);
         grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, scale(), dprobs,
-                     query_operand(q, r0), 1.0f, dk_tile);
+                     query, 1.0f, dk_tile);
+        if (shape_.offload) backend_.record(q_slot_free_[pair % 2], on);  // the pair's last read of Q_i
+        ++pair;
         // dQ_i += dS K_j / sqrt(d), through the acc tile   [heads][rows, head_dim]
         grouped_gemm(on, {rows, d, cols}, scale(), dprobs, kv.k, 0.0f,
                      output_operand{s.acc, d, t * d, true});
@@ -335,9 +362,9 @@ class chunked_causal_attention {
  private:
   struct parts {
     memory_region scores, dprobs, max, sum, acc, delta, dk, dv;
-    std::array<memory_region, 2> slot_k, slot_v;
-    memory_region stage_k, stage_v;
-    memory_region host_k, host_v;
+    std::array<memory_region, 2> slot_q, slot_k, slot_v;
+    memory_region stage_q, stage_k, stage_v;
+    memory_region host_q, host_k, host_v;
   };
 
   /// One matrix per head: row-major, `ld` between rows, `head_stride`
@@ -377,6 +404,7 @@ class chunked_causal_attention {
     const std::int64_t t = shape.tile();
     const std::int64_t h = shape.heads;
     const std::int64_t kv_tile = shape.kv_heads * shape.head_dim;
+    const std::int64_t q_tile = h * shape.head_dim;
     parts p;
     p.scores = device.take(float_bytes(h, t, t), "scores [heads, chunk, chunk]");
     p.dprobs = device.take(float_bytes(h, t, t), "dprobs [heads, chunk, chunk]");
@@ -388,11 +416,14 @@ class chunked_causal_attention {
     p.dv = device.take(float_bytes(t, kv_tile), "dv tile [kv_heads, chunk, head_dim]");
     if (shape.offload) {
       for (int slot = 0; slot < 2; ++slot) {
+        p.slot_q[slot] = device.take(float_bytes(t, q_tile), "Q slot [chunk, heads, head_dim]");
         p.slot_k[slot] = device.take(float_bytes(t, kv_tile), "K slot [chunk, kv_heads, head_dim]");
         p.slot_v[slot] = device.take(float_bytes(t, kv_tile), "V slot [chunk, kv_heads, head_dim]");
       }
+      p.stage_q = device.take(float_bytes(t, q_tile), "Q staging [chunk, heads, head_dim]");
       p.stage_k = device.take(float_bytes(t, kv_tile), "K staging [chunk, kv_heads, head_dim]");
       p.stage_v = device.take(float_bytes(t, kv_tile), "V staging [chunk, kv_heads, head_dim]");
+      p.host_q = pinned.take(float_bytes(shape.tokens, q_tile), "host Q [tokens, heads, head_dim]");
       p.host_k = pinned.take(float_bytes(shape.tokens, kv_tile), "host K [tokens, kv_heads, head_dim]");
       p.host_v = pinned.take(float_bytes(shape.tokens, kv_tile), "host V [tokens, kv_heads, head_dim]");
     }
@@ -443,6 +474,11 @@ class chunked_causal_attention {
     return {{k.data() + first * k.stride(0), k.stride(0), k.stride(1), false},
             {v.data() + first * v.stride(0), v.stride(0), v.stride(1), false}};
   }
+  /// The query chunk of backward pair `pair`, in its slot ([rows, heads, head_dim]).
+  [[nodiscard]] gemm_operand query_slot(std::int64_t pair) const {
+    const std::int64_t d = shape_.head_dim;
+    return {parts_.slot_q[pair % 2].template as<float>(), shape_.heads * d, d, true};
+  }
   [[nodiscard]] kv_chunk slot_chunk(std::int64_t j) const {
     const std::int64_t ld = shape_.kv_heads * shape_.head_dim;
     return {{parts_.slot_k[j % 2].template as<float>(), ld, shape_.head_dim, false},
@@ -481,19 +517,27 @@ class chunked_causal_attention {
     }
   }
 
-  /// Forward step i with offload: chunk i of the caller's K/V is packed on
-  /// the compute stream and copied to the host store on the copy stream.
-  void store_chunk(stream_type& on, const tensor_view<const float, 3>& k,
-                   const tensor_view<const float, 3>& v, std::int64_t i) {
+  /// Forward step i with offload: chunk i of the caller's Q/K/V (Q's rows
+  /// from `q_row` of the run's q) is packed on the compute stream and copied
+  /// to the host store on the copy stream.
+  void store_chunk(stream_type& on, const tensor_view<const float, 3>& q, std::int64_t q_row,
+                   const tensor_view<const float, 3>& k, const tensor_view<const float, 3>& v,
+                   std::int64_t i) {
     const std::int64_t rows = rows_of(i);
     const std::int64_t first = i * shape_.chunk;
     backend_.wait(on, stage_free_);  // the previous chunk's copy has read the staging buffers
+    launch(on, detail::attention_pack_rows_kernel{parts_.stage_q.template as<float>(), q, q_row},
+           {rows, shape_.heads});
     launch(on, detail::attention_pack_rows_kernel{parts_.stage_k.template as<float>(), k, first},
            {rows, shape_.kv_heads});
     launch(on, detail::attention_pack_rows_kernel{parts_.stage_v.template as<float>(), v, first},
            {rows, shape_.kv_heads});
     backend_.record(staged_, on);
     backend_.wait(*copy_, staged_);
+    const std::size_t q_bytes = float_bytes(rows, shape_.heads, shape_.head_dim);
+    const std::size_t q_offset = float_bytes(first, shape_.heads, shape_.head_dim);
+    backend_.copy_async(parts_.host_q.data + q_offset, parts_.stage_q.data, q_bytes,
+                        copy_kind::device_to_host, *copy_);
     const std::size_t bytes = float_bytes(rows, shape_.kv_heads, shape_.head_dim);
     const std::size_t offset = float_bytes(first, shape_.kv_heads, shape_.head_dim);
     backend_.copy_async(parts_.host_k.data + offset, parts_.stage_k.data, bytes,
@@ -501,6 +545,19 @@ class chunked_causal_attention {
     backend_.copy_async(parts_.host_v.data + offset, parts_.stage_v.data, bytes,
                         copy_kind::device_to_host, *copy_);
     backend_.record(stage_free_, *copy_);
+  }
+
+  /// Fetches query chunk i from the host store into the slot of backward
+  /// pair `pair` on the copy stream, once the compute that last read that
+  /// slot (two pairs before, or in an earlier backward) is done.
+  void fetch_query(std::int64_t pair, std::int64_t i) {
+    const int slot = static_cast<int>(pair % 2);
+    const std::size_t bytes = float_bytes(rows_of(i), shape_.heads, shape_.head_dim);
+    const std::size_t offset = float_bytes(i * shape_.chunk, shape_.heads, shape_.head_dim);
+    backend_.wait(*copy_, q_slot_free_[slot]);
+    backend_.copy_async(parts_.slot_q[slot].data, parts_.host_q.data + offset, bytes,
+                        copy_kind::host_to_device, *copy_);
+    backend_.record(q_fetched_[slot], *copy_);
   }
 
   /// Fetches K/V chunk j from the host store into slot j % 2 on the copy
@@ -549,6 +606,8 @@ class chunked_causal_attention {
   parts parts_{};
   std::array<event_type, 2> fetched_;    // slot s holds its chunk (recorded on the copy stream)
   std::array<event_type, 2> slot_free_;  // slot s was last read (recorded on the compute stream)
+  std::array<event_type, 2> q_fetched_;    // query slot s holds its chunk (copy stream)
+  std::array<event_type, 2> q_slot_free_;  // query slot s was last read (compute stream)
   event_type staged_;                    // the staging buffers hold chunk i
   event_type stage_free_;                // the staging buffers were copied out
   event_type copy_done_;                 // everything issued on the copy stream

@@ -25,17 +25,17 @@
 //     log-sum-exp in the caller's memory ([H / P, T], sharded by head) and
 //     the gradients added (+=) into the caller's: what a model's layer
 //     calls (model/gpt2_parallel_model.hpp), keeping only its local tensors
-//     between forward and backward. The backward re-sends Q, O and dO of the
-//     run through the all-to-all; K and V come from the host store
-//     (`offload`), from the object's state (`keep_state`: the K/V of every
-//     run stay there from the forward, as a pipeline stage keeps them,
-//     SPPO section 5), or are re-sent. Runs go forward in sequence order
-//     and backward in reverse order; with `keep_state` the state also
-//     carries the dK/dV of earlier tokens from later runs' backwards, so a
-//     run's dK/dV are complete when its own backward ends. FPDT caches the
-//     gathered Q/K/V chunks on the host instead of re-sending Q; memo's
-//     layer keeps its local Q (a skeletal tensor) anyway, so an all-to-all
-//     costs less memory than a second copy.
+//     between forward and backward. The backward re-sends O and dO of the
+//     run through the all-to-all. With `offload` Q, K and V come from the
+//     attention's host store, where the forward left the gathered chunks
+//     (FPDT section 4.2: no all-to-all of Q, K or V in the backward).
+//     Without it Q is re-sent, and K and V come from the object's state
+//     (`keep_state`: the K/V of every run stay there from the forward, as a
+//     pipeline stage keeps them, SPPO section 5) or are re-sent too. Runs
+//     go forward in sequence order and backward in reverse order; with
+//     `keep_state` the state also carries the dK/dV of earlier tokens from
+//     later runs' backwards, so a run's dK/dV are complete when its own
+//     backward ends.
 //
 // Grouped-query attention. K/V heads are sharded like query heads when P
 // divides them. With fewer K/V heads than ranks (P a multiple of H_kv) each
@@ -53,8 +53,8 @@
 // sharded Q, O, dO, dQ of the longest run) is only used inside a call, so
 // objects called in turn on one stream may share it; the state (sharded
 // K, V, dK, dV of the whole sequence) may be shared the same way unless
-// `keep_state`; the attention's device scratch (K/V slots with offload) and
-// pinned K/V store belong to one object. The owning constructor allocates
+// `keep_state`; the attention's device scratch (Q/K/V slots with offload) and
+// pinned Q/K/V store belong to one object. The owning constructor allocates
 // the four itself. forward and backward allocate nothing.
 //
 // Lifetime: the backend and the communicator must outlive the object; the
@@ -89,7 +89,7 @@ struct distributed_attention_shape {
   std::int64_t head_dim = 0;         ///< D
   std::int64_t layout_chunk = 0;     ///< c: FPDT chunk (T = P u c)
   std::int64_t attention_chunk = 0;  ///< chunk of the local chunked attention
-  bool offload = false;              ///< K/V of the local attention in host memory
+  bool offload = false;              ///< Q/K/V of the local attention in host memory
   /// Global tokens of the longest run forward_queries is given (a
   /// multiple of P c); 0 = the whole sequence.
   std::int64_t max_run_tokens = 0;
@@ -271,16 +271,18 @@ class distributed_attention {
   }
 
   /// The backward of the run of local rows [begin, end): q, k, v, o as the
-  /// forward was given them (k and v are read only when neither offload
-  /// nor keep_state keeps them), dout [end - begin, H, D], lse as filled by
-  /// the forward (the whole sequence's or the run's columns); dq, dk, dv of the run's rows are added into (+=). Runs go
+  /// forward was given them (q is read only without offload, k and v only
+  /// when neither offload nor keep_state keeps them), dout [end - begin, H,
+  /// D], lse as filled by the forward (the whole sequence's or the run's
+  /// columns); dq, dk, dv of the run's rows are added into (+=). Runs go
   /// backward in reverse order of their forwards.
   void backward_queries(stream_type& on, std::pair<std::int64_t, std::int64_t> rows, tensor_view<const float, 3> q,
                         tensor_view<const float, 3> k, tensor_view<const float, 3> v, tensor_view<const float, 3> o,
                         tensor_view<const float, 3> dout, tensor_view<const float, 2> lse, tensor_view<float, 3> dq,
                         tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
     const run r = checked_run(rows, "backward_queries");
-    expect_run_view(q, shape_.heads, r, "q"), expect_run_view(o, shape_.heads, r, "o");
+    if (!shape_.offload) expect_run_view(q, shape_.heads, r, "q");
+    expect_run_view(o, shape_.heads, r, "o");
     expect_run_view(dout, shape_.heads, r, "dout"), expect_run_view(dq, shape_.heads, r, "dq");
     expect_run_view(dk, shape_.kv_heads, r, "dk"), expect_run_view(dv, shape_.kv_heads, r, "dv");
     const bool resend_kv = !shape_.offload && !shape_.keep_state;
@@ -288,7 +290,9 @@ class distributed_attention {
     const tensor_view<const float, 2> run_lse = lse_of_run(lse, r);
     begin_exchange(on);
     for (std::int64_t j = r.g0; j < r.g1; ++j) {
-      scatter_heads(*exchange_, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
+      if (!shape_.offload) {
+        scatter_heads(*exchange_, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
+      }
       scatter_heads(*exchange_, o, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.o, Hr_, r.first, j));
       if (resend_kv) {
         scatter_heads(*exchange_, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, 0, j));
