@@ -1,7 +1,8 @@
 // Tests of memo/swap/subsequence_swapper.hpp: what a forward writes comes
 // back to its backward through the host and the device store, whichever
 // slot either ran in; the stores are exactly the offloaded and kept rows;
-// units out of order and bad ratios are errors.
+// a backward's refill of the next unit runs during this backward; units out
+// of order and bad ratios are errors.
 #include "memo/swap/subsequence_swapper.hpp"
 
 #include <doctest/doctest.h>
@@ -9,8 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -167,6 +170,113 @@ TEST_CASE("subsequence_swapper: a subsequence's rows come back to its backward t
   backend.synchronize(compute);
   CHECK(swapper.offloaded_bytes() == 2 * 160);
   CHECK(swapper.prefetched_bytes() == 2 * 160);
+}
+
+TEST_CASE("subsequence_swapper: a backward refills the next unit's slot while the compute stream runs it") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  // Half of the first subsequence, all of the second and none of the third
+  // go to the host: refills from both stores, from the host alone and from
+  // the device store alone.
+  const auto plan = memo::subsequence_offload_plan::from_alpha({4, 3, 2}, {0.5, 1.0, 0.0}, "test");
+  const std::int64_t layers = 2;
+  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
+  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers));
+  swapper_type swapper(backend, compute, layout(), plan, layers, {0, 1, 2}, {2, 1, 0},
+                       {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  const std::vector<swapper_type::unit> units = swapper.units();
+  const std::size_t first_backward = units.size() / 2;
+  const std::uint64_t row = swapper_type::row_bytes(layout());
+  const memo::skeletal_layout tensors = layout();
+
+  // Between the copy stream and the compute stream. For backward unit u
+  // (not the last), a task on the copy stream, enqueued right after
+  // begin_backward(u), checks unit u + 1's slot and marks checked[u]; a
+  // task on the compute stream, in unit u's backward, waits for that mark.
+  // If the refill of u + 1 was issued by begin_backward(u), it is ahead of
+  // the check on the copy stream and needs nothing the compute stream does
+  // after unit u - 1, so the mark comes while the compute stream is held in
+  // unit u and the slot holds u + 1's forward bytes. Without it the slot
+  // still holds an earlier unit's bytes (stale). A mark that never comes
+  // fails the test after the timeout instead of hanging it, and the later
+  // waits then give up at once.
+  struct copy_seen {
+    std::mutex mutex;
+    std::condition_variable marked;
+    std::vector<char> checked;  // [unit]
+    int stale = 0;              // checks that found other bytes than the next unit's forward wrote
+    int missed = 0;             // compute tasks whose mark did not come in time
+    bool gave_up = false;
+  } seen;
+  seen.checked.assign(units.size(), 0);
+
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    // Unit u runs in slot u % 2, whose tensors start where the forwards of
+    // units 0 and 1 were given them.
+    std::vector<std::byte*> slot_data[2];
+    for (std::size_t u = 0; u < first_backward; ++u) {
+      const auto slices = swapper.begin_forward(units[u].layer, units[u].subsequence);
+      for (std::size_t t = 0; t < slices.size(); ++t) {
+        if (u < 2) slot_data[u].push_back(slices[t].data);
+        backend.memset_async(slices[t].data, pattern(units[u].layer, units[u].subsequence, t), slices[t].bytes(),
+                             compute);
+      }
+      swapper.end_forward(units[u].layer, units[u].subsequence);
+    }
+    const std::uint64_t prefetched_before = swapper.prefetched_bytes();
+    std::uint64_t issued = 0;  // host bytes of the backward units whose refill is due
+    for (std::size_t u = first_backward; u < units.size(); ++u) {
+      CAPTURE(u);
+      (void)swapper.begin_backward(units[u].layer, units[u].subsequence);
+      // Copies are counted when issued: this unit's and the next one's.
+      for (std::size_t w = u == first_backward ? u : u + 1; w <= u + 1 && w < units.size(); ++w) {
+        issued += static_cast<std::uint64_t>(plan.offloaded[static_cast<std::size_t>(units[w].subsequence)]) * row;
+      }
+      CHECK(swapper.prefetched_bytes() - prefetched_before == issued);
+      if (u + 1 < units.size()) {
+        const swapper_type::unit next = units[u + 1];
+        const auto rows = static_cast<std::size_t>(plan.rows[static_cast<std::size_t>(next.subsequence)]);
+        std::vector<std::size_t> bytes_of;  // [tensor]: unit u + 1's bytes of it
+        for (const auto& t : tensors.tensors()) bytes_of.push_back(rows * t.bytes_per_token);
+        // Reading the slot on the copy stream is not a race: its last
+        // writer was a refill on that stream or a forward the copy stream
+        // waited for before copying it out, the compute stream's backwards
+        // only read, and its next writer is a later refill on that stream
+        // or a forward of the next step, after the step's end.
+        backend.enqueue(swapper.copy_stream(), [&seen, u, next, bytes_of, data = slot_data[(u + 1) % 2]] {
+          bool fresh = true;
+          for (std::size_t t = 0; t < data.size(); ++t) {
+            const auto* bytes = reinterpret_cast<const unsigned char*>(data[t]);
+            fresh = fresh && std::count(bytes, bytes + bytes_of[t], pattern(next.layer, next.subsequence, t)) ==
+                                 static_cast<long>(bytes_of[t]);
+          }
+          const std::lock_guard lock(seen.mutex);
+          if (!fresh) ++seen.stale;
+          seen.checked[u] = 1;
+          seen.marked.notify_all();
+        });
+        backend.enqueue(compute, [&seen, u] {
+          std::unique_lock lock(seen.mutex);
+          seen.marked.wait_for(lock, std::chrono::seconds(10), [&] { return seen.checked[u] != 0 || seen.gave_up; });
+          if (seen.checked[u] == 0) {
+            ++seen.missed;
+            seen.gave_up = true;
+          }
+        });
+      }
+      swapper.end_backward(units[u].layer, units[u].subsequence);
+    }
+    // The step's end on the compute stream follows every copy-stream task.
+    backend.synchronize(compute);
+    const std::lock_guard lock(seen.mutex);
+    CHECK(seen.stale == 0);
+    CHECK(seen.missed == 0);
+    CHECK(std::count(seen.checked.begin(), seen.checked.end(), 1) == static_cast<long>(units.size() / 2 - 1));
+    CHECK(issued == 2 * (2 + 3 + 0) * row);
+    seen.checked.assign(units.size(), 0);
+    seen.stale = 0, seen.missed = 0;
+  }
 }
 
 TEST_CASE("subsequence_swapper: units out of order and bad ratios are errors") {

@@ -54,6 +54,11 @@
 // planned arena), sized with `slot_bytes` / `kept_bytes`; the host store is
 // allocated here, once. A step allocates nothing. Lifetime: the backend,
 // the compute stream and the regions outlive the swapper.
+//
+// `copy_stream()` is the stream the swapper's copies run on, valid while
+// the swapper lives: work enqueued there after begin_backward(u) runs after
+// unit u + 1's refill (the look-ahead above), so a caller can see that
+// refill done without waiting for the compute stream.
 #pragma once
 
 #include <algorithm>
@@ -242,6 +247,10 @@ class subsequence_swapper {
   /// Payload bytes copied to and from the host so far.
   [[nodiscard]] std::uint64_t offloaded_bytes() const noexcept { return offloaded_bytes_; }
   [[nodiscard]] std::uint64_t prefetched_bytes() const noexcept { return prefetched_bytes_; }
+  /// The stream the swapper's copies run on, valid while the swapper lives:
+  /// work enqueued there after begin_backward(u) runs after unit u + 1's
+  /// refill.
+  [[nodiscard]] stream_type& copy_stream() noexcept { return *copy_; }
 
   /// The slices of layer `layer` of subsequence `j` (n_j rows each), writable
   /// by work enqueued on the compute stream from now on.
