@@ -4,10 +4,13 @@
 //
 // For each (tokens, head_dim), interleaved, every round measures
 //   - attention: chunked_causal_attention forward + backward (offload on:
-//     K/V chunks go to pinned host memory and come back double-buffered),
+//     Q/K/V chunks go to pinned host memory and come back double-buffered),
 //     waited for with `synchronize`;
 //   - gemm: backend.gemm of a square n x n x n fp32 product (the machine's
-//     GEMM rate through the same backend and the same thread pool).
+//     GEMM rate through the same backend and the same thread pool), right
+//     before and right after the attention; the ratio divides by the mean
+//     of the two, so a load change during a long attention run (minutes at
+//     64K) moves both ends of the window the ratio is taken over.
 // Useful FLOPs of causal attention: 7 GEMM-equivalents (forward S and PV;
 // backward S, dP, dV, dK, dQ) of 2 * head_dim FLOPs per (head, query, key)
 // pair with key <= query: 7 * head_dim * heads * T * (T + 1). The masked
@@ -182,9 +185,12 @@ int main(int argc, char** argv) {
       {
         attention attn(backend, p.shape, {static_cast<std::byte*>(p.device), p.device_bytes},
                        {static_cast<std::byte*>(p.pinned), p.pinned_bytes});
+        const double before = gemm.flops_per_second();
         const double seconds = time_attention(backend, stream, attn, p);
-        const double gemm_rate = gemm.flops_per_second();
-        gemm_rates.push_back(gemm_rate);
+        const double after = gemm.flops_per_second();
+        const double gemm_rate = 0.5 * (before + after);
+        gemm_rates.push_back(before);
+        gemm_rates.push_back(after);
         p.seconds.push_back(seconds);
         p.ratio.push_back(p.flops() / seconds / gemm_rate);
       }
@@ -237,7 +243,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(heads), static_cast<long long>(kv_heads), gemm.n(),
                 gemm_summary.median * 1e-9, gemm_summary.min * 1e-9, gemm_summary.max * 1e-9,
                 gemm_rates.size(), backend.compute_threads());
-    std::printf("ratio = attention GF/s / GEMM GF/s, median [min, max] of %d rounds\n", rounds);
+    std::printf("ratio = attention GF/s / mean GEMM GF/s just before and after it, median [min, max] of %d rounds\n",
+                rounds);
     std::printf("%7s %4s %5s  %-20s %9s %9s  %12s %12s\n", "tokens", "d", "chunk", "ratio", "GF/s", "seconds",
                 "device MiB", "naive S MiB");
     for (const auto& p : problems) {
