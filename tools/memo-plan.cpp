@@ -35,7 +35,8 @@
 // waited for, if it has not returned in time. `--solver all` skips
 // the MIP on problems far beyond it (more than 200 buffers or 5,000
 // time-overlapping pairs) and says so; `--solver mip` runs it regardless.
-// The JSON reports the process's peak resident memory (getrusage).
+// The JSON reports the process's peak resident memory (getrusage) and,
+// when the exact search runs, its switches in effect ("exact_switches").
 // Errors go to stderr (with --json, also as {"error": ..., "exit_status": ...}
 // on stdout); the exit status is 1 for bad input, a failed solve or a failed
 // write (of the plan, the picture or the report), and 2 for a bad command
@@ -111,6 +112,19 @@ constexpr exact_switch exact_switches[] = {
     {"--no-restarts", &memo::exact_options::restarts},
     {"--no-tight-branching", &memo::exact_options::tight_branching},
 };
+
+// A switch's name in the JSON report: the exact_options field it turns off
+// ("--no-section-bounds" -> "section_bounds"), derived from the flag so the
+// table above stays the one list of switches.
+std::string switch_key(const exact_switch& sw) {
+  std::string key(std::string_view(sw.flag).substr(std::string_view("--no-").size()));
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+// Whether `--solver` runs the exact search (flat, or as the bi-level
+// planner's levels): only then do its switches mean anything.
+bool runs_exact_search(const std::string& solver) { return solver != "greedy" && solver != "mip"; }
 
 const char* const usage_text =
     "usage: memo-plan [--solver greedy|mip|exact|bilevel|all] [--capacity BYTES]\n"
@@ -206,7 +220,7 @@ arguments parse_arguments(int argc, char** argv) {
     }
   }
   if (a.input.empty() && !a.help) throw usage_error("no input trace given");
-  if (!a.exact_switch_given.empty() && (a.solver == "greedy" || a.solver == "mip")) {
+  if (!a.exact_switch_given.empty() && !runs_exact_search(a.solver)) {
     throw usage_error(a.exact_switch_given + " tunes the exact search, which --solver " + a.solver +
                       " does not run (use exact, bilevel or all)");
   }
@@ -647,6 +661,14 @@ int plan(const arguments& args, clock_type::time_point started) {
           .end_object();
     } else {
       j.begin_object().field("error", caching_failure).end_object();
+    }
+    // The switches in effect, so a report says which search produced its
+    // figures (a run with --no-restarts is slower, not wrong, and its time
+    // is only comparable with others run alike).
+    if (runs_exact_search(args.solver)) {
+      j.key("exact_switches").begin_object();
+      for (const auto& sw : exact_switches) j.field(switch_key(sw), args.exact.*(sw.field));
+      j.end_object();
     }
     j.key("solvers").begin_array();
     for (const auto& r : rows) {

@@ -24,7 +24,9 @@
 // `--seq max` searches the longest fitting sequence (64K grid, up to 1024M
 // tokens; an answer at that bound says longer ones may fit too), starting
 // at the shortest length where the strategy's rules admit a setting (SPPO's
-// N >= PP subsequences of 2K need PP x 2K tokens).
+// N >= PP subsequences of 2K need PP x 2K tokens); when even that length
+// does not fit, the answer says it is the shortest tried and names the
+// first resource to run out there.
 // `--strategy all` puts them side by side and marks the best: the longest
 // with --seq max, else the highest MFU among those that fit. `--time-limit`
 // (600 s by default) bounds the whole run: a run that reaches it stops
@@ -173,6 +175,9 @@ struct row {
   std::optional<mp::projection> result;
   std::string no_setting;     ///< why no setting applies, when none does
   bool capped = false;        ///< --seq max reached the search's upper bound
+  /// --seq max found nothing that fits: `result` is the projection at the
+  /// shortest length the search tried, which already does not fit.
+  bool nothing_fits = false;
   [[nodiscard]] bool fits() const { return result && result->fits(); }
 };
 
@@ -185,6 +190,42 @@ std::pair<double, double> alpha_range(const mp::projection& p) {
 
 /// A byte count as a JSON integer (the library bounds every one below 2^64).
 std::uint64_t bytes(double x) { return mp::byte_count(x, "a reported figure"); }
+
+/// One exceeded resource with its need and capacity, in the units a reader
+/// compares it with: "device memory 110.6 of 80.0 GiB per GPU".
+std::string shortfall_text(const mp::shortfall& f) {
+  char text[160];
+  if (f.resource == mp::resource::device_memory) {
+    std::snprintf(text, sizeof text, "device memory %s of %s GiB per GPU", gib_text(f.need).c_str(),
+                  gib_text(f.capacity).c_str());
+  } else if (f.resource == mp::resource::host_memory) {
+    std::snprintf(text, sizeof text, "host memory %s of %s GiB per node", gib_text(f.need).c_str(),
+                  gib_text(f.capacity).c_str());
+  } else {
+    std::snprintf(text, sizeof text, "host link %.1f of %.1f GB/s per GPU to hide the offload", f.need / 1e9,
+                  f.capacity / 1e9);
+  }
+  return text;
+}
+
+/// Why --seq max has no answer for a strategy, said the same in the text
+/// and the JSON: the shortest length tried, why the search started there,
+/// and the first resource that runs out there (the projection's `limit`,
+/// with its need and capacity). A bare "not even 64K fits" read as if some
+/// shorter length had been tried, or, for SPPO, as if 64K had been.
+std::string nothing_fits_text(const row& r) {
+  const auto& p = *r.result;
+  std::string text = "does not fit even at " + tokens_text(p.sequence) + ", the shortest length tried";
+  if (p.sequence > search_grid) text += " (no setting applies below it)";
+  const auto first = std::find_if(p.shortfalls.begin(), p.shortfalls.end(),
+                                  [&](const mp::shortfall& f) { return f.resource == p.limit; });
+  if (first != p.shortfalls.end()) {
+    text += "; the first resource to run out there: " + shortfall_text(*first);
+  } else if (p.limit) {
+    text += "; the first resource to run out there: " + std::string(mp::to_string(*p.limit));
+  }
+  return text;
+}
 
 void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.begin_object().field("strategy", std::string(mp::strategy_name(r.kind)));
@@ -199,6 +240,7 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.field("fits", p.fits()).field("sequence", bytes(p.sequence));
   if (r.capped) j.field("search_limit_reached", true);
   if (!p.fits()) j.field("limit", mp::to_string(*p.limit));
+  if (r.nothing_fits) j.field("shortest_tried", bytes(p.sequence)).field("message", nothing_fits_text(r));
   // Every resource exceeded, the first memory to run out first; the host
   // link's figures are bytes per second per GPU, the memories' bytes.
   j.key("limits").begin_array();
@@ -229,7 +271,7 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
       .end_object();
 }
 
-void write_text(const row& r, bool best, bool search, int gpus) {
+void write_text(const row& r, bool best, int gpus) {
   std::cout << (best ? "* " : "  ") << mp::strategy_name(r.kind) << ": ";
   if (!r.result) {
     std::cout << "no setting applies to this GPU count and length: " << r.no_setting << "\n";
@@ -247,8 +289,8 @@ void write_text(const row& r, bool best, bool search, int gpus) {
     if (f.runs_out_at > 0 && f.runs_out_at < p.sequence) out_of += " (at " + tokens_text(f.runs_out_at) + ")";
   }
   if (!out_of.empty() && p.link_bound()) out_of += "; the host link cannot hide the offload";
-  if (search && !p.fits()) {
-    std::cout << "not even " << tokens_text(p.sequence) << " fits: " << out_of << "\n";
+  if (r.nothing_fits) {
+    std::cout << nothing_fits_text(r) << "\n";
   } else {
     std::cout << tokens_text(p.sequence) << (p.fits() ? " fits" : " does not fit: " + out_of)
               << (r.capped ? " (the search stops there: longer sequences may fit too)" : "") << "\n";
@@ -283,18 +325,7 @@ void write_text(const row& r, bool best, bool search, int gpus) {
   if (!p.shortfalls.empty()) {
     std::string line;
     for (const auto& f : p.shortfalls) {
-      char text[160];
-      if (f.resource == mp::resource::device_memory) {
-        std::snprintf(text, sizeof text, "device memory %s of %s GiB per GPU", gib_text(f.need).c_str(),
-                      gib_text(f.capacity).c_str());
-      } else if (f.resource == mp::resource::host_memory) {
-        std::snprintf(text, sizeof text, "host memory %s of %s GiB per node", gib_text(f.need).c_str(),
-                      gib_text(f.capacity).c_str());
-      } else {
-        std::snprintf(text, sizeof text, "host link %.1f of %.1f GB/s per GPU to hide the offload", f.need / 1e9,
-                      f.capacity / 1e9);
-      }
-      line += (line.empty() ? "" : "; ") + std::string(text);
+      line += (line.empty() ? "" : "; ") + shortfall_text(f);
       if (f.runs_out_at > 0 && f.runs_out_at < p.sequence) line += " (runs out at " + tokens_text(f.runs_out_at) + ")";
     }
     std::printf("    exceeded: %s\n", line.c_str());
@@ -388,7 +419,10 @@ int run(const arguments& a) {
     }
     if (search && r.result) r.capped = r.result->sequence + search_grid > search_limit;
     // Nothing fits: the shortest length searched says what runs out first.
-    if (search && !r.result) r.result = project(first, true);
+    if (search && !r.result) {
+      r.result = project(first, true);
+      r.nothing_fits = r.result.has_value();
+    }
     if (r.result && !r.result->fits()) {
       limit.doing("finding where each resource of " + std::string(mp::strategy_name(k)) + " runs out");
       mp::order_shortfalls(*r.result, model, c, search_grid);
@@ -428,7 +462,7 @@ int run(const arguments& a) {
                 quote(c.profile.name).c_str());
     if (search) std::cout << "longest sequence that fits (64K grid, up to 1024M):\n";
     for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
-      write_text(rows[i], i == best && rows.size() > 1, search, c.gpus);
+      write_text(rows[i], i == best && rows.size() > 1, c.gpus);
     }
   }
   return best >= 0 ? 0 : 3;

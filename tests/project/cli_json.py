@@ -28,11 +28,31 @@ def profile(file_name, extra=b"", **fields):
     return path
 
 
+def nothing_fits(shortest):
+    """--seq max with nothing fitting: the strategy's object names the
+    shortest length tried and the first resource to run out there, and its
+    message says so in words."""
+    def check(report):
+        (row,) = report["strategies"]
+        if row["fits"] or row.get("shortest_tried") != shortest or row["sequence"] != shortest:
+            raise ValueError(f"expected no fit with shortest_tried {shortest}, got {row.get('shortest_tried')}")
+        first = row["limits"][0]
+        if row["limit"] != "device memory" or first["resource"] != row["limit"] or first["need"] <= first["capacity"]:
+            raise ValueError(f"limit {row['limit']} is not the first exceeded resource {first}")
+        words = f"does not fit even at {shortest // 1024}K, the shortest length tried"
+        if words not in row["message"] or "the first resource to run out there: device memory" not in row["message"]:
+            raise ValueError(f"message {row['message']!r}")
+    return check
+
+
 base = ["--model", "7b", "--gpus", "8", "--profile", "a800"]
-cases = [  # (arguments, exit status, what the object must hold)
+cases = [  # (arguments, exit status, what the object must hold[, a check of the parsed object])
     (base + ["--seq", "64K"], 0, "best"),
     (base + ["--seq", "max", "--strategy", "memo"], 0, "best"),
-    (["--model", "65b", "--gpus", "1", "--profile", "a800", "--seq", "max", "--strategy", "memo"], 3, "limit"),
+    (["--model", "65b", "--gpus", "1", "--profile", "a800", "--seq", "max", "--strategy", "memo"], 3, "limit",
+     nothing_fits(65536)),
+    (["--model", "80,65536,64,50257", "--gpus", "640", "--profile", "a800", "--seq", "max", "--strategy", "sppo"], 3,
+     "shortest_tried", nothing_fits(196608)),
     (["--model", "7b", "--gpus", "12", "--profile", "a800", "--seq", "64K", "--strategy", "sppo"], 3, "reason"),
     (["--model", "7b", "--gpus", "5", "--profile", "a800", "--seq", "max", "--strategy", "memo"], 0, "gpus_idle"),
     (["--model", "1,64,1,1", "--gpus", "64", "--profile", "a800", "--seq", "max", "--strategy", "memo"], 0,
@@ -71,7 +91,7 @@ def check_bytes(value, where):
             raise ValueError(f"{where} = {value} is not below 2^64")
 
 
-for arguments, status, key in cases:
+for arguments, status, key, *check in cases:
     run = subprocess.run([tool] + arguments + ["--json"], capture_output=True, timeout=60)
     problem = None
     try:
@@ -86,7 +106,9 @@ for arguments, status, key in cases:
         if key not in json.dumps(report):
             raise ValueError(f"no '{key}' in the object")
         check_bytes(report, "")
-    except (ValueError, UnicodeDecodeError) as e:
+        for extra in check:
+            extra(report)
+    except (ValueError, KeyError, UnicodeDecodeError) as e:
         problem = str(e)
     print(("FAIL" if problem else "ok  "), " ".join(arguments), "->", problem or run.returncode)
     if problem:
