@@ -20,6 +20,25 @@ inline memo::host_backend::options one_thread() {
   return options;
 }
 
+/// Rank r's tokens of a global [T, heads, D] tensor, in its local
+/// (rank-ordinal) order.
+inline std::vector<float> local_part(const memo::fpdt_layout& layout, int r, const std::vector<float>& global,
+                                     std::int64_t heads, std::int64_t D) {
+  std::vector<float> part(static_cast<std::size_t>(layout.local_tokens() * heads * D));
+  layout.shuffle<float>(global, r, part, heads * D);
+  return part;
+}
+
+/// Rank r's share of the inputs and its outputs (zero), in local order.
+struct rank_tensors {
+  std::vector<float> q, k, v, dout, o, dq, dk, dv;
+  rank_tensors(const memo::fpdt_layout& layout, int r, const inputs& in, std::int64_t H, std::int64_t K,
+               std::int64_t D)
+      : q(local_part(layout, r, in.q, H, D)), k(local_part(layout, r, in.k, K, D)),
+        v(local_part(layout, r, in.v, K, D)), dout(local_part(layout, r, in.dout, H, D)), o(q.size(), 0.0f),
+        dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(k.size(), 0.0f) {}
+};
+
 /// One rank's outputs in its local (rank-ordinal) order.
 struct rank_outputs {
   memo::fpdt_layout layout;
@@ -36,12 +55,8 @@ rank_outputs distributed_rank(Comm& comm, memo::host_backend& backend, const mem
   const memo::fpdt_layout& layout = attention.layout();
   const std::int64_t L = layout.local_tokens();
   const int r = comm.rank();
-  auto local = [&](const std::vector<float>& global, std::int64_t heads) {
-    std::vector<float> part(static_cast<std::size_t>(L * heads * D));
-    layout.shuffle<float>(global, r, part, heads * D);
-    return part;
-  };
-  auto q = local(in.q, H), k = local(in.k, K), v = local(in.v, K), dout = local(in.dout, H);
+  auto q = local_part(layout, r, in.q, H, D), k = local_part(layout, r, in.k, K, D);
+  auto v = local_part(layout, r, in.v, K, D), dout = local_part(layout, r, in.dout, H, D);
   rank_outputs out{layout, std::vector<float>(q.size()), std::vector<float>(q.size()), std::vector<float>(k.size()),
                    std::vector<float>(k.size())};
   auto view = [&](std::vector<float>& x, std::int64_t heads) {

@@ -165,14 +165,9 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
           auto stream = backend.make_stream();
           memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
           const memo::fpdt_layout& layout = attention.layout();
-          const std::int64_t L = layout.local_tokens(), H = c.H, K = c.K, D = c.D;
-          auto local = [&](const std::vector<float>& global, std::int64_t heads) {
-            std::vector<float> part(static_cast<std::size_t>(L * heads * D));
-            layout.shuffle<float>(global, r, part, heads * D);
-            return part;
-          };
-          auto q = local(in.q, H), k = local(in.k, K), v = local(in.v, K), dout = local(in.dout, H);
-          std::vector<float> o(q.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(k.size(), 0.0f);
+          const std::int64_t H = c.H, K = c.K, D = c.D;
+          memo_test::rank_tensors x(layout, r, in, H, K, D);
+          auto &q = x.q, &k = x.k, &v = x.v, &dout = x.dout, &o = x.o, &dq = x.dq, &dk = x.dk, &dv = x.dv;
           std::vector<float> lse(static_cast<std::size_t>(attention.local_heads() * c.T));
           auto rows = [&](auto& x, std::int64_t heads, std::int64_t a, std::int64_t n) {
             using E = std::remove_reference_t<decltype(x[0])>;
@@ -255,13 +250,8 @@ TEST_CASE("distributed_attention: with host offload the backward sends no Q, K o
           auto stream = backend.make_stream();
           memo::distributed_attention<timed, memo::host_backend> attention(backend, comm, shape);
           const memo::fpdt_layout& layout = attention.layout();
-          auto local = [&](const std::vector<float>& global, std::int64_t heads) {
-            std::vector<float> part(static_cast<std::size_t>(L * heads * D));
-            layout.shuffle<float>(global, r, part, heads * D);
-            return part;
-          };
-          auto q = local(in.q, H), k = local(in.k, K), v = local(in.v, K), dout = local(in.dout, H);
-          std::vector<float> o(q.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(k.size(), 0.0f);
+          memo_test::rank_tensors x(layout, r, in, H, K, D);
+          auto &q = x.q, &k = x.k, &v = x.v, &dout = x.dout, &o = x.o, &dq = x.dq, &dk = x.dk, &dv = x.dv;
           std::vector<float> lse(static_cast<std::size_t>(attention.local_heads() * T));
           auto all = [&](auto& x, std::int64_t heads) {
             using E = std::remove_reference_t<decltype(x[0])>;

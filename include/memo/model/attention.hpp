@@ -72,6 +72,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -525,53 +526,56 @@ class chunked_causal_attention {
                    std::int64_t i) {
     const std::int64_t rows = rows_of(i);
     const std::int64_t first = i * shape_.chunk;
+    struct stored {
+      const tensor_view<const float, 3>& from;
+      std::int64_t from_row;
+      memory_region stage, host;
+    };
+    const stored tensors[] = {{q, q_row, parts_.stage_q, parts_.host_q},
+                              {k, first, parts_.stage_k, parts_.host_k},
+                              {v, first, parts_.stage_v, parts_.host_v}};
     backend_.wait(on, stage_free_);  // the previous chunk's copy has read the staging buffers
-    launch(on, detail::attention_pack_rows_kernel{parts_.stage_q.template as<float>(), q, q_row},
-           {rows, shape_.heads});
-    launch(on, detail::attention_pack_rows_kernel{parts_.stage_k.template as<float>(), k, first},
-           {rows, shape_.kv_heads});
-    launch(on, detail::attention_pack_rows_kernel{parts_.stage_v.template as<float>(), v, first},
-           {rows, shape_.kv_heads});
+    for (const stored& t : tensors) {
+      launch(on, detail::attention_pack_rows_kernel{t.stage.template as<float>(), t.from, t.from_row},
+             {rows, t.from.extent(1)});
+    }
     backend_.record(staged_, on);
     backend_.wait(*copy_, staged_);
-    const std::size_t q_bytes = float_bytes(rows, shape_.heads, shape_.head_dim);
-    const std::size_t q_offset = float_bytes(first, shape_.heads, shape_.head_dim);
-    backend_.copy_async(parts_.host_q.data + q_offset, parts_.stage_q.data, q_bytes,
-                        copy_kind::device_to_host, *copy_);
-    const std::size_t bytes = float_bytes(rows, shape_.kv_heads, shape_.head_dim);
-    const std::size_t offset = float_bytes(first, shape_.kv_heads, shape_.head_dim);
-    backend_.copy_async(parts_.host_k.data + offset, parts_.stage_k.data, bytes,
-                        copy_kind::device_to_host, *copy_);
-    backend_.copy_async(parts_.host_v.data + offset, parts_.stage_v.data, bytes,
-                        copy_kind::device_to_host, *copy_);
+    for (const stored& t : tensors) {
+      const std::int64_t heads = t.from.extent(1);
+      backend_.copy_async(t.host.data + float_bytes(first, heads, shape_.head_dim), t.stage.data,
+                          float_bytes(rows, heads, shape_.head_dim), copy_kind::device_to_host, *copy_);
+    }
     backend_.record(stage_free_, *copy_);
   }
 
   /// Fetches query chunk i from the host store into the slot of backward
-  /// pair `pair` on the copy stream, once the compute that last read that
-  /// slot (two pairs before, or in an earlier backward) is done.
+  /// pair `pair`, once the compute that last read that slot (two pairs
+  /// before, or in an earlier backward) is done.
   void fetch_query(std::int64_t pair, std::int64_t i) {
-    const int slot = static_cast<int>(pair % 2);
-    const std::size_t bytes = float_bytes(rows_of(i), shape_.heads, shape_.head_dim);
-    const std::size_t offset = float_bytes(i * shape_.chunk, shape_.heads, shape_.head_dim);
-    backend_.wait(*copy_, q_slot_free_[slot]);
-    backend_.copy_async(parts_.slot_q[slot].data, parts_.host_q.data + offset, bytes,
-                        copy_kind::host_to_device, *copy_);
-    backend_.record(q_fetched_[slot], *copy_);
+    const auto slot = static_cast<std::size_t>(pair % 2);
+    fetch_rows(i, shape_.heads, q_slot_free_[slot], q_fetched_[slot], {{parts_.slot_q[slot], parts_.host_q}});
   }
 
-  /// Fetches K/V chunk j from the host store into slot j % 2 on the copy
-  /// stream, once the compute that last read that slot is done.
+  /// Fetches K/V chunk j from the host store into slot j % 2, once the
+  /// compute that last read that slot is done.
   void fetch(std::int64_t j) {
-    const int slot = static_cast<int>(j % 2);
-    const std::size_t bytes = float_bytes(rows_of(j), shape_.kv_heads, shape_.head_dim);
-    const std::size_t offset = float_bytes(j * shape_.chunk, shape_.kv_heads, shape_.head_dim);
-    backend_.wait(*copy_, slot_free_[slot]);
-    backend_.copy_async(parts_.slot_k[slot].data, parts_.host_k.data + offset, bytes,
-                        copy_kind::host_to_device, *copy_);
-    backend_.copy_async(parts_.slot_v[slot].data, parts_.host_v.data + offset, bytes,
-                        copy_kind::host_to_device, *copy_);
-    backend_.record(fetched_[slot], *copy_);
+    const auto slot = static_cast<std::size_t>(j % 2);
+    fetch_rows(j, shape_.kv_heads, slot_free_[slot], fetched_[slot],
+               {{parts_.slot_k[slot], parts_.host_k}, {parts_.slot_v[slot], parts_.host_v}});
+  }
+
+  /// On the copy stream, after `slot_free`: chunk `i` of each host store
+  /// ([tokens, heads, head_dim]) into its slot; then records `fetched`.
+  void fetch_rows(std::int64_t i, std::int64_t heads, event_type& slot_free, event_type& fetched,
+                  std::initializer_list<std::pair<memory_region, memory_region>> slot_and_store) {
+    const std::size_t bytes = float_bytes(rows_of(i), heads, shape_.head_dim);
+    const std::size_t offset = float_bytes(i * shape_.chunk, heads, shape_.head_dim);
+    backend_.wait(*copy_, slot_free);
+    for (const auto& [slot, store] : slot_and_store) {
+      backend_.copy_async(slot.data, store.data + offset, bytes, copy_kind::host_to_device, *copy_);
+    }
+    backend_.record(fetched, *copy_);
   }
 
   /// Later work on `on` waits for everything issued on the copy stream.

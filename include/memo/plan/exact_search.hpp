@@ -662,6 +662,18 @@ class dsa_search {
     return best;
   }
 
+  /// Calls f(rank) for every unplaced member of section `sec` (the scan
+  /// both section bounds start from), and charges the scan to the clock.
+  template <class F>
+  void for_unplaced_members(std::uint32_t sec, F&& f) {
+    const auto& t = *table_;
+    for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
+      const std::uint32_t q = rank_of_[t.members[m]];
+      if (!w_->placed[q]) f(q);
+    }
+    clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+  }
+
   void rescan(std::uint32_t sec, bool stacking) {
     auto& w = *w_;
     const auto& t = *table_;
@@ -681,17 +693,14 @@ class dsa_search {
       auto& lows = w.scratch;
       lows.clear();
       std::uint8_t slot_shift = 0;
-      for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
-        const std::uint32_t q = rank_of_[t.members[m]];
-        if (w.placed[q]) continue;
+      for_unplaced_members(sec, [&](std::uint32_t q) {
         const std::uint64_t floor = aligned_floor(q);
         lowest = std::min(lowest, floor);
         padding += pad(q);
         top_pad = std::max(top_pad, pad(q));
         slot_shift = std::max(slot_shift, shift_[q]);
         if (stacking) lows.emplace_back(floor, q);
-      }
-      clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+      });
       if (stacking && lows.size() > 1) {
         top_ = std::max(top_, stacking_bound(lows, slot_shift));
       }
@@ -764,15 +773,12 @@ class dsa_search {
       if (reference_bounds_ || sec == first_[skipped] || w.boundary_unplaced[sec] != 0) {
         lows.clear();
         std::uint8_t slot_shift = 0;
-        for (std::uint32_t m = t.member_begin[sec]; m < t.member_begin[sec + 1]; ++m) {
-          const std::uint32_t q = rank_of_[t.members[m]];
-          if (w.placed[q]) continue;
+        for_unplaced_members(sec, [&](std::uint32_t q) {
           const std::uint64_t floor = aligned_floor(q);
           const bool blocked = floor < at || (floor == at && excluded(q, at));
           lows.emplace_back(blocked ? std::max(floor, blocked_from) : floor, q);
           slot_shift = std::max(slot_shift, shift_[q]);
-        }
-        clock_->expired(t.member_begin[sec + 1] - t.member_begin[sec]);
+        });
         if (stacking_bound(lows, slot_shift) > target_) return false;
         lowest = exact_u64_max;
         for (const auto& low : lows) lowest = std::min(lowest, low.first);
