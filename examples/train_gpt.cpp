@@ -99,7 +99,7 @@ constexpr const char* usage =
     "shape from the checkpoint (do not combine it with --layers/--channels/--heads).\n"
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
     "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
-    "measured profile); --kv-offload keeps attention Q/K/V in host memory; BYTES may\n"
+    "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
     "carry a KiB/MiB/GiB suffix; --timeline writes the last step as measured and as simulated\n"
     "into one Chrome trace.\n"
     "Under mpirun, --sp S ranks per pipeline stage share every sequence (FPDT), --pp Q\n"
@@ -441,7 +441,7 @@ void print_plan(const Model& model, const memory_choice& choice,
   }
   std::printf("host memory: %s pinned for the offloaded skeletal tensors%s\n",
               memo::format_bytes(model.host_offload_bytes()).c_str(),
-              model.kv_offload() ? " and every layer's Q/K/V" : "");
+              model.kv_offload() ? " and every layer's K/V" : "");
 }
 
 template <class Model>

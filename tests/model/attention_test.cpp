@@ -45,9 +45,9 @@ struct result {
   std::vector<float> o, lse, dq, dk, dv;
 };
 
-// With offload the backward reads Q, K and V from the host store only:
-// after the forward the caller's copies are overwritten with NaN, so any
-// read of them shows in every gradient.
+// With offload the backward reads K and V (and Q unless keep_queries) from
+// the host store only: after the forward the caller's copies are
+// overwritten with NaN, so any read of them shows in every gradient.
 void poison_after_forward(memo::host_backend& backend, memo::host_backend::stream& stream,
                           std::initializer_list<std::vector<float>*> tensors) {
   backend.synchronize(stream);
@@ -70,7 +70,8 @@ result run_dense(memo::host_backend& backend, const attention_shape& s, const in
   attn.forward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
                dense3<const float>(v, T, Hkv, D), dense3<float>(r.o, T, H, D),
                view2<float>(r.lse, H, T));
-  if (s.offload) poison_after_forward(backend, stream, {&q, &k, &v});
+  if (s.queries_on_host()) poison_after_forward(backend, stream, {&q, &k, &v});
+  if (s.offload && s.keep_queries) poison_after_forward(backend, stream, {&k, &v});
   attn.backward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
                 dense3<const float>(v, T, Hkv, D), dense3<const float>(r.o, T, H, D),
                 dense3<const float>(dout, T, H, D), cview2<float>(r.lse, H, T),
@@ -112,14 +113,16 @@ TEST_CASE("chunked_causal_attention: forward and backward equal an fp64 naive at
       {24, 16, 2, 2, 128}, // head_dim 128
   };
   for (const auto& c : configs) {
-    for (const bool offload : {false, true}) {
-      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload};
+    // No offload; Q, K and V on the host; K and V only (keep_queries).
+    for (const auto& [offload, keep_queries] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload, keep_queries};
       CAPTURE(s.tokens);
       CAPTURE(s.chunk);
       CAPTURE(s.heads);
       CAPTURE(s.kv_heads);
       CAPTURE(s.head_dim);
       CAPTURE(offload);
+      CAPTURE(keep_queries);
       const auto in = random_inputs(s, static_cast<unsigned>(c.tokens * 31 + c.chunk));
       const float init = 0.25f;  // gradients accumulate onto what is there
       check_against_naive(run_dense(backend, s, in, init), naive_attention(s, in), init, 2e-5);
@@ -140,11 +143,12 @@ TEST_CASE("chunked_causal_attention: query runs forward in order and backward in
       {8, 8, 2, 2, 4, {0, 8}},             // one run: the whole sequence
   };
   for (const auto& c : configs) {
-    for (const bool offload : {false, true}) {
-      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload};
+    for (const auto& [offload, keep_queries] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload, keep_queries};
       CAPTURE(s.tokens);
       CAPTURE(s.chunk);
       CAPTURE(offload);
+      CAPTURE(keep_queries);
       const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
       const auto in = random_inputs(s, static_cast<unsigned>(c.tokens * 7 + c.chunk));
       owned_region device(backend.device_memory(), attention::required_device_bytes(s));
@@ -171,7 +175,8 @@ TEST_CASE("chunked_causal_attention: query runs forward in order and backward in
         attn.forward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
                              dense3<const float>(v, T, Hkv, D), rows(r.o, H, a, n), columns(r.lse, a, n));
       }
-      if (offload) poison_after_forward(backend, stream, {&q, &k, &v});
+      if (s.queries_on_host()) poison_after_forward(backend, stream, {&q, &k, &v});
+      if (offload && keep_queries) poison_after_forward(backend, stream, {&k, &v});
       for (std::size_t j = runs; j-- > 0;) {
         const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
         attn.backward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
@@ -389,6 +394,18 @@ TEST_CASE("chunked_causal_attention: sizing by counting equals what the construc
                       memo::error);
     }
   }
+  // The host store is Q, K and V of every token; keep_queries leaves Q out
+  // (each part is aligned to default_alignment_bytes, hence the slack).
+  const attention_shape all{.tokens = 50, .heads = 4, .kv_heads = 2, .head_dim = 8, .chunk = 16, .offload = true};
+  attention_shape kv_only = all;
+  kv_only.keep_queries = true;
+  const std::size_t q_bytes = 50 * 4 * 8 * 4, kv_bytes = 2 * 50 * 2 * 8 * 4;
+  CHECK(attention::required_pinned_bytes(all) >= q_bytes + kv_bytes);
+  CHECK(attention::required_pinned_bytes(all) < q_bytes + kv_bytes + 3 * memo::default_alignment_bytes);
+  CHECK(attention::required_pinned_bytes(kv_only) >= kv_bytes);
+  CHECK(attention::required_pinned_bytes(kv_only) < kv_bytes + 2 * memo::default_alignment_bytes);
+  // Without the query slots and staging buffer (three [16, 4, 8] tiles).
+  CHECK(attention::required_device_bytes(all) - attention::required_device_bytes(kv_only) >= 3 * 16 * 4 * 8 * 4);
   // Device memory grows linearly in tokens at a fixed chunk; naive
   // attention's scores grow quadratically.
   auto bytes = [](std::int64_t t) {

@@ -31,7 +31,9 @@
 // compute stream waits for a slot's fetch, and a fetch into a slot waits
 // for the compute that last read it. So with offload the caller's Q, K and
 // V are read only for chunk i at forward step i, and never by the backward:
-// after the forward the caller may drop or reuse them.
+// after the forward the caller may drop or reuse them. With
+// shape.keep_queries only K/V go to the host, and the backward reads the
+// caller's Q (which must then stay valid until it returns).
 //
 // Query runs (SPPO section 4: a pipeline stage attends subsequence by
 // subsequence): `forward_queries` / `backward_queries` take the queries of
@@ -46,7 +48,7 @@
 // required_pinned_bytes(shape) size the regions (region_carver's counting
 // mode); both grow linearly in tokens (device: the [heads, tokens] row
 // statistics of the backward; the rest is chunk-sized; pinned: Q, K and V
-// of every token).
+// of every token, K and V with keep_queries).
 //
 // Layouts (all fp32, all views in elements):
 //   q, o, dout, dq   [tokens, heads, head_dim]     stride(2) == 1 for q, dout
@@ -74,6 +76,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -222,9 +225,9 @@ class chunked_causal_attention {
   }
 
   /// dq += dL/dQ, dk += dL/dK, dv += dL/dV given dout = dL/dO, enqueued on
-  /// `on`. q, k, v, o and lse are the forward's; with offload q, k and v are
-  /// not read (they come from the host store the forward filled) and may be
-  /// empty views.
+  /// `on`. q, k, v, o and lse are the forward's; with offload k and v, and
+  /// q unless keep_queries, are not read (they come from the host store the
+  /// forward filled) and may be empty views.
   void backward(stream_type& on,
                 tensor_view<const float, 3> q,     // [tokens, heads, head_dim]
                 tensor_view<const float, 3> k,     // [tokens, kv_heads, head_dim]
@@ -273,8 +276,8 @@ class chunked_causal_attention {
       return std::string(call) + ": with offload, queries up to chunk " + std::to_string(i1) +
              " need their keys in the host store, which holds chunks [0, " + std::to_string(stored_) + ")";
     });
+    if (!shape_.queries_on_host()) expect_operand(q, shape_.heads, call, "q", true, n);
     if (!shape_.offload) {
-      expect_operand(q, shape_.heads, call, "q", true, n);
       expect_operand(k, shape_.kv_heads, call, "k", true);
       expect_operand(v, shape_.kv_heads, call, "v", true);
     }
@@ -299,10 +302,8 @@ class chunked_causal_attention {
     // pair p into query slot p % 2; the next pair's fetch is issued before
     // the current pair waits for its own.
     std::int64_t pair = 0;
-    if (shape_.offload) {
-      fetch(0);
-      fetch_query(0, i0);
-    }
+    if (shape_.offload) fetch(0);
+    if (shape_.queries_on_host()) fetch_query(0, i0);
     for (std::int64_t j = 0; j < i1; ++j) {
       const std::int64_t k0 = j * c;
       const std::int64_t cols = rows_of(j);
@@ -321,8 +322,8 @@ class chunked_causal_attention {
         const std::int64_t rows = rows_of(i);
         const output_operand scores{s.scores, cols, t * t, true};
         const output_operand dprobs{s.dprobs, cols, t * t, true};
-        gemm_operand query = shape_.offload ? query_slot(pair) : query_operand(q, r0);
-        if (shape_.offload) {
+        const gemm_operand query = shape_.queries_on_host() ? query_slot(pair) : query_operand(q, r0);
+        if (shape_.queries_on_host()) {
           if (i + 1 < i1) {
             fetch_query(pair + 1, i + 1);
           } else if (j + 1 < i1) {
@@ -343,7 +344,7 @@ class chunked_causal_attention {
                      query_operand(dout, r0), 1.0f, dv_tile);
         grouped_gemm(on, {cols, d, rows, matrix_op::transpose, matrix_op::none}, scale(), dprobs,
                      query, 1.0f, dk_tile);
-        if (shape_.offload) backend_.record(q_slot_free_[pair % 2], on);  // the pair's last read of Q_i
+        if (shape_.queries_on_host()) backend_.record(q_slot_free_[pair % 2], on);  // the pair's last read of Q_i
         ++pair;
         // dQ_i += dS K_j / sqrt(d), through the acc tile   [heads][rows, head_dim]
         grouped_gemm(on, {rows, d, cols}, scale(), dprobs, kv.k, 0.0f,
@@ -417,14 +418,20 @@ class chunked_causal_attention {
     p.dv = device.take(float_bytes(t, kv_tile), "dv tile [kv_heads, chunk, head_dim]");
     if (shape.offload) {
       for (int slot = 0; slot < 2; ++slot) {
-        p.slot_q[slot] = device.take(float_bytes(t, q_tile), "Q slot [chunk, heads, head_dim]");
+        if (shape.queries_on_host()) {
+          p.slot_q[slot] = device.take(float_bytes(t, q_tile), "Q slot [chunk, heads, head_dim]");
+        }
         p.slot_k[slot] = device.take(float_bytes(t, kv_tile), "K slot [chunk, kv_heads, head_dim]");
         p.slot_v[slot] = device.take(float_bytes(t, kv_tile), "V slot [chunk, kv_heads, head_dim]");
       }
-      p.stage_q = device.take(float_bytes(t, q_tile), "Q staging [chunk, heads, head_dim]");
+      if (shape.queries_on_host()) {
+        p.stage_q = device.take(float_bytes(t, q_tile), "Q staging [chunk, heads, head_dim]");
+      }
       p.stage_k = device.take(float_bytes(t, kv_tile), "K staging [chunk, kv_heads, head_dim]");
       p.stage_v = device.take(float_bytes(t, kv_tile), "V staging [chunk, kv_heads, head_dim]");
-      p.host_q = pinned.take(float_bytes(shape.tokens, q_tile), "host Q [tokens, heads, head_dim]");
+      if (shape.queries_on_host()) {
+        p.host_q = pinned.take(float_bytes(shape.tokens, q_tile), "host Q [tokens, heads, head_dim]");
+      }
       p.host_k = pinned.take(float_bytes(shape.tokens, kv_tile), "host K [tokens, kv_heads, head_dim]");
       p.host_v = pinned.take(float_bytes(shape.tokens, kv_tile), "host V [tokens, kv_heads, head_dim]");
     }
@@ -518,9 +525,9 @@ class chunked_causal_attention {
     }
   }
 
-  /// Forward step i with offload: chunk i of the caller's Q/K/V (Q's rows
-  /// from `q_row` of the run's q) is packed on the compute stream and copied
-  /// to the host store on the copy stream.
+  /// Forward step i with offload: chunk i of the caller's K/V, and Q (its
+  /// rows from `q_row` of the run's q) unless keep_queries, is packed on the
+  /// compute stream and copied to the host store on the copy stream.
   void store_chunk(stream_type& on, const tensor_view<const float, 3>& q, std::int64_t q_row,
                    const tensor_view<const float, 3>& k, const tensor_view<const float, 3>& v,
                    std::int64_t i) {
@@ -531,9 +538,10 @@ class chunked_causal_attention {
       std::int64_t from_row;
       memory_region stage, host;
     };
-    const stored tensors[] = {{q, q_row, parts_.stage_q, parts_.host_q},
-                              {k, first, parts_.stage_k, parts_.host_k},
-                              {v, first, parts_.stage_v, parts_.host_v}};
+    const stored all[] = {{k, first, parts_.stage_k, parts_.host_k},
+                          {v, first, parts_.stage_v, parts_.host_v},
+                          {q, q_row, parts_.stage_q, parts_.host_q}};
+    const std::span<const stored> tensors(all, shape_.queries_on_host() ? 3 : 2);
     backend_.wait(on, stage_free_);  // the previous chunk's copy has read the staging buffers
     for (const stored& t : tensors) {
       launch(on, detail::attention_pack_rows_kernel{t.stage.template as<float>(), t.from, t.from_row},

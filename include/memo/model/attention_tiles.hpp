@@ -34,8 +34,13 @@ namespace memo {
 /// query attention: query head h reads kv head h / (heads / kv_heads)),
 /// `head_dim` channels per head, in chunks of `chunk` tokens (queries and
 /// keys alike; the last chunk may be shorter). The mask is always causal.
-/// With `offload`, the K/V chunks live in pinned host memory between their
-/// production and their uses, and come back through two device slots.
+/// With `offload`, the Q/K/V chunks live in pinned host memory between
+/// their production and their uses, and come back through two device slots
+/// per kind (FPDT section 4.2); the backward then reads none of the
+/// caller's Q, K or V. With `keep_queries` as well, only K/V go to the host
+/// and the backward reads Q from the caller, for a caller that keeps Q on
+/// the device anyway (the reference model's skeletal QKV): no second copy
+/// of Q, no query fetches. Without `offload`, `keep_queries` changes nothing.
 struct attention_shape {
   std::int64_t tokens = 0;
   std::int64_t heads = 0;
@@ -43,6 +48,10 @@ struct attention_shape {
   std::int64_t head_dim = 0;
   std::int64_t chunk = 0;
   bool offload = false;
+  bool keep_queries = false;
+
+  /// Whether the query chunks go to the host store (offload without keep_queries).
+  [[nodiscard]] bool queries_on_host() const { return offload && !keep_queries; }
 
   /// Rows of the scratch tiles: the chunk, or the whole sequence if shorter.
   [[nodiscard]] std::int64_t tile() const { return std::min(chunk, tokens); }

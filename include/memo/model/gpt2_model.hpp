@@ -23,7 +23,7 @@
 // All of it is set up in the constructor: a step allocates nothing through
 // the backend's resources, and its device footprint is the parameter state
 // plus the plan's peak. With `kv_offload` each layer has its own chunked
-// attention with host-resident Q/K/V (FPDT), whose pinned memory is also
+// attention with host-resident K/V (FPDT), whose pinned memory is also
 // allocated here. The model trains one sequence of `context` tokens per
 // step (batch 1).
 //

@@ -204,6 +204,9 @@ class gpt2_step_memory {
     const std::size_t K = swapping ? std::min<std::size_t>(2, static_cast<std::size_t>(L))
                                    : static_cast<std::size_t>(L);
     attention_shape_.offload = options.kv_offload;
+    // Q is a column block of the skeletal qkv the block keeps for its
+    // backward anyway: only K and V go to the attention's host store.
+    attention_shape_.keep_queries = true;
     // The plan (MEMO section 4.2): one block's backward recorded, then the step.
     std::vector<gpt2_step_buffer> outside = gpt2_step_buffers(config_, T_, loss_chunk, attention_scratch_bytes(),
                                                               rounding_buffers<B>::required_bytes(skeletal, K));
