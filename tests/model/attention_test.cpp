@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,19 @@ tensor_view<T, 3> dense3(std::vector<std::remove_const_t<T>>& v, std::int64_t a,
 struct result {
   std::vector<float> o, lse, dq, dk, dv;
 };
+
+// Rows [a, a + n) of a dense [T, heads, D] tensor.
+template <class V>
+auto row_view(V& x, std::int64_t heads, std::int64_t D, std::int64_t a, std::int64_t n) {
+  using E = std::remove_reference_t<decltype(x[0])>;
+  return tensor_view<E, 3>(x.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
+}
+// Columns [a, a + n) of a dense [H, T] tensor (the log-sum-exp).
+template <class V>
+auto column_view(V& x, std::int64_t H, std::int64_t T, std::int64_t a, std::int64_t n) {
+  using E = std::remove_reference_t<decltype(x[0])>;
+  return tensor_view<E, 2>(x.data() + a, {H, n}, {T, 1});
+}
 
 // With offload the backward reads K and V (and Q unless keep_queries) from
 // the host store only: after the forward the caller's copies are
@@ -159,16 +173,10 @@ TEST_CASE("chunked_causal_attention: query runs forward in order and backward in
       result r{std::vector<float>(T * H * D, -7.0f), std::vector<float>(H * T, -7.0f),
                std::vector<float>(T * H * D, 0.0f), std::vector<float>(T * Hkv * D, 0.0f),
                std::vector<float>(T * Hkv * D, 0.0f)};
-      // Views of rows [a, a + n) of a [T, heads, D] tensor and of columns
-      // [a, a + n) of the [H, T] log-sum-exp.
       auto rows = [&](auto& x, std::int64_t heads, std::int64_t a, std::int64_t n) {
-        using T3 = std::remove_reference_t<decltype(x[0])>;
-        return tensor_view<T3, 3>(x.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
+        return row_view(x, heads, D, a, n);
       };
-      auto columns = [&](auto& x, std::int64_t a, std::int64_t n) {
-        using T2 = std::remove_reference_t<decltype(x[0])>;
-        return tensor_view<T2, 2>(x.data() + a, {H, n}, {T, 1});
-      };
+      auto columns = [&](auto& x, std::int64_t a, std::int64_t n) { return column_view(x, H, T, a, n); };
       const std::size_t runs = c.boundaries.size() - 1;
       for (std::size_t j = 0; j < runs; ++j) {
         const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
@@ -373,7 +381,8 @@ TEST_CASE("chunked_causal_attention: sizing by counting equals what the construc
     const std::size_t device_bytes = attention::required_device_bytes(s);
     const std::size_t pinned_bytes = attention::required_pinned_bytes(s);
     CHECK(device_bytes > 0);
-    // The pinned store is K and V for every token, and nothing without offload.
+    // The pinned store holds at least K and V for every token, and nothing
+    // without offload (its exact parts are checked below).
     CHECK(pinned_bytes >= (offload ? std::size_t{2 * 50 * 2 * 8 * 4} : 0));
     if (!offload) CHECK(pinned_bytes == 0);
     owned_region device(backend.device_memory(), device_bytes);
@@ -505,4 +514,53 @@ TEST_CASE("chunked_causal_attention: the host chunk is the largest whose head wo
   }
   CHECK(memo::host_attention_chunk(64, memo::mib) == 256);
   CHECK(memo::host_attention_chunk(128, memo::mib) == 128);
+}
+
+TEST_CASE("chunked_causal_attention: with offload one object serves steps of new inputs, GQA runs and empty q/k/v") {
+  // Three steps on one object, each with new inputs, query runs of 2, 1
+  // and 3 chunks (the last short) with four query heads on one K/V head,
+  // and the backward given empty q, k and v views after the caller's were
+  // overwritten with NaN: a host store left from the step before, or any
+  // read of the caller's tensors, changes the gradients. With throttled
+  // copies too, so a missing wait shows as a wrong result.
+  for (const bool throttled : {false, true}) {
+    CAPTURE(throttled);
+    memo::host_backend::options options;
+    if (throttled) {
+      options.host_to_device_bytes_per_second = 2.0e7;
+      options.device_to_host_bytes_per_second = 2.0e7;
+    }
+    memo::host_backend backend(options);
+    const attention_shape s{.tokens = 22, .heads = 4, .kv_heads = 1, .head_dim = 8, .chunk = 4, .offload = true};
+    const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+    owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+    owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+    attention attn(backend, s, device.region, pinned.region);
+    auto stream = backend.make_stream("compute");
+    const std::vector<std::int64_t> b = {0, 8, 12, 22};
+    for (unsigned step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      const auto in = random_inputs(s, 1000 + step);
+      auto q = in.q, k = in.k, v = in.v, dout = in.dout;
+      result r{std::vector<float>(T * H * D, -7.0f), std::vector<float>(H * T, -7.0f),
+               std::vector<float>(T * H * D, 0.0f), std::vector<float>(T * Hkv * D, 0.0f),
+               std::vector<float>(T * Hkv * D, 0.0f)};
+      for (std::size_t j = 0; j + 1 < b.size(); ++j) {
+        const std::int64_t a = b[j], n = b[j + 1] - a;
+        attn.forward_queries(stream, a, row_view(std::as_const(q), H, D, a, n), dense3<const float>(k, T, Hkv, D),
+                             dense3<const float>(v, T, Hkv, D), row_view(r.o, H, D, a, n),
+                             column_view(r.lse, H, T, a, n));
+      }
+      poison_after_forward(backend, stream, {&q, &k, &v});
+      for (std::size_t j = b.size() - 1; j-- > 0;) {
+        const std::int64_t a = b[j], n = b[j + 1] - a;
+        attn.backward_queries(stream, a, {}, {}, {}, row_view(std::as_const(r.o), H, D, a, n),
+                              row_view(std::as_const(dout), H, D, a, n), column_view(std::as_const(r.lse), H, T, a, n),
+                              row_view(r.dq, H, D, a, n), dense3<float>(r.dk, T, Hkv, D),
+                              dense3<float>(r.dv, T, Hkv, D));
+      }
+      backend.synchronize(stream);
+      check_against_naive(r, naive_attention(s, in), 0.0f, 2e-5);
+    }
+  }
 }

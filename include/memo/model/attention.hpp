@@ -23,22 +23,24 @@
 // step i; every later use of K/V chunk j < i (forward) and every use of Q,
 // K or V in the backward reads the host copy, fetched on a copy stream the
 // object owns into one of TWO device slots per kind, so the next fetch
-// overlaps the compute on the current chunk. The backward's outer loop
-// fetches K/V chunk j + 1 while chunk j computes; its inner loop fetches
-// the query chunk of the next (j, i) pair while the current pair computes,
-// which is why FPDT puts queries in the inner loop: a pair's attention only
-// has to cover one query chunk's fetch. Events order the two streams: the
-// compute stream waits for a slot's fetch, and a fetch into a slot waits
-// for the compute that last read it. So with offload the caller's Q, K and
-// V are read only for chunk i at forward step i, and never by the backward:
-// after the forward the caller may drop or reuse them. With
-// shape.keep_queries only K/V go to the host, and the backward reads the
-// caller's Q (which must then stay valid until it returns).
+// overlaps the compute on the current chunk. The backward's inner loop
+// fetches the query chunk of the next (j, i) pair while the current pair
+// computes, which is why FPDT puts queries in the inner loop: a pair's
+// attention only has to cover one query chunk's fetch. The outer loop's K/V
+// chunk j + 1 is issued on the one (in-order) copy stream just after the
+// step's second query, so it has the rest of step j to arrive: only a step
+// of one pair must cover a K/V fetch and a query fetch. Events order the
+// two streams: the compute stream waits for a slot's fetch, and a fetch
+// into a slot waits for the compute that last read it. So with offload
+// the caller's Q, K and V are read only for chunk i at forward step i, and
+// never by the backward: after the forward the caller may drop or reuse
+// them. With shape.keep_queries only K/V go to the host, and the backward
+// reads the caller's Q (which must then stay valid until it returns).
 //
 // Query runs (SPPO section 4: a pipeline stage attends subsequence by
 // subsequence): `forward_queries` / `backward_queries` take the queries of
 // a run of whole chunks [first, first + n) against the keys before its end.
-// Forward runs go in sequence order (with offload each stores its own K/V
+// Forward runs go in sequence order (with offload each stores its own
 // chunks, so later runs find the earlier ones on the host); a backward run
 // adds its queries' share of dK/dV into whole-sequence dk and dv, so runs in
 // reverse order leave a run's dK/dV complete after its own backward. One
@@ -270,7 +272,7 @@ class chunked_causal_attention {
     const std::int64_t n = dout.extent(0);
     const auto [i0, i1] = query_chunks(first, n, call);
     expects(!shape_.offload || stored_ > 0,
-            "chunked_causal_attention::backward with offload reads K/V from the host store that "
+            "chunked_causal_attention::backward with offload reads the host store that "
             "forward fills: call forward first");
     expects(!shape_.offload || i1 <= stored_, [&] {
       return std::string(call) + ": with offload, queries up to chunk " + std::to_string(i1) +
@@ -300,7 +302,10 @@ class chunked_causal_attention {
     const std::size_t kv_tile_bytes = static_cast<std::size_t>(kv_heads * shape_.tile() * d) * sizeof(float);
     // With offload the (j, i) pairs fetch their query chunks in loop order,
     // pair p into query slot p % 2; the next pair's fetch is issued before
-    // the current pair waits for its own.
+    // the current pair waits for its own. K/V chunk j + 1 is fetched right
+    // after the query of outer step j's second pair: the copy stream runs
+    // in order, so issued earlier it would delay that query by a whole K/V
+    // chunk, and issued there it has the rest of the step to arrive.
     std::int64_t pair = 0;
     if (shape_.offload) fetch(0);
     if (shape_.queries_on_host()) fetch_query(0, i0);
@@ -308,10 +313,7 @@ class chunked_causal_attention {
       const std::int64_t k0 = j * c;
       const std::int64_t cols = rows_of(j);
       kv_chunk kv = shape_.offload ? slot_chunk(j) : caller_chunk(k, v, j);
-      if (shape_.offload) {
-        if (j + 1 < i1) fetch(j + 1);
-        backend_.wait(on, fetched_[j % 2]);
-      }
+      if (shape_.offload) backend_.wait(on, fetched_[j % 2]);
       backend_.memset_async(parts_.dk.data, 0, kv_tile_bytes, on);
       backend_.memset_async(parts_.dv.data, 0, kv_tile_bytes, on);
       const output_operand dk_tile{parts_.dk.template as<float>(), d, t * d, false};
@@ -329,8 +331,9 @@ class chunked_causal_attention {
           } else if (j + 1 < i1) {
             fetch_query(pair + 1, std::max(j + 1, i0));
           }
-          backend_.wait(on, q_fetched_[pair % 2]);
         }
+        if (shape_.offload && i == std::max(j, i0) && j + 1 < i1) fetch(j + 1);
+        if (shape_.queries_on_host()) backend_.wait(on, q_fetched_[pair % 2]);
         // S = Q_i K_j^T / sqrt(d);  dP = dO_i V_j^T       [heads][rows, cols]
         grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, scale(),
                      query, kv.k, 0.0f, scores);

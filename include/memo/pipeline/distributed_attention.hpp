@@ -9,7 +9,7 @@
 // sequence: afterwards rank r holds global chunk group j, the contiguous
 // tokens [j P c, (j + 1) P c), for its H / P query heads and their K/V
 // heads. Once the groups are in, rank r runs memo's chunked causal attention
-// (model/attention.hpp: online softmax, host-resident K/V fetched
+// (model/attention.hpp: online softmax, host-resident Q/K/V fetched
 // double-buffered when `offload` is on) for its heads; a reverse all-to-all
 // per chunk brings O back to the local layout. The backward is the mirror:
 // dO forward through the all-to-all, the attention backward (FPDT Figure 7's
