@@ -156,13 +156,19 @@ TEST_CASE("chunked_causal_attention: query runs forward in order and backward in
       {24, 3, 2, 1, 16, {0, 3, 6, 9, 24}}, // GQA with one K/V head, unequal runs
       {8, 8, 2, 2, 4, {0, 8}},             // one run: the whole sequence
   };
+  struct mode {
+    bool offload, keep_queries, host_carry;
+  };
+  const mode modes[] = {{false, false, false}, {true, false, false}, {true, true, false}, {true, false, true},
+                        {true, true, true}};
   for (const auto& c : configs) {
-    for (const auto& [offload, keep_queries] : {std::pair{false, false}, {true, false}, {true, true}}) {
-      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload, keep_queries};
+    for (const auto& [offload, keep_queries, host_carry] : modes) {
+      const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, offload, keep_queries, host_carry};
       CAPTURE(s.tokens);
       CAPTURE(s.chunk);
       CAPTURE(offload);
       CAPTURE(keep_queries);
+      CAPTURE(host_carry);
       const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
       const auto in = random_inputs(s, static_cast<unsigned>(c.tokens * 7 + c.chunk));
       owned_region device(backend.device_memory(), attention::required_device_bytes(s));
@@ -177,20 +183,25 @@ TEST_CASE("chunked_causal_attention: query runs forward in order and backward in
         return row_view(x, heads, D, a, n);
       };
       auto columns = [&](auto& x, std::int64_t a, std::int64_t n) { return column_view(x, H, T, a, n); };
+      // K, V and their gradients: the whole sequence, or with host_carry
+      // the run's rows only (the rest of the view stays untouched).
+      auto keys = [&](auto& x, std::int64_t a, std::int64_t n) {
+        return host_carry ? rows(x, Hkv, a, n) : rows(x, Hkv, 0, T);
+      };
       const std::size_t runs = c.boundaries.size() - 1;
       for (std::size_t j = 0; j < runs; ++j) {
         const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
-        attn.forward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
-                             dense3<const float>(v, T, Hkv, D), rows(r.o, H, a, n), columns(r.lse, a, n));
+        attn.forward_queries(stream, a, rows(std::as_const(q), H, a, n), keys(std::as_const(k), a, n),
+                             keys(std::as_const(v), a, n), rows(r.o, H, a, n), columns(r.lse, a, n));
       }
       if (s.queries_on_host()) poison_after_forward(backend, stream, {&q, &k, &v});
       if (offload && keep_queries) poison_after_forward(backend, stream, {&k, &v});
       for (std::size_t j = runs; j-- > 0;) {
         const std::int64_t a = c.boundaries[j], n = c.boundaries[j + 1] - a;
-        attn.backward_queries(stream, a, rows(std::as_const(q), H, a, n), dense3<const float>(k, T, Hkv, D),
-                              dense3<const float>(v, T, Hkv, D), rows(std::as_const(r.o), H, a, n),
+        attn.backward_queries(stream, a, rows(std::as_const(q), H, a, n), keys(std::as_const(k), a, n),
+                              keys(std::as_const(v), a, n), rows(std::as_const(r.o), H, a, n),
                               rows(std::as_const(dout), H, a, n), columns(std::as_const(r.lse), a, n),
-                              rows(r.dq, H, a, n), dense3<float>(r.dk, T, Hkv, D), dense3<float>(r.dv, T, Hkv, D));
+                              rows(r.dq, H, a, n), keys(r.dk, a, n), keys(r.dv, a, n));
       }
       backend.synchronize(stream);
       check_against_naive(r, naive_attention(s, in), 0.0f, 2e-5);
@@ -531,8 +542,14 @@ TEST_CASE("chunked_causal_attention: with offload one object serves steps of new
       options.device_to_host_bytes_per_second = 2.0e7;
     }
     memo::host_backend backend(options);
-    const attention_shape s{.tokens = 22, .heads = 4, .kv_heads = 1, .head_dim = 8, .chunk = 4, .offload = true};
+    for (const bool host_carry : {false, true}) {
+    CAPTURE(host_carry);
+    const attention_shape s{
+        .tokens = 22, .heads = 4, .kv_heads = 1, .head_dim = 8, .chunk = 4, .offload = true, .host_carry = host_carry};
     const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+    auto keys = [&](auto& x, std::int64_t a, std::int64_t n) {
+      return host_carry ? row_view(x, Hkv, D, a, n) : row_view(x, Hkv, D, 0, T);
+    };
     owned_region device(backend.device_memory(), attention::required_device_bytes(s));
     owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
     attention attn(backend, s, device.region, pinned.region);
@@ -547,20 +564,61 @@ TEST_CASE("chunked_causal_attention: with offload one object serves steps of new
                std::vector<float>(T * Hkv * D, 0.0f)};
       for (std::size_t j = 0; j + 1 < b.size(); ++j) {
         const std::int64_t a = b[j], n = b[j + 1] - a;
-        attn.forward_queries(stream, a, row_view(std::as_const(q), H, D, a, n), dense3<const float>(k, T, Hkv, D),
-                             dense3<const float>(v, T, Hkv, D), row_view(r.o, H, D, a, n),
-                             column_view(r.lse, H, T, a, n));
+        attn.forward_queries(stream, a, row_view(std::as_const(q), H, D, a, n), keys(std::as_const(k), a, n),
+                             keys(std::as_const(v), a, n), row_view(r.o, H, D, a, n), column_view(r.lse, H, T, a, n));
       }
       poison_after_forward(backend, stream, {&q, &k, &v});
       for (std::size_t j = b.size() - 1; j-- > 0;) {
         const std::int64_t a = b[j], n = b[j + 1] - a;
         attn.backward_queries(stream, a, {}, {}, {}, row_view(std::as_const(r.o), H, D, a, n),
                               row_view(std::as_const(dout), H, D, a, n), column_view(std::as_const(r.lse), H, T, a, n),
-                              row_view(r.dq, H, D, a, n), dense3<float>(r.dk, T, Hkv, D),
-                              dense3<float>(r.dv, T, Hkv, D));
+                              row_view(r.dq, H, D, a, n), keys(r.dk, a, n), keys(r.dv, a, n));
       }
       backend.synchronize(stream);
       check_against_naive(r, naive_attention(s, in), 0.0f, 2e-5);
     }
+    }
   }
+}
+
+TEST_CASE("chunked_causal_attention: with host_carry backward runs go in exact reverse order") {
+  CHECK_THROWS_WITH_AS((void)attention::required_device_bytes({.tokens = 8, .heads = 1, .kv_heads = 1, .head_dim = 4,
+                                                               .chunk = 4, .host_carry = true}),
+                       doctest::Contains("host_carry"), memo::error);
+  memo::host_backend backend;
+  const attention_shape s{
+      .tokens = 12, .heads = 2, .kv_heads = 1, .head_dim = 4, .chunk = 4, .offload = true, .host_carry = true};
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  owned_region device(backend.device_memory(), attention::required_device_bytes(s));
+  owned_region pinned(backend.pinned_memory(), attention::required_pinned_bytes(s));
+  attention attn(backend, s, device.region, pinned.region);
+  auto stream = backend.make_stream("compute");
+  const auto in = random_inputs(s, 77);
+  auto q = in.q, k = in.k, v = in.v, dout = in.dout;
+  std::vector<float> o(T * H * D), lse(H * T), dq(T * H * D), dk(T * Hkv * D), dv(T * Hkv * D);
+  auto forward = [&](std::int64_t a, std::int64_t n) {
+    attn.forward_queries(stream, a, row_view(std::as_const(q), H, D, a, n), row_view(std::as_const(k), Hkv, D, a, n),
+                         row_view(std::as_const(v), Hkv, D, a, n), row_view(o, H, D, a, n),
+                         column_view(lse, H, T, a, n));
+  };
+  auto backward = [&](std::int64_t a, std::int64_t n) {
+    attn.backward_queries(stream, a, {}, {}, {}, row_view(std::as_const(o), H, D, a, n),
+                          row_view(std::as_const(dout), H, D, a, n), column_view(std::as_const(lse), H, T, a, n),
+                          row_view(dq, H, D, a, n), row_view(dk, Hkv, D, a, n), row_view(dv, Hkv, D, a, n));
+  };
+  forward(0, 4), forward(4, 8);
+  // The first backward run must end where the forward did, the next where
+  // the previous began.
+  CHECK_THROWS_WITH_AS(backward(0, 4), doctest::Contains("must end at chunk 3, the end of the stored forward"),
+                       memo::error);
+  backward(8, 4);
+  CHECK_THROWS_WITH_AS(backward(0, 4), doctest::Contains("must end at chunk 2, where the previous backward run began"),
+                       memo::error);
+  // K and V views of the whole sequence are the wrong shape with host_carry.
+  CHECK_THROWS_WITH_AS(attn.forward_queries(stream, 0, row_view(std::as_const(q), H, D, 0, 4),
+                                            row_view(std::as_const(k), Hkv, D, 0, T),
+                                            row_view(std::as_const(v), Hkv, D, 0, T), row_view(o, H, D, 0, 4),
+                                            column_view(lse, H, T, 0, 4)),
+                       doctest::Contains("k has shape [12, 1, 4], expected [4, 1, 4]"), memo::error);
+  backend.synchronize(stream);
 }

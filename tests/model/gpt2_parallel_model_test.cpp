@@ -150,6 +150,8 @@ TEST_CASE("gpt2_parallel_model: sequence parallel, pipelined and both give the s
       {1, 2, 2, true, false, 4},   // two stages
       {1, 4, 4, false, false, 8},  // four stages, one layer each
       {2, 2, 4, true, false, 2},   // both: two stages of two ranks
+      {1, 1, 4, false, true, 4},   // subsequences with host K/V and the dK/dV carry on the host
+      {2, 2, 4, true, true, 2},    // both, with host K/V
   };
   // The single-device run uses the same attention chunk (so each head's
   // arithmetic is the same; what differs is the order of sums).
@@ -201,7 +203,6 @@ TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, nam
       {2, {.context = 32, .sequence_parallel = 2, .subsequences = 8, .layout_chunk = 4},
        "context 32 has 4 chunk groups of 8 tokens, fewer than the 8 subsequences"},
       {2, {.context = 32, .pipeline_stages = 2, .subsequences = 1}, "1 subsequences for 2 pipeline stages"},
-      {2, {.context = 32, .pipeline_stages = 2, .kv_offload = true}, "host K/V (kv_offload) needs one subsequence"},
       {2, {.context = 32, .sequence_parallel = 2, .subsequences = 2, .layout_chunk = 4, .attention_chunk = 3},
        "attention chunk 3 does not divide a chunk group of 8 tokens"},
       {1, {.context = 65}, "context 65 must lie in [1, maxT 64]"},
@@ -430,6 +431,62 @@ TEST_CASE("gpt2_parallel_model: subsequence offload shrinks device memory by the
         CHECK(off[r].activation_bytes - on[r].activation_bytes == on[r].predicted_drop);
         CHECK(on[r].host_bytes == on[r].predicted_host_bytes);
       }
+    }
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: host K/V with subsequences holds one subsequence's attention state, not every layer's") {
+  // Without kv_offload each layer's attention keeps the sharded K, V and
+  // the dK/dV carry of the whole sequence between subsequences; with it the
+  // host keeps them, one state of the longest subsequence serves every
+  // layer, and each layer gets its own attention scratch (slots that its
+  // copy stream fills). The planned arena changes by exactly that.
+  for (const auto& s : {offload_setting{1, 2, 4, 4}, offload_setting{2, 2, 4, 2}}) {
+    CAPTURE(s.sp);
+    const int P = s.sp * s.pp;
+    std::vector<std::int64_t> bytes[2];
+    std::vector<std::int64_t> predicted(static_cast<std::size_t>(P)), host(static_cast<std::size_t>(P));
+    for (const bool kv : {false, true}) {
+      bytes[kv].resize(static_cast<std::size_t>(P));
+      const auto errors = on_ranks(P, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+        parallel m(backend, comm, shape(),
+                   {.context = context, .sequence_parallel = s.sp, .pipeline_stages = s.pp,
+                    .subsequences = s.subsequences, .layout_chunk = s.chunk, .attention_chunk = s.sp * s.chunk,
+                    .loss_chunk = 3, .kv_offload = kv});
+        const auto k = static_cast<std::size_t>(r);
+        bytes[kv][k] = static_cast<std::int64_t>(m.activation_bytes());
+        if (!kv) return;
+        host[k] = static_cast<std::int64_t>(m.host_offload_bytes());
+        std::int64_t longest = 0;
+        for (int j = 0; j < s.subsequences; ++j) {
+          const auto [r0, r1] = m.shape().rows(j);
+          longest = std::max(longest, (r1 - r0) * s.sp);  // global tokens
+        }
+        memo::distributed_attention_shape a{.tokens = context, .heads = 4, .kv_heads = 4, .head_dim = 4,
+                                            .layout_chunk = s.chunk, .attention_chunk = s.sp * s.chunk,
+                                            .max_run_tokens = longest, .keep_state = true};
+        using attention = memo::distributed_attention<memo::thread_communicator, memo::host_backend>;
+        const auto kept = attention::required_bytes(a, s.sp);
+        a.offload = true;
+        const auto offloaded = attention::required_bytes(a, s.sp);
+        auto buffer = [](std::size_t b) { return static_cast<std::int64_t>((b + 255) / 256 * 256); };
+        const std::int64_t layers = shape().num_layers / s.pp;
+        predicted[k] = layers * buffer(kept.state) + buffer(kept.attention_device) -
+                       (buffer(offloaded.state) + layers * buffer(offloaded.attention_device));
+        // The host holds Q, K, V and the dK/dV carry of every token of
+        // every layer (this rank's heads).
+        CHECK(host[k] >= layers * context * (4 / s.sp) * 4 * 5 * 4);
+      });
+      for (const auto& e : errors) REQUIRE(e == "");
+    }
+    for (int r = 0; r < P; ++r) {
+      const auto k = static_cast<std::size_t>(r);
+      CAPTURE(r);
+      CHECK(bytes[0][k] - bytes[1][k] == predicted[k]);
+      // A saving once a layer's sequence outweighs its chunk-sized slots:
+      // here with one rank per stage, not with two (each holds half of the
+      // 32 tokens' state, less than a layer's slots at this toy size).
+      if (s.sp == 1) CHECK(predicted[k] > 0);
     }
   }
 }

@@ -125,6 +125,7 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
     std::vector<std::int64_t> runs;  // local chunk boundaries of the runs
     bool keep_state, offload;
     bool run_lse;  // each run's log-sum-exp in its own [H / P, run tokens] buffer
+    bool whole_capacity = false;  // max_run_tokens 0 (the sequence), not the longest run
   };
   const std::vector<config> configs = {
       {2, 32, 2, 2, 8, 4, 8, {0, 1, 3, 4}, true, false, false},  // three runs of 1, 2, 1 chunk groups
@@ -133,7 +134,10 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
       {4, 32, 8, 2, 8, 2, 4, {0, 2, 4}, true, false, true},
       {1, 24, 2, 1, 8, 4, 2, {0, 2, 3, 6}, true, false, false},  // one rank: runs on the plain attention
       {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, true, false},        // one run, host Q/K/V, shared state
-      {2, 32, 4, 2, 8, 4, 4, {0, 1, 4}, true, true, true},       // two runs, host Q/K/V, GQA
+      {2, 32, 4, 2, 8, 4, 4, {0, 1, 4}, true, true, true},       // two runs, host Q/K/V and dK/dV carry, GQA
+      {2, 32, 4, 2, 8, 4, 4, {0, 1, 4}, true, true, true, true}, // the same, dK/dV carried in the kept state
+      {2, 32, 4, 4, 8, 4, 4, {0, 1, 3, 4}, false, true, false},  // three runs, host Q/K/V and dK/dV carry
+      {4, 32, 8, 2, 8, 2, 4, {0, 1, 2, 4}, false, true, true},   // the same, K/V heads replicated
       {2, 32, 4, 4, 8, 4, 4, {0, 4}, false, false, false},       // one run, K/V re-sent in the backward
   };
   for (const auto& c : configs) {
@@ -142,9 +146,12 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
     CAPTURE(c.keep_state);
     CAPTURE(c.offload);
     CAPTURE(c.run_lse);
+    CAPTURE(c.whole_capacity);
     const memo::attention_shape s{.tokens = c.T, .heads = c.H, .kv_heads = c.K, .head_dim = c.D, .chunk = c.chunk};
     const auto in = memo_test::random_inputs(s, 17 + static_cast<unsigned>(c.P + c.T));
     const auto want = memo_test::naive_attention(s, in);
+    std::int64_t longest = 0;  // global tokens of the longest run
+    for (std::size_t j = 0; j + 1 < c.runs.size(); ++j) longest = std::max(longest, (c.runs[j + 1] - c.runs[j]) * c.c * c.P);
     const memo::distributed_attention_shape shape{.tokens = c.T,
                                                   .heads = c.H,
                                                   .kv_heads = c.K,
@@ -152,6 +159,7 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
                                                   .layout_chunk = c.c,
                                                   .attention_chunk = c.chunk,
                                                   .offload = c.offload,
+                                                  .max_run_tokens = c.whole_capacity ? 0 : longest,
                                                   .keep_state = c.keep_state};
     global_result got{std::vector<float>(in.q.size()), std::vector<float>(in.q.size()),
                       std::vector<float>(in.k.size()), std::vector<float>(in.k.size())};
@@ -289,6 +297,32 @@ TEST_CASE("distributed_attention: with host offload the backward sends no Q, K o
   }
 }
 
+TEST_CASE("distributed_attention: with offload the device state is one run's, not the sequence's") {
+  // Without offload the state holds the sharded K, V, dK, dV of every
+  // token; with offload the host keeps earlier runs' K/V and their dK/dV
+  // carry, so the state shrinks with the longest run.
+  const std::int64_t T = 4096, D = 64, run = 512;
+  memo::distributed_attention_shape s{.tokens = T,
+                                      .heads = 8,
+                                      .kv_heads = 4,
+                                      .head_dim = D,
+                                      .layout_chunk = 64,
+                                      .attention_chunk = 128,
+                                      .max_run_tokens = run,
+                                      .keep_state = true};
+  using attention = memo::distributed_attention<memo::thread_communicator, memo::host_backend>;
+  const std::size_t kept = attention::required_bytes(s, 2).state;
+  s.offload = true;
+  const std::size_t offloaded = attention::required_bytes(s, 2).state;
+  const std::size_t per_token = 4 * 2 * D * sizeof(float);  // K, V, dK, dV of 2 K/V heads per rank
+  CHECK(kept >= T * per_token);
+  CHECK(offloaded >= run * per_token);
+  CHECK(offloaded < run * per_token + 4 * memo::default_alignment_bytes);
+  // The host holds what left: Q, K, V and the dK/dV carry of every token.
+  const std::size_t pinned = attention::required_bytes(s, 2).attention_pinned;
+  CHECK(pinned >= T * (4 + 4 * 2) * D * sizeof(float));
+}
+
 TEST_CASE("distributed_attention: a second run without keep_state, or a run off the attention's chunks, is an error") {
   auto comms = memo::thread_communicator::create_group(1);
   memo::host_backend backend(memo_test::one_thread());
@@ -299,7 +333,7 @@ TEST_CASE("distributed_attention: a second run without keep_state, or a run off 
   memo::distributed_attention<memo::thread_communicator, memo::host_backend> plain(
       backend, comms[0], {.tokens = 32, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 8, .attention_chunk = 8});
   CHECK_THROWS_WITH_AS(plain.forward_queries(stream, {8, 16}, rows(8), rows(8), rows(8), rows(8), lse_view),
-                       doctest::Contains("needs keep_state"), memo::error);
+                       doctest::Contains("needs keep_state, or offload with max_run_tokens"), memo::error);
   memo::distributed_attention<memo::thread_communicator, memo::host_backend> odd(
       backend, comms[0],
       {.tokens = 32, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 8, .attention_chunk = 16,

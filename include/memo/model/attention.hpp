@@ -46,11 +46,27 @@
 // reverse order leave a run's dK/dV complete after its own backward. One
 // run over the whole sequence is `forward` / `backward`.
 //
+// Host carry (shape.host_carry, with offload): what a backward run adds to
+// the dK/dV of earlier runs' keys waits in pinned host memory instead of
+// whole-sequence device dk and dv. Key chunk j's tile is a device slot that
+// starts from the carry fetched from the host (after the first backward
+// run) or from zero; after the run's queries have added to it, it goes back
+// to the host (a key of an earlier run) or into the caller's dk and dv (the
+// run's own key, now complete). Two slots alternate, the fetch of chunk
+// j + 1's carry is issued during step j and the store of chunk j right
+// after it, so the copies overlap the compute like the K/V fetches. Then
+// k, v (forward) and dk, dv (backward) cover only the run's rows and
+// nothing of other runs stays on the device: a pipeline stage attending
+// subsequence by subsequence holds one subsequence's K/V. Backward runs
+// must then go in exact reverse order of the forward's (checked), since a
+// run's own keys are complete only once every later run has carried in.
+//
 // Memory: the object allocates nothing. required_device_bytes(shape) and
 // required_pinned_bytes(shape) size the regions (region_carver's counting
 // mode); both grow linearly in tokens (device: the [heads, tokens] row
 // statistics of the backward; the rest is chunk-sized; pinned: Q, K and V
-// of every token, K and V with keep_queries).
+// of every token, K and V with keep_queries, and dK and dV with
+// host_carry).
 //
 // Layouts (all fp32, all views in elements):
 //   q, o, dout, dq   [tokens, heads, head_dim]     stride(2) == 1 for q, dout
@@ -135,6 +151,8 @@ class chunked_causal_attention {
         q_fetched_{backend.make_event(), backend.make_event()},
         q_slot_free_{backend.make_event(), backend.make_event()},
         staged_(backend.make_event()), stage_free_(backend.make_event()),
+        carry_ready_{backend.make_event(), backend.make_event()},
+        carry_used_{backend.make_event(), backend.make_event()},
         copy_done_(backend.make_event()) {
     region_carver device_carver(device, "chunked_causal_attention device scratch");
     region_carver pinned_carver(pinned, "chunked_causal_attention pinned Q/K/V store");
@@ -167,7 +185,8 @@ class chunked_causal_attention {
   /// cover the n query tokens; k and v the whole sequence, of which the
   /// rows before first + n are read (with offload: the run's own chunks from
   /// k and v, the earlier ones from the host store, filled by earlier runs;
-  /// the run's q, k and v chunks are stored there for the backward).
+  /// the run's q, k and v chunks are stored there for the backward). With
+  /// host_carry k and v cover the run's n rows only.
   /// Runs are how a pipeline stage attends subsequence by subsequence
   /// (SPPO section 4); one run over the whole sequence is `forward`.
   void forward_queries(stream_type& on, std::int64_t first,
@@ -179,8 +198,8 @@ class chunked_causal_attention {
     const char* call = "chunked_causal_attention::forward";
     const auto [i0, i1] = query_chunks(first, q.extent(0), call);
     expect_operand(q, shape_.heads, call, "q", true, q.extent(0));
-    expect_operand(k, shape_.kv_heads, call, "k", true);
-    expect_operand(v, shape_.kv_heads, call, "v", true);
+    expect_operand(k, shape_.kv_heads, call, "k", true, key_rows(q.extent(0)));
+    expect_operand(v, shape_.kv_heads, call, "v", true, key_rows(q.extent(0)));
     expect_operand(o, shape_.heads, call, "o", false, q.extent(0));
     expect_lse(lse, call, q.extent(0));
     expects(!shape_.offload || i0 <= stored_, [&] {
@@ -188,6 +207,11 @@ class chunked_causal_attention {
              " need the host store to hold chunks [0, " + std::to_string(i0) + "), but only " +
              std::to_string(stored_) + " were stored: run the forward of the earlier tokens first";
     });
+    if (first == 0) {  // a new sequence: nothing stored or carried is its own yet
+      stored_ = 0;
+      carried_below_ = -1;
+    }
+    const std::int64_t key_row0 = shape_.host_carry ? first : 0;  // the token of row 0 of k and v
 
     const std::int64_t c = shape_.chunk;
     const std::int64_t t = shape_.tile();
@@ -197,12 +221,12 @@ class chunked_causal_attention {
       const std::int64_t q0 = i * c;       // global token of the chunk's first query
       const std::int64_t r0 = q0 - first;  // its row in q, o and lse
       const std::int64_t rows = rows_of(i);
-      if (shape_.offload) store_chunk(on, q, r0, k, v, i);
+      if (shape_.offload) store_chunk(on, q, r0, k, v, q0 - key_row0, i);
       launch(on, detail::attention_start_kernel{s, rows}, {heads, rows});
       if (shape_.offload && i > 0) fetch(0);
       for (std::int64_t j = 0; j <= i; ++j) {
         const bool diagonal = j == i;
-        kv_chunk kv = diagonal || !shape_.offload ? caller_chunk(k, v, j) : slot_chunk(j);
+        kv_chunk kv = diagonal || !shape_.offload ? caller_chunk(k, v, j * c - key_row0) : slot_chunk(j);
         if (!diagonal && shape_.offload) {
           if (j + 1 < i) fetch(j + 1);
           backend_.wait(on, fetched_[j % 2]);
@@ -223,7 +247,7 @@ class chunked_causal_attention {
       launch(on, detail::attention_finish_kernel{s, rows, r0, o, lse}, {heads, rows});
     }
     join_copies(on);
-    stored_ = std::max(stored_, i1);
+    stored_ = i1;
   }
 
   /// dq += dL/dQ, dk += dL/dK, dv += dL/dV given dout = dL/dO, enqueued on
@@ -248,7 +272,10 @@ class chunked_causal_attention {
   /// every key before first + n, added into the whole-sequence dk and dv.
   /// Running the runs of a sequence in any order adds up to `backward`;
   /// in reverse order (SPPO) the keys of a run have all their gradient once
-  /// its own backward is done.
+  /// its own backward is done. With host_carry dk and dv are the run's n
+  /// rows, which receive their whole gradient (what later runs carried
+  /// in, plus this run's share); the share of earlier keys goes to the
+  /// host carry, and runs must go in exact reverse order of the forward's.
   ///
   /// `keys_done(e)` is called (on the host, in enqueue order) after the
   /// work of each key chunk is enqueued, with e its end token: from that
@@ -287,8 +314,18 @@ class chunked_causal_attention {
     expect_operand(dout, shape_.heads, call, "dout", true, n);
     expect_lse(lse, call, n);
     expect_operand(dq, shape_.heads, call, "dq", false, n);
-    expect_operand(dk, shape_.kv_heads, call, "dk", false);
-    expect_operand(dv, shape_.kv_heads, call, "dv", false);
+    expect_operand(dk, shape_.kv_heads, call, "dk", false, key_rows(n));
+    expect_operand(dv, shape_.kv_heads, call, "dv", false, key_rows(n));
+    expects(!shape_.host_carry || i1 == (carried_below_ < 0 ? stored_ : carried_below_), [&] {
+      return std::string(call) + " with host_carry: the run of chunks [" + std::to_string(i0) + ", " +
+             std::to_string(i1) + ") is not the next in reverse order: it must end at chunk " +
+             std::to_string(carried_below_ < 0 ? stored_ : carried_below_) +
+             (carried_below_ < 0 ? ", the end of the stored forward" : ", where the previous backward run began");
+    });
+    // With host_carry, every key chunk before i1 has a carry on the host
+    // unless this is the sequence's first backward run.
+    const bool carried = shape_.host_carry && carried_below_ >= 0;
+    const std::int64_t key_row0 = shape_.host_carry ? first : 0;  // the token of row 0 of dk and dv
 
     const std::int64_t c = shape_.chunk;
     const std::int64_t t = shape_.tile();
@@ -309,15 +346,23 @@ class chunked_causal_attention {
     std::int64_t pair = 0;
     if (shape_.offload) fetch(0);
     if (shape_.queries_on_host()) fetch_query(0, i0);
+    if (carried) move_carry(0, copy_kind::host_to_device);
     for (std::int64_t j = 0; j < i1; ++j) {
       const std::int64_t k0 = j * c;
       const std::int64_t cols = rows_of(j);
-      kv_chunk kv = shape_.offload ? slot_chunk(j) : caller_chunk(k, v, j);
+      kv_chunk kv = shape_.offload ? slot_chunk(j) : caller_chunk(k, v, k0);
       if (shape_.offload) backend_.wait(on, fetched_[j % 2]);
-      backend_.memset_async(parts_.dk.data, 0, kv_tile_bytes, on);
-      backend_.memset_async(parts_.dv.data, 0, kv_tile_bytes, on);
-      const output_operand dk_tile{parts_.dk.template as<float>(), d, t * d, false};
-      const output_operand dv_tile{parts_.dv.template as<float>(), d, t * d, false};
+      // The dK/dV tiles of key chunk j: with host_carry a carry slot, which
+      // holds the chunk's carry once fetched (or was stored from two steps
+      // ago: either way the copy stream's last use of it is awaited).
+      const auto [dk_part, dv_part] = dkv_tiles(j);
+      if (shape_.host_carry) backend_.wait(on, carry_ready_[j % 2]);
+      if (!carried) {
+        backend_.memset_async(dk_part.data, 0, kv_tile_bytes, on);
+        backend_.memset_async(dv_part.data, 0, kv_tile_bytes, on);
+      }
+      const output_operand dk_tile{dk_part.template as<float>(), d, t * d, false};
+      const output_operand dv_tile{dv_part.template as<float>(), d, t * d, false};
       for (std::int64_t i = std::max(j, i0); i < i1; ++i) {
         const std::int64_t q0 = i * c;       // global token of the chunk's first query
         const std::int64_t r0 = q0 - first;  // its row in q, o, dout, dq, lse
@@ -332,7 +377,10 @@ class chunked_causal_attention {
             fetch_query(pair + 1, std::max(j + 1, i0));
           }
         }
-        if (shape_.offload && i == std::max(j, i0) && j + 1 < i1) fetch(j + 1);
+        if (shape_.offload && i == std::max(j, i0) && j + 1 < i1) {
+          fetch(j + 1);
+          if (carried) move_carry(j + 1, copy_kind::host_to_device);
+        }
         if (shape_.queries_on_host()) backend_.wait(on, q_fetched_[pair % 2]);
         // S = Q_i K_j^T / sqrt(d);  dP = dO_i V_j^T       [heads][rows, cols]
         grouped_gemm(on, {rows, cols, d, matrix_op::none, matrix_op::transpose}, scale(),
@@ -355,13 +403,20 @@ class chunked_causal_attention {
         launch(on, detail::attention_add_rows_kernel{dq, s.acc, t, r0}, {heads, rows});
       }
       if (shape_.offload) backend_.record(slot_free_[j % 2], on);
-      launch(on, detail::attention_add_rows_kernel{dk, parts_.dk.template as<float>(), t, k0},
-             {kv_heads, cols});
-      launch(on, detail::attention_add_rows_kernel{dv, parts_.dv.template as<float>(), t, k0},
-             {kv_heads, cols});
+      if (j >= i0 || !shape_.host_carry) {  // into the caller's dk and dv
+        launch(on, detail::attention_add_rows_kernel{dk, dk_part.template as<float>(), t, k0 - key_row0},
+               {kv_heads, cols});
+        launch(on, detail::attention_add_rows_kernel{dv, dv_part.template as<float>(), t, k0 - key_row0},
+               {kv_heads, cols});
+      }
+      if (shape_.host_carry) {
+        backend_.record(carry_used_[j % 2], on);
+        if (j < i0) move_carry(j, copy_kind::device_to_host);  // an earlier run's key: carried
+      }
       keys_done(k0 + cols);
     }
     join_copies(on);
+    if (shape_.host_carry) carried_below_ = i0;
   }
 
  private:
@@ -370,6 +425,8 @@ class chunked_causal_attention {
     std::array<memory_region, 2> slot_q, slot_k, slot_v;
     memory_region stage_q, stage_k, stage_v;
     memory_region host_q, host_k, host_v;
+    std::array<memory_region, 2> carry_dk, carry_dv;  // host_carry: the dK/dV tiles
+    memory_region host_dk, host_dv;                   // host_carry: [chunks, kv_heads, chunk, head_dim]
   };
 
   /// One matrix per head: row-major, `ld` between rows, `head_stride`
@@ -417,8 +474,17 @@ class chunked_causal_attention {
     p.sum = device.take(float_bytes(h, t), "running sum [heads, chunk]");
     p.acc = device.take(float_bytes(h, t, shape.head_dim), "acc [heads, chunk, head_dim]");
     p.delta = device.take(float_bytes(h, shape.tokens), "delta [heads, tokens]");
-    p.dk = device.take(float_bytes(t, kv_tile), "dk tile [kv_heads, chunk, head_dim]");
-    p.dv = device.take(float_bytes(t, kv_tile), "dv tile [kv_heads, chunk, head_dim]");
+    if (shape.host_carry) {
+      for (int slot = 0; slot < 2; ++slot) {
+        p.carry_dk[slot] = device.take(float_bytes(t, kv_tile), "dK carry slot [kv_heads, chunk, head_dim]");
+        p.carry_dv[slot] = device.take(float_bytes(t, kv_tile), "dV carry slot [kv_heads, chunk, head_dim]");
+      }
+      p.host_dk = pinned.take(float_bytes(shape.chunks() * t, kv_tile), "host dK carry [chunks, kv_heads, chunk, head_dim]");
+      p.host_dv = pinned.take(float_bytes(shape.chunks() * t, kv_tile), "host dV carry [chunks, kv_heads, chunk, head_dim]");
+    } else {
+      p.dk = device.take(float_bytes(t, kv_tile), "dk tile [kv_heads, chunk, head_dim]");
+      p.dv = device.take(float_bytes(t, kv_tile), "dv tile [kv_heads, chunk, head_dim]");
+    }
     if (shape.offload) {
       for (int slot = 0; slot < 2; ++slot) {
         if (shape.queries_on_host()) {
@@ -478,10 +544,9 @@ class chunked_causal_attention {
                                                   std::int64_t first) {
     return {t.data() + first * t.stride(0), t.stride(0), t.stride(1), true};
   }
-  [[nodiscard]] kv_chunk caller_chunk(const tensor_view<const float, 3>& k,
-                                      const tensor_view<const float, 3>& v,
-                                      std::int64_t j) const {
-    const std::int64_t first = j * shape_.chunk;
+  /// The chunk of the caller's k and v from their row `first`.
+  [[nodiscard]] static kv_chunk caller_chunk(const tensor_view<const float, 3>& k,
+                                             const tensor_view<const float, 3>& v, std::int64_t first) {
     return {{k.data() + first * k.stride(0), k.stride(0), k.stride(1), false},
             {v.data() + first * v.stride(0), v.stride(0), v.stride(1), false}};
   }
@@ -494,6 +559,15 @@ class chunked_causal_attention {
     const std::int64_t ld = shape_.kv_heads * shape_.head_dim;
     return {{parts_.slot_k[j % 2].template as<float>(), ld, shape_.head_dim, false},
             {parts_.slot_v[j % 2].template as<float>(), ld, shape_.head_dim, false}};
+  }
+
+  /// Rows of the caller's k, v, dk and dv for a run of n queries: the run's
+  /// with host_carry, otherwise the whole sequence's.
+  [[nodiscard]] std::int64_t key_rows(std::int64_t n) const { return shape_.host_carry ? n : shape_.tokens; }
+  /// The dK and dV tiles of backward key chunk j ([kv_heads, tile, head_dim]).
+  [[nodiscard]] std::pair<memory_region, memory_region> dkv_tiles(std::int64_t j) const {
+    if (!shape_.host_carry) return {parts_.dk, parts_.dv};
+    return {parts_.carry_dk[static_cast<std::size_t>(j % 2)], parts_.carry_dv[static_cast<std::size_t>(j % 2)]};
   }
 
   /// Runs a (head, row) kernel; those built on an ops row operator check
@@ -528,11 +602,12 @@ class chunked_causal_attention {
     }
   }
 
-  /// Forward step i with offload: chunk i of the caller's K/V, and Q (its
-  /// rows from `q_row` of the run's q) unless keep_queries, is packed on the
-  /// compute stream and copied to the host store on the copy stream.
+  /// Forward step i with offload: chunk i of the caller's K/V (from their
+  /// row `kv_row`), and Q (from row `q_row` of the run's q) unless
+  /// keep_queries, is packed on the compute stream and copied to the host
+  /// store on the copy stream.
   void store_chunk(stream_type& on, const tensor_view<const float, 3>& q, std::int64_t q_row,
-                   const tensor_view<const float, 3>& k, const tensor_view<const float, 3>& v,
+                   const tensor_view<const float, 3>& k, const tensor_view<const float, 3>& v, std::int64_t kv_row,
                    std::int64_t i) {
     const std::int64_t rows = rows_of(i);
     const std::int64_t first = i * shape_.chunk;
@@ -541,8 +616,8 @@ class chunked_causal_attention {
       std::int64_t from_row;
       memory_region stage, host;
     };
-    const stored all[] = {{k, first, parts_.stage_k, parts_.host_k},
-                          {v, first, parts_.stage_v, parts_.host_v},
+    const stored all[] = {{k, kv_row, parts_.stage_k, parts_.host_k},
+                          {v, kv_row, parts_.stage_v, parts_.host_v},
                           {q, q_row, parts_.stage_q, parts_.host_q}};
     const std::span<const stored> tensors(all, shape_.queries_on_host() ? 3 : 2);
     backend_.wait(on, stage_free_);  // the previous chunk's copy has read the staging buffers
@@ -589,6 +664,24 @@ class chunked_causal_attention {
     backend_.record(fetched, *copy_);
   }
 
+  /// host_carry: on the copy stream, key chunk j's dK/dV carry from the
+  /// host into carry slot j % 2 (host_to_device) or back (device_to_host),
+  /// once the compute's last use of the slot is done; the compute's next
+  /// use waits for carry_ready_.
+  void move_carry(std::int64_t j, copy_kind kind) {
+    const auto slot = static_cast<std::size_t>(j % 2);
+    const std::size_t bytes = float_bytes(shape_.tile(), shape_.kv_heads, shape_.head_dim);
+    const std::size_t offset = checked_mul(static_cast<std::uint64_t>(j), bytes);
+    backend_.wait(*copy_, carry_used_[slot]);
+    for (const auto& [tile, store] : {std::pair{parts_.carry_dk[slot], parts_.host_dk},
+                                      std::pair{parts_.carry_dv[slot], parts_.host_dv}}) {
+      const bool in = kind == copy_kind::host_to_device;
+      backend_.copy_async(in ? tile.data : store.data + offset, in ? store.data + offset : tile.data, bytes, kind,
+                          *copy_);
+    }
+    backend_.record(carry_ready_[slot], *copy_);
+  }
+
   /// Later work on `on` waits for everything issued on the copy stream.
   void join_copies(stream_type& on) {
     if (!copy_) return;
@@ -625,9 +718,14 @@ class chunked_causal_attention {
   std::array<event_type, 2> q_slot_free_;  // query slot s was last read (compute stream)
   event_type staged_;                    // the staging buffers hold chunk i
   event_type stage_free_;                // the staging buffers were copied out
+  std::array<event_type, 2> carry_ready_;  // the copy stream's last use of carry slot s is done
+  std::array<event_type, 2> carry_used_;   // the compute's last use of carry slot s is done
   event_type copy_done_;                 // everything issued on the copy stream
   std::optional<stream_type> copy_;
-  std::int64_t stored_ = 0;  // chunks [0, stored_) are in the host store (offload)
+  std::int64_t stored_ = 0;  // chunks [0, stored_) of this sequence are in the host store (offload)
+  // host_carry: chunks [0, carried_below_) hold a dK/dV carry on the host,
+  // and the next backward run must end there; -1: no backward run yet.
+  std::int64_t carried_below_ = -1;
 };
 
 }  // namespace memo

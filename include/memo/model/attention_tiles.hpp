@@ -49,6 +49,11 @@ struct attention_shape {
   std::int64_t chunk = 0;
   bool offload = false;
   bool keep_queries = false;
+  /// With offload: the dK/dV that a backward run's queries give the keys
+  /// of earlier runs wait in pinned host memory until those runs' own
+  /// backward, and k, v, dk, dv cover only a run's own rows, so nothing of
+  /// other runs stays on the device (see attention.hpp).
+  bool host_carry = false;
 
   /// Whether the query chunks go to the host store (offload without keep_queries).
   [[nodiscard]] bool queries_on_host() const { return offload && !keep_queries; }
@@ -73,6 +78,8 @@ struct attention_shape {
     field("kv_heads", kv_heads);
     field("head_dim", head_dim);
     field("chunk", chunk);
+    expects(!host_carry || offload, "attention_shape: host_carry keeps gradients beside the host-resident K/V, so it "
+                                    "needs offload");
     expects(heads % kv_heads == 0, [&] {
       return "attention_shape: kv_heads = " + std::to_string(kv_heads) +
              " does not divide heads = " + std::to_string(heads);

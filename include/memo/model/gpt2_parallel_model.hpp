@@ -25,7 +25,9 @@
 // attention goes through `distributed_attention` over the stage's ranks,
 // one run per subsequence, its K/V (and the dK/dV of earlier tokens) kept
 // on the stage between runs (SPPO's two-level management keeps K/V on the
-// device; with one subsequence FPDT's host K/V is available instead). The
+// device), or with `kv_offload` in pinned host memory (FPDT's host K/V,
+// with the dK/dV carry beside it: the device then holds one
+// subsequence's K/V per call, not every layer's of the sequence). The
 // MLP's backward runs in chunks of c / 2 rows (twice as many chunks as the
 // attention's, no offload) and the loss in chunks (FPDT section 5.4).
 //
@@ -121,7 +123,7 @@ struct gpt2_parallel_options {
   std::int64_t attention_chunk = 0;  ///< 0 = S c (one chunk group); must divide S c with N > 1
   std::int64_t mlp_chunk = 0;       ///< rows of an MLP backward chunk; 0 = c / 2
   std::int64_t loss_chunk = 0;      ///< rows of the logits buffer; 0 = min(T / S, 64)
-  bool kv_offload = false;          ///< FPDT's host-resident K/V (N = 1 only)
+  bool kv_offload = false;          ///< FPDT's host-resident K/V (and dK/dV carry between subsequences)
   bool overlap_exchanges = true;    ///< all-to-alls behind the attention (distributed_attention_shape::overlap)
   /// SPPO's per-subsequence offload ratios alpha_j (section 5.2), one per
   /// subsequence, each in [0, 1]: round(alpha_j n_j) of subsequence j's n_j
@@ -206,10 +208,6 @@ struct gpt2_parallel_shape {
     expects(s.subsequences >= s.pp, [&] {
       return "gpt2_parallel_model: " + std::to_string(s.subsequences) + " subsequences for " +
              std::to_string(s.pp) + " pipeline stages: the pipeline needs at least one per stage";
-    });
-    expects(!o.kv_offload || s.subsequences == 1, [&] {
-      return "gpt2_parallel_model: host K/V (kv_offload) needs one subsequence, got " +
-             std::to_string(s.subsequences) + " (a pipeline keeps K/V on the device, SPPO section 5)";
     });
     expects(s.tokens / s.sp >= s.subsequences, [&] {
       return "gpt2_parallel_model: " + std::to_string(s.subsequences) + " subsequences need at least as many of a " +
@@ -482,7 +480,7 @@ class gpt2_parallel_model {
             .attention_chunk = shape_.attention_chunk,
             .offload = options_.kv_offload,
             .max_run_tokens = longest,
-            .keep_state = shape_.subsequences > 1,
+            .keep_state = state_per_layer(),
             .overlap = options_.overlap_exchanges};
   }
 
@@ -517,7 +515,7 @@ class gpt2_parallel_model {
     }
     out.push_back({"gathered losses", checked_mul(static_cast<std::uint64_t>(shape_.tokens), sizeof(float))});
     out.push_back({"attention workspace", attention.workspace});
-    out.push_back({"attention state", repeated_bytes(attention.state, shape_.subsequences > 1 ? layers : 1)});
+    out.push_back({"attention state", repeated_bytes(attention.state, state_per_layer() ? layers : 1)});
     if (shape_.offload) {
       // All subsequences' kept rows coexist after the last forward (the
       // step's peak), so one region for the whole step costs nothing more.
@@ -527,6 +525,11 @@ class gpt2_parallel_model {
     for (auto& b : out) b.born = gpt2_step_phase::step_begin, b.dies = gpt2_step_phase::step_end;
     return out;
   }
+
+  /// Whether each layer's attention keeps its own state between calls: the
+  /// K/V and dK/dV carry of earlier subsequences, on the device unless
+  /// kv_offload puts them on the host (then one state serves every layer).
+  [[nodiscard]] bool state_per_layer() const noexcept { return shape_.subsequences > 1 && !options_.kv_offload; }
 
   /// One layer's skeletal tensors of the longest subsequence (the swapper's slots).
   [[nodiscard]] skeletal_layout slot_layout() const {
@@ -596,10 +599,11 @@ class gpt2_parallel_model {
                          "gpt2 parallel host K/V");
     memory_region state, scratch;
     for (std::size_t l = 0; l < layers; ++l) {
-      // One state per layer with subsequences, one scratch per layer with
-      // host K/V (its copy stream fills its own slots); otherwise shared.
+      // One state per layer when it lives between calls, one scratch per
+      // layer with host K/V (its copy stream fills its own slots);
+      // otherwise shared.
       const std::string part = "layer " + std::to_string(l);
-      if (l == 0 || shape_.subsequences > 1) state = states.take(abytes.state, part);
+      if (l == 0 || state_per_layer()) state = states.take(abytes.state, part);
       if (l == 0 || options_.kv_offload) scratch = scratches.take(abytes.attention_device, part);
       attention_.push_back(std::make_unique<attention_type>(
           b, *sp_, ashape, region("attention workspace"), state, scratch,

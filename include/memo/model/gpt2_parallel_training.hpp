@@ -156,7 +156,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     const auto& plan = model.memory_plan();
     std::string host;
     if (model.kv_offload()) {
-      host += ", host K/V " + format_bytes(model.host_offload_bytes() - model.skeletal_host_bytes());
+      host += ", attention host store " + format_bytes(model.host_offload_bytes() - model.skeletal_host_bytes());
     }
     if (!model.subsequence_offload_alpha().empty()) {
       host += "; skeletal tensors " + format_bytes(model.skeletal_device_bytes()) + " on the device, " +

@@ -28,8 +28,13 @@
 //     between forward and backward. The backward re-sends O and dO of the
 //     run through the all-to-all. With `offload` Q, K and V come from the
 //     attention's host store, where the forward left the gathered chunks
-//     (FPDT section 4.2: no all-to-all of Q, K or V in the backward).
-//     Without it Q is re-sent, and K and V come from the object's state
+//     (FPDT section 4.2: no all-to-all of Q, K or V in the backward). With
+//     offload and `max_run_tokens` shorter than the sequence, the dK/dV a
+//     run gives earlier runs' keys wait there too (the attention's host
+//     carry): the state then holds one run's sharded K/V/dK/dV during a
+//     call and nothing between calls, so runs need no `keep_state` and the
+//     device memory does not grow with the sequence.
+//     Without offload Q is re-sent, and K and V come from the object's state
 //     (`keep_state`: the K/V of every run stay there from the forward, as a
 //     pipeline stage keeps them, SPPO section 5) or are re-sent too. Runs
 //     go forward in sequence order and backward in reverse order; with
@@ -52,9 +57,10 @@
 // chunked_causal_attention): the workspace (all-to-all buffers and the
 // sharded Q, O, dO, dQ of the longest run) is only used inside a call, so
 // objects called in turn on one stream may share it; the state (sharded
-// K, V, dK, dV of the whole sequence) may be shared the same way unless
-// `keep_state`; the attention's device scratch (Q/K/V slots with offload) and
-// pinned Q/K/V store belong to one object. The owning constructor allocates
+// K, V, dK, dV of the whole sequence, or of the longest run with the host
+// carry) may be shared the same way unless `keep_state` without it; the
+// attention's device scratch (Q/K/V and carry slots with offload) and pinned
+// Q/K/V/dK/dV store belong to one object. The owning constructor allocates
 // the four itself. forward and backward allocate nothing.
 //
 // Lifetime: the backend and the communicator must outlive the object; the
@@ -95,7 +101,8 @@ struct distributed_attention_shape {
   std::int64_t max_run_tokens = 0;
   /// The state (sharded K/V and the dK/dV carried between runs) belongs to
   /// this object and lives between its calls: needed for more than one run
-  /// per sequence.
+  /// per sequence, unless offload with a max_run_tokens shorter than the
+  /// sequence keeps both on the host (then this has no effect).
   bool keep_state = false;
   /// All-to-alls behind the attention's compute (see the header); false:
   /// all of a call's sends before its attention, all returns after it
@@ -106,7 +113,7 @@ struct distributed_attention_shape {
 /// Bytes of the four regions a distributed_attention is built over.
 struct distributed_attention_bytes {
   std::size_t workspace = 0;         ///< device; shareable between objects called in turn
-  std::size_t state = 0;             ///< device; shareable unless keep_state
+  std::size_t state = 0;             ///< device; shareable unless keep_state (without the host carry)
   std::size_t attention_device = 0;  ///< device; this object's
   std::size_t attention_pinned = 0;  ///< pinned host; this object's (offload)
 };
@@ -226,19 +233,21 @@ class distributed_attention {
     expect_run_view(q, shape_.heads, r, "q"), expect_run_view(k, shape_.kv_heads, r, "k");
     expect_run_view(v, shape_.kv_heads, r, "v"), expect_run_view(o, shape_.heads, r, "o");
     const tensor_view<float, 2> run_lse = lse_of_run(lse, r);
-    expects(r.first == 0 || shape_.keep_state, [&] {
+    expects(r.first == 0 || shape_.keep_state || host_carry(shape_), [&] {
       return "distributed attention: a run from token " + std::to_string(r.first) +
-             " attends to the K/V of earlier runs and carries their dK/dV, which needs keep_state";
+             " attends to the K/V of earlier runs and carries their dK/dV, which needs keep_state, or offload "
+             "with max_run_tokens shorter than the sequence";
     });
-    if (r.first == 0 && shape_.keep_state) {
+    if (r.first == 0 && state_persists()) {
       zero(on, parts_.dk, Kr_ * shape_.tokens), zero(on, parts_.dv, Kr_ * shape_.tokens);
     }
+    const std::int64_t k0 = state_first(r);
     stream_type& comm = *exchange_;
     begin_exchange(on);
     auto scatter_group = [&](std::int64_t j) {
       scatter_heads(comm, q, j - r.g0, shape_.heads, Hr_, false, sharded(parts_.q, Hr_, r.first, j));
-      scatter_heads(comm, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, 0, j));
-      scatter_heads(comm, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, 0, j));
+      scatter_heads(comm, k, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.k, Kr_, k0, j));
+      scatter_heads(comm, v, j - r.g0, shape_.kv_heads, Kr_, true, sharded(parts_.v, Kr_, k0, j));
     };
     // Group by group when the attention's chunks tile a group: the
     // all-to-alls of group j + 1 in and of group j's output back run on the
@@ -256,9 +265,13 @@ class distributed_attention {
       }
       backend_.wait(on, scattered_[j % 2]);
       const std::int64_t first = layout_.group_begin(j), tokens = layout_.group_begin(last) - first;
+      // K/V: the whole sequence's, or with the attention's host carry the
+      // attending groups' only.
+      const bool carry = host_carry(shape_);
+      const std::int64_t kv_row = carry ? first - k0 : 0, kv_rows = carry ? tokens : shape_.tokens;
       attention_->forward_queries(on, first, rows_view<const float>(parts_.q, Hr_, first - r.first, tokens),
-                                  run_view<const float>(parts_.k, Kr_, shape_.tokens),
-                                  run_view<const float>(parts_.v, Kr_, shape_.tokens),
+                                  rows_view<const float>(parts_.k, Kr_, kv_row, kv_rows),
+                                  rows_view<const float>(parts_.v, Kr_, kv_row, kv_rows),
                                   rows_view<float>(parts_.o, Hr_, first - r.first, tokens),
                                   lse_columns(run_lse, first - r.first, tokens));
       backend_.record(computed_[j % 2], on);
@@ -285,7 +298,7 @@ class distributed_attention {
     expect_run_view(o, shape_.heads, r, "o");
     expect_run_view(dout, shape_.heads, r, "dout"), expect_run_view(dq, shape_.heads, r, "dq");
     expect_run_view(dk, shape_.kv_heads, r, "dk"), expect_run_view(dv, shape_.kv_heads, r, "dv");
-    const bool resend_kv = !shape_.offload && !shape_.keep_state;
+    const bool resend_kv = !shape_.offload && !shape_.keep_state;  // else the state or the host has them
     if (resend_kv) expect_run_view(k, shape_.kv_heads, r, "k"), expect_run_view(v, shape_.kv_heads, r, "v");
     const tensor_view<const float, 2> run_lse = lse_of_run(lse, r);
     begin_exchange(on);
@@ -369,7 +382,8 @@ class distributed_attention {
             .kv_heads = s.kv_heads >= P ? s.kv_heads / P : 1,
             .head_dim = s.head_dim,
             .chunk = s.attention_chunk,
-            .offload = s.offload};
+            .offload = s.offload,
+            .host_carry = host_carry(s)};
   }
 
   static std::size_t floats(std::int64_t a, std::int64_t b, std::int64_t c) {
@@ -393,10 +407,13 @@ class distributed_attention {
     p.dout = workspace.take(floats(run, Hr, D), "sharded dO [run, heads / P, head_dim]");
     p.dq = workspace.take(floats(run, Hr, D), "sharded dQ [run, heads / P, head_dim]");
     p.lse = workspace.take(floats(Hr, s.tokens, 1), "log-sum-exp [heads / P, tokens]");
-    p.k = state.take(floats(s.tokens, Kr, D), "sharded K [tokens, kv heads / P, head_dim]");
-    p.v = state.take(floats(s.tokens, Kr, D), "sharded V [tokens, kv heads / P, head_dim]");
-    p.dk = state.take(floats(s.tokens, Kr, D), "sharded dK [tokens, kv heads / P, head_dim]");
-    p.dv = state.take(floats(s.tokens, Kr, D), "sharded dV [tokens, kv heads / P, head_dim]");
+    // With the host carry the attention keeps earlier runs' K/V and their
+    // dK/dV carry on the host: the state holds one run's.
+    const std::int64_t kv = host_carry(s) ? run : s.tokens;
+    p.k = state.take(floats(kv, Kr, D), "sharded K [tokens, kv heads / P, head_dim]");
+    p.v = state.take(floats(kv, Kr, D), "sharded V [tokens, kv heads / P, head_dim]");
+    p.dk = state.take(floats(kv, Kr, D), "sharded dK [tokens, kv heads / P, head_dim]");
+    p.dv = state.take(floats(kv, Kr, D), "sharded dV [tokens, kv heads / P, head_dim]");
     return p;
   }
 
@@ -427,7 +444,8 @@ class distributed_attention {
     backend_.record(scattered_[0], comm);
     backend_.wait(on, scattered_[0]);
     zero(on, parts_.dq, Hr_ * r.tokens);
-    if (!shape_.keep_state) zero(on, parts_.dk, Kr_ * shape_.tokens), zero(on, parts_.dv, Kr_ * shape_.tokens);
+    const std::int64_t k0 = state_first(r), kv_tokens = state_tokens(r);
+    if (!state_persists()) zero(on, parts_.dk, Kr_ * kv_tokens), zero(on, parts_.dv, Kr_ * kv_tokens);
     std::int64_t next = r.g0;  // the first group not yet sent back
     int handoffs = 0;
     auto send_back = [&](std::int64_t keys_end) {
@@ -440,17 +458,17 @@ class distributed_attention {
       ++handoffs;
       for (; next < upto; ++next) {
         gather_heads(comm, sharded(parts_.dq, Hr_, r.first, next), next - r.g0, shape_.heads, Hr_, false, dq, true);
-        gather_heads(comm, sharded(parts_.dk, Kr_, 0, next), next - r.g0, shape_.kv_heads, Kr_, true, dk, true);
-        gather_heads(comm, sharded(parts_.dv, Kr_, 0, next), next - r.g0, shape_.kv_heads, Kr_, true, dv, true);
+        gather_heads(comm, sharded(parts_.dk, Kr_, k0, next), next - r.g0, shape_.kv_heads, Kr_, true, dk, true);
+        gather_heads(comm, sharded(parts_.dv, Kr_, k0, next), next - r.g0, shape_.kv_heads, Kr_, true, dv, true);
       }
     };
     attention_->backward_queries(on, r.first, run_view<const float>(parts_.q, Hr_, r.tokens),
-                                 run_view<const float>(parts_.k, Kr_, shape_.tokens),
-                                 run_view<const float>(parts_.v, Kr_, shape_.tokens),
+                                 run_view<const float>(parts_.k, Kr_, kv_tokens),
+                                 run_view<const float>(parts_.v, Kr_, kv_tokens),
                                  run_view<const float>(parts_.o, Hr_, r.tokens),
                                  run_view<const float>(parts_.dout, Hr_, r.tokens), lse,
-                                 run_view<float>(parts_.dq, Hr_, r.tokens), run_view<float>(parts_.dk, Kr_, shape_.tokens),
-                                 run_view<float>(parts_.dv, Kr_, shape_.tokens), send_back);
+                                 run_view<float>(parts_.dq, Hr_, r.tokens), run_view<float>(parts_.dk, Kr_, kv_tokens),
+                                 run_view<float>(parts_.dv, Kr_, kv_tokens), send_back);
     send_back(layout_.group_begin(r.g1));  // nothing left when the key loop reached the run's end
     end_exchange(on);
   }
@@ -486,6 +504,20 @@ class distributed_attention {
              " does not start at a chunk of the attention (" + std::to_string(shape_.attention_chunk) + " tokens)";
     });
     return r;
+  }
+
+  /// Whether the local attention carries dK/dV on the host: offload with
+  /// runs shorter than the sequence. Then the state holds the current
+  /// run's K/V and dK/dV only.
+  [[nodiscard]] static bool host_carry(const distributed_attention_shape& s) noexcept {
+    return s.offload && s.max_run_tokens != 0 && s.max_run_tokens < s.tokens;
+  }
+  /// Whether the state's K/V and dK/dV live between calls.
+  [[nodiscard]] bool state_persists() const noexcept { return shape_.keep_state && !host_carry(shape_); }
+  /// The global token of the state's row 0, and its rows, during run r.
+  [[nodiscard]] std::int64_t state_first(const run& r) const noexcept { return host_carry(shape_) ? r.first : 0; }
+  [[nodiscard]] std::int64_t state_tokens(const run& r) const noexcept {
+    return host_carry(shape_) ? r.tokens : shape_.tokens;
   }
 
   // The first K/V head rank r holds (its query heads' group).
