@@ -46,34 +46,46 @@ TEST_CASE("cluster_profile: a file with every field parses") {
 }
 
 TEST_CASE("cluster_profile: errors name the field and the line") {
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "peak_flops = 1e15\n", ""), "f"),
-                    doctest::Contains("f: missing field 'peak_flops'"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 2e10", "= -2e10"), "f"),
-                    doctest::Contains("f:6: field 'host_link_bytes_per_second' must be positive and finite, got -2e10"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 1e12", "= inf"), "f"),
-                    doctest::Contains("f:10: field 'host_memory_bytes': 'inf' is not a number"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 4\n", "= 4.5\n"), "f"),
-                    doctest::Contains("f:11: field 'gpus_per_node' must be a whole number"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 4\n", "= 1e12\n"), "f"),
-                    doctest::Contains("f:11: field 'gpus_per_node' must be a whole number up to 1000000"));
-  CHECK_THROWS_WITH(parse_cluster_profile(good + "peak_flops = 2\n", "f"),
-                    doctest::Contains("f:12: field 'peak_flops' given again (first at line 3)"));
-  CHECK_THROWS_WITH(parse_cluster_profile(good + "colour = red\n", "f"), doctest::Contains("f:12: unknown field 'colour'"));
-  CHECK_THROWS_WITH(parse_cluster_profile(good + "just words\n", "f"), doctest::Contains("f:12: expected 'key = value'"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 0.5", "= fast"), "f"),
-                    doctest::Contains("f:4: field 'gemm_efficiency': 'fast' is not a number"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 0.5", "= 1.5"), "f"),
-                    doctest::Contains("efficiencies must be at most 1"));
-  CHECK_THROWS_WITH(parse_cluster_profile("", "empty.profile"), doctest::Contains("empty.profile: missing field"));
+  struct bad {
+    std::string text;
+    const char* message;
+  };
   // Byte counts are whole numbers, judged as written: 2^60 + 1 is past
   // the bound although it rounds to 2^60 as a double, and a count a double
   // cannot hold exactly is refused rather than changed.
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 85899345920\n", "= 85899345920.5\n"), "f"),
-                    doctest::Contains("f:9: field 'device_memory_bytes' must be a whole number of bytes"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 85899345920\n", "= 1152921504606846977\n"), "f"),
-                    doctest::Contains("f:9: field 'device_memory_bytes' must be between 1 and 1152921504606846976"));
-  CHECK_THROWS_WITH(parse_cluster_profile(replace(good, "= 85899345920\n", "= 9007199254740993\n"), "f"),
-                    doctest::Contains("f:9: field 'device_memory_bytes' is not exactly representable"));
+  const bad cases[] = {
+      {replace(good, "peak_flops = 1e15\n", ""),
+       "f: missing field 'peak_flops'"},
+      {replace(good, "= 2e10", "= -2e10"),
+       "f:6: field 'host_link_bytes_per_second' must be positive and finite, got -2e10"},
+      {replace(good, "= 1e12", "= inf"),
+       "f:10: field 'host_memory_bytes': 'inf' is not a number"},
+      {replace(good, "= 4\n", "= 4.5\n"),
+       "f:11: field 'gpus_per_node' must be a whole number"},
+      {replace(good, "= 4\n", "= 1e12\n"),
+       "f:11: field 'gpus_per_node' must be a whole number up to 1000000"},
+      {good + "peak_flops = 2\n",
+       "f:12: field 'peak_flops' given again (first at line 3)"},
+      {good + "colour = red\n",
+       "f:12: unknown field 'colour'"},
+      {good + "just words\n",
+       "f:12: expected 'key = value'"},
+      {replace(good, "= 0.5", "= fast"),
+       "f:4: field 'gemm_efficiency': 'fast' is not a number"},
+      {replace(good, "= 0.5", "= 1.5"),
+       "efficiencies must be at most 1"},
+      {replace(good, "= 85899345920\n", "= 85899345920.5\n"),
+       "f:9: field 'device_memory_bytes' must be a whole number of bytes"},
+      {replace(good, "= 85899345920\n", "= 1152921504606846977\n"),
+       "f:9: field 'device_memory_bytes' must be between 1 and 1152921504606846976"},
+      {replace(good, "= 85899345920\n", "= 9007199254740993\n"),
+       "f:9: field 'device_memory_bytes' is not exactly representable"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH(parse_cluster_profile(c.text, "f"), doctest::Contains(c.message));
+  }
+  CHECK_THROWS_WITH(parse_cluster_profile("", "empty.profile"), doctest::Contains("empty.profile: missing field"));
   CHECK(parse_cluster_profile(replace(good, "= 85899345920\n", "= 1152921504606846976\n"), "f").device_memory_bytes ==
         0x1p60);
 }

@@ -33,6 +33,24 @@ memo::skeletal_layout layout() {
                                 {"b", 4, 12, memo::skeletal_policy::offload_whole}});
 }
 
+// A swapper over its own two slots and kept store, for `plan`'s
+// subsequences forward in order and backward in reverse.
+struct swapper_setup {
+  device_bytes slots, kept;
+  swapper_type swapper;
+  swapper_setup(host_backend& backend, host_backend::stream& compute, const memo::subsequence_offload_plan& plan,
+                std::int64_t layers)
+      : slots(backend.device_memory(), swapper_type::slot_bytes(layout())),
+        kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers)),
+        swapper(backend, compute, layout(), plan, layers, order(plan, false), order(plan, true),
+                {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()}) {}
+  static std::vector<int> order(const memo::subsequence_offload_plan& plan, bool reversed) {
+    std::vector<int> out(plan.rows.size());
+    for (std::size_t j = 0; j < out.size(); ++j) out[j] = static_cast<int>(reversed ? out.size() - 1 - j : j);
+    return out;
+  }
+};
+
 // The byte the forward of (layer, subsequence) writes into tensor t.
 unsigned char pattern(std::int64_t layer, int j, std::size_t t) {
   return static_cast<unsigned char>(1 + 16 * layer + 4 * j + static_cast<int>(t));
@@ -82,10 +100,8 @@ TEST_CASE("subsequence_swapper: a slot is not refilled or rewritten while the co
   // previous unit's (sleeping) reader is still queued.
   const auto plan = memo::subsequence_offload_plan::from_alpha({4, 3, 2}, {1.0, 0.5, 0.0}, "test");
   const std::int64_t layers = 3;
-  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
-  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers));
-  swapper_type swapper(backend, compute, layout(), plan, layers, {0, 1, 2}, {2, 1, 0},
-                       {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  swapper_setup setup(backend, compute, plan, layers);
+  swapper_type& swapper = setup.swapper;
   int bad_rows = 0;
   run_step(backend, compute, swapper, plan, layers, {0, 1, 2}, {2, 1, 0}, bad_rows);
   CHECK(bad_rows == 0);
@@ -132,10 +148,8 @@ TEST_CASE("subsequence_swapper: a subsequence's rows come back to its backward t
   const std::int64_t layers = 2;
   CHECK(swapper_type::host_bytes(layout(), plan, layers) == 2 * (2 + 2) * 20);
   CHECK(swapper_type::kept_bytes(layout(), plan, layers) == 2 * 2 * 20);
-  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
-  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers));
-  swapper_type swapper(backend, compute, layout(), plan, layers, {0, 1}, {1, 0},
-                       {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  swapper_setup setup(backend, compute, plan, layers);
+  swapper_type& swapper = setup.swapper;
   CHECK(swapper.host_bytes() == 160);
   CHECK(swapper.units().size() == 8);
   for (int step = 0; step < 2; ++step) {
@@ -180,10 +194,8 @@ TEST_CASE("subsequence_swapper: a backward refills the next unit's slot while th
   // the device store alone.
   const auto plan = memo::subsequence_offload_plan::from_alpha({4, 3, 2}, {0.5, 1.0, 0.0}, "test");
   const std::int64_t layers = 2;
-  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
-  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers));
-  swapper_type swapper(backend, compute, layout(), plan, layers, {0, 1, 2}, {2, 1, 0},
-                       {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()});
+  swapper_setup setup(backend, compute, plan, layers);
+  swapper_type& swapper = setup.swapper;
   const std::vector<swapper_type::unit> units = swapper.units();
   const std::size_t first_backward = units.size() / 2;
   const std::uint64_t row = swapper_type::row_bytes(layout());
@@ -283,10 +295,8 @@ TEST_CASE("subsequence_swapper: units out of order and bad ratios are errors") {
   host_backend backend;
   auto compute = backend.make_stream("compute");
   const auto plan = memo::subsequence_offload_plan::from_alpha({4, 2}, {0.0, 0.0}, "test");
-  device_bytes slots(backend.device_memory(), swapper_type::slot_bytes(layout()));
-  device_bytes kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, 1));
-  swapper_type swapper(backend, compute, layout(), plan, 1, {0, 1}, {1, 0}, {slots.data(), slots.size_bytes()},
-                       {kept.data(), kept.size_bytes()});
+  swapper_setup setup(backend, compute, plan, 1);
+  swapper_type& swapper = setup.swapper;
   CHECK(swapper.host_bytes() == 0);
   CHECK_THROWS_WITH_AS((void)swapper.begin_backward(0, 1), doctest::Contains("out of order"), memo::error);
   CHECK_THROWS_WITH_AS((void)swapper.begin_forward(0, 1),

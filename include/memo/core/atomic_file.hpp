@@ -48,31 +48,38 @@ inline std::string errno_text(int code) { return std::generic_category().message
 
 inline std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
 
+/// `path` made absolute with "." and ".." resolved by name (no link
+/// followed); nullopt when the working directory cannot be read.
+inline std::optional<std::filesystem::path> lexically_absolute(const std::filesystem::path& path) {
+  std::error_code ec;
+  auto normal = std::filesystem::absolute(path, ec).lexically_normal();
+  if (ec) return std::nullopt;
+  return normal;
+}
+
 /// A name for a descriptor some process already has open (/dev/stdout,
 /// /dev/stderr, /dev/fd/N, /proc/<pid>/fd/N): a stream, never a file to
 /// replace, even when it leads to one.
 inline bool is_stream_path(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto normal = std::filesystem::absolute(path, ec).lexically_normal();
-  if (ec) return false;
-  const std::string text = normal.string(), parent = normal.parent_path().string();
+  const auto normal = lexically_absolute(path);
+  if (!normal) return false;
+  const std::string text = normal->string(), parent = normal->parent_path().string();
   return text == "/dev/stdout" || text == "/dev/stderr" || parent == "/dev/fd" ||
-         (text.starts_with("/proc/") && normal.parent_path().filename() == "fd");
+         (text.starts_with("/proc/") && normal->parent_path().filename() == "fd");
 }
 
 /// The descriptor of this process that `path` names (/dev/stdout 1,
 /// /dev/stderr 2, /dev/fd/N and /proc/self/fd/N N), when it is open for
 /// writing; nullopt for any other path.
 inline std::optional<int> own_descriptor(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto normal = std::filesystem::absolute(path, ec).lexically_normal();
-  if (ec) return std::nullopt;
-  const std::string text = normal.string(), parent = normal.parent_path().string();
+  const auto normal = lexically_absolute(path);
+  if (!normal) return std::nullopt;
+  const std::string text = normal->string(), parent = normal->parent_path().string();
   std::optional<int> fd;
   if (text == "/dev/stdout") fd = 1;
   if (text == "/dev/stderr") fd = 2;
   if (parent == "/dev/fd" || parent == "/proc/self/fd" || parent == "/proc/" + std::to_string(::getpid()) + "/fd") {
-    const std::string name = normal.filename().string();
+    const std::string name = normal->filename().string();
     int n = 0;
     const auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), n);
     if (err == std::errc{} && end == name.data() + name.size() && !name.empty()) fd = n;

@@ -146,11 +146,30 @@ struct gpt2_layer_activations {
   template <class Slices>
   static gpt2_layer_activations from_skeletal(const Slices& s, std::int64_t T, std::int64_t C,
                                               std::int64_t lse_rows, std::int64_t lse_cols) {
+    return views(s, T, C, lse_rows, lse_cols, nullptr);
+  }
+  /// The same for a layout without qkv (`gpt2_qkv_skeletal::dropped`): the
+  /// twelve other slices, and qkv a [T, 3C] buffer the caller keeps only
+  /// from the QKV projection to the attention's forward.
+  template <class Slices>
+  static gpt2_layer_activations from_skeletal(const Slices& s, std::int64_t T, std::int64_t C,
+                                              std::int64_t lse_rows, std::int64_t lse_cols, gpt2_matrix qkv) {
+    qkv.expect_shape({T, 3 * C}, "gpt2_layer_activations: qkv");
+    return views(s, T, C, lse_rows, lse_cols, &qkv);
+  }
+
+ private:
+  template <class Slices>
+  static gpt2_layer_activations views(const Slices& s, std::int64_t T, std::int64_t C, std::int64_t lse_rows,
+                                      std::int64_t lse_cols, const gpt2_matrix* qkv) {
+    expects(s.size() == (qkv ? 12u : 13u), "gpt2_layer_activations: wrong number of skeletal slices");
+    // Slice index of member i (qkv, member 4, may come from elsewhere).
+    auto at = [&](std::size_t i) { return qkv && i > 4 ? i - 1 : i; };
     auto m = [&](std::size_t i, std::int64_t rows, std::int64_t cols) {
-      return gpt2_matrix::contiguous(s[i].template as<float>(), {rows, cols});
+      return gpt2_matrix::contiguous(s[at(i)].template as<float>(), {rows, cols});
     };
-    auto v = [&](std::size_t i) { return gpt2_vector::contiguous(s[i].template as<float>(), {T}); };
-    return {m(0, T, C), m(1, T, C),      v(2),          v(3),      m(4, T, 3 * C),
+    auto v = [&](std::size_t i) { return gpt2_vector::contiguous(s[at(i)].template as<float>(), {T}); };
+    return {m(0, T, C), m(1, T, C),      v(2),          v(3),      qkv ? *qkv : m(4, T, 3 * C),
             m(5, T, C), m(6, lse_rows, lse_cols), m(7, T, C), m(8, T, C), v(9),
             v(10),      m(11, T, 4 * C), m(12, T, 4 * C)};
   }

@@ -43,15 +43,21 @@
 
 namespace memo {
 
+/// Whether a block's fused QKV output is among its skeletal tensors: it
+/// is, unless the attention keeps Q, K and V in its own host store (FPDT's
+/// offload), whose backward then never reads the block's copy.
+enum class gpt2_qkv_skeletal { kept, dropped };
+
 /// The skeletal tensors of one GPT-2 block of T tokens (fp32), in the order
-/// of `gpt2_layer_activations`' members.
-inline skeletal_layout gpt2_skeletal_layout(const gpt2_config& c, std::int64_t T) {
+/// of `gpt2_layer_activations`' members (without qkv when dropped).
+inline skeletal_layout gpt2_skeletal_layout(const gpt2_config& c, std::int64_t T,
+                                            gpt2_qkv_skeletal qkv = gpt2_qkv_skeletal::kept) {
   const auto tokens = static_cast<std::size_t>(T);
   const auto C = static_cast<std::size_t>(c.channels);
   const auto NH = static_cast<std::size_t>(c.num_heads);
   constexpr std::size_t f = sizeof(float);
   using enum skeletal_policy;
-  return skeletal_layout(std::vector<skeletal_tensor>{
+  skeletal_layout layout(std::vector<skeletal_tensor>{
       {"input", tokens, f * C, offload_whole},
       {"ln1", tokens, f * C, offload_fraction},
       {"ln1_mean", tokens, f, offload_fraction},
@@ -66,6 +72,12 @@ inline skeletal_layout gpt2_skeletal_layout(const gpt2_config& c, std::int64_t T
       {"fch", tokens, f * 4 * C, offload_fraction},
       {"fch_gelu", tokens, f * 4 * C, offload_fraction},
   });
+  if (qkv == gpt2_qkv_skeletal::kept) return layout;
+  std::vector<skeletal_tensor> without;
+  for (const auto& t : layout.tensors()) {
+    if (t.name != "qkv") without.push_back(t);
+  }
+  return skeletal_layout(std::move(without));
 }
 
 /// The same block as a `transformer_layer` (fp32, one GPU): what the alpha

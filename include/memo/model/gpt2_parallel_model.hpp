@@ -48,7 +48,10 @@
 // bi-level plan of the step's trace (every buffer outside the blocks, the
 // skeletal tensors of the stage's layers, the attention's workspace and
 // state, and one recorded block backward per subsequence and layer), and
-// replayed every step: a step allocates nothing. Without
+// replayed every step: a step allocates nothing. With `kv_offload` the
+// block's qkv is not a skeletal tensor (the attention's backward reads Q, K
+// and V from its host store): every block writes its QKV output into one
+// [T / S, 3C] buffer that its attention's forward reads. Without
 // `subsequence_offload` every skeletal tensor of every local row stays in
 // place on the device for the whole step. With it (SPPO sections 5.1-5.2,
 // swap/subsequence_swapper.hpp) a layer of subsequence j computes into one
@@ -498,7 +501,7 @@ class gpt2_parallel_model {
       skeletal_bytes = skeletal_swapper::slot_bytes(slot_layout());
     } else {
       region_carver skeletal;
-      const skeletal_layout layout = gpt2_skeletal_layout(config_, shape_.local_tokens);
+      const skeletal_layout layout = gpt2_skeletal_layout(config_, shape_.local_tokens, qkv_skeletal());
       for (std::uint64_t l = 0; l < layers; ++l) {
         for (const auto& t : layout.tensors()) (void)skeletal.take(static_cast<std::size_t>(t.bytes()), t.name);
       }
@@ -516,6 +519,11 @@ class gpt2_parallel_model {
     out.push_back({"gathered losses", checked_mul(static_cast<std::uint64_t>(shape_.tokens), sizeof(float))});
     out.push_back({"attention workspace", attention.workspace});
     out.push_back({"attention state", repeated_bytes(attention.state, state_per_layer() ? layers : 1)});
+    if (qkv_skeletal() == gpt2_qkv_skeletal::dropped) {  // one block's QKV output at a time
+      out.push_back({"qkv", checked_mul(checked_mul(static_cast<std::uint64_t>(shape_.local_tokens),
+                                                    static_cast<std::uint64_t>(3 * config_.channels)),
+                                        sizeof(float))});
+    }
     if (shape_.offload) {
       // All subsequences' kept rows coexist after the last forward (the
       // step's peak), so one region for the whole step costs nothing more.
@@ -530,10 +538,17 @@ class gpt2_parallel_model {
   /// K/V and dK/dV carry of earlier subsequences, on the device unless
   /// kv_offload puts them on the host (then one state serves every layer).
   [[nodiscard]] bool state_per_layer() const noexcept { return shape_.subsequences > 1 && !options_.kv_offload; }
+  /// With host K/V the attention's backward reads Q, K and V from its host
+  /// store, never the block's qkv: qkv is then not a skeletal tensor, only
+  /// one [T / S, 3C] buffer from each block's QKV projection to its
+  /// attention's forward (FPDT's device saving).
+  [[nodiscard]] gpt2_qkv_skeletal qkv_skeletal() const noexcept {
+    return options_.kv_offload ? gpt2_qkv_skeletal::dropped : gpt2_qkv_skeletal::kept;
+  }
 
   /// One layer's skeletal tensors of the longest subsequence (the swapper's slots).
   [[nodiscard]] skeletal_layout slot_layout() const {
-    return gpt2_skeletal_layout(config_, shape_.offload->max_rows());
+    return gpt2_skeletal_layout(config_, shape_.offload->max_rows(), qkv_skeletal());
   }
 
   /// Bytes of `count` aligned parts of `bytes` each (region_carver's sizing).
@@ -641,11 +656,12 @@ class gpt2_parallel_model {
                vector("lnf_rstd", Tl), matrix("logits chunk", shape_.loss_chunk, config_.padded_vocab_size),
                losses_, targets_};
     }
+    if (qkv_skeletal() == gpt2_qkv_skeletal::dropped) qkv_ = matrix("qkv", Tl, 3 * C);
     // The skeletal tensors of every layer of the stage, carved in order
     // (with subsequence offload the swapper hands out slots instead).
     if (shape_.offload) return;
     region_carver carver(region("skeletal"), "gpt2 parallel skeletal tensors");
-    const skeletal_layout layout = gpt2_skeletal_layout(config_, Tl);
+    const skeletal_layout layout = gpt2_skeletal_layout(config_, Tl, qkv_skeletal());
     const std::int64_t Hr = config_.num_heads / shape_.sp;
     for (std::int64_t l = 0; l < shape_.stage_layers; ++l) {
       std::vector<skeletal_slice> slices;
@@ -654,7 +670,9 @@ class gpt2_parallel_model {
         slices.push_back({r.data, t.tokens, t.bytes_per_token, false});
       }
       // The log-sum-exp is the attention's: [heads / S, T] of this rank's heads.
-      activations_.push_back(gpt2_layer_activations::from_skeletal(slices, Tl, C, Hr, shape_.tokens));
+      activations_.push_back(qkv_skeletal() == gpt2_qkv_skeletal::dropped
+                                 ? gpt2_layer_activations::from_skeletal(slices, Tl, C, Hr, shape_.tokens, qkv_)
+                                 : gpt2_layer_activations::from_skeletal(slices, Tl, C, Hr, shape_.tokens));
     }
   }
 
@@ -742,9 +760,11 @@ class gpt2_parallel_model {
     if (!swapper_) return {activations_[static_cast<std::size_t>(l)], r0};
     const std::int64_t n = r1 - r0;
     const std::vector<skeletal_slice> slices = forward ? swapper_->begin_forward(l, j) : swapper_->begin_backward(l, j);
-    return {gpt2_layer_activations::from_skeletal(slices, n, config_.channels, config_.num_heads / shape_.sp,
-                                                  shape_.sp * n),
-            0};
+    const std::int64_t C = config_.channels, Hr = config_.num_heads / shape_.sp;
+    if (qkv_skeletal() == gpt2_qkv_skeletal::dropped) {
+      return {gpt2_layer_activations::from_skeletal(slices, n, C, Hr, shape_.sp * n, qkv_.slice(0, n)), 0};
+    }
+    return {gpt2_layer_activations::from_skeletal(slices, n, C, Hr, shape_.sp * n), 0};
   }
   void end_layer(std::int64_t l, int j, bool forward) {
     if (!swapper_) return;
@@ -943,6 +963,7 @@ class gpt2_parallel_model {
   tensor_view<const std::int32_t, 1> tokens_{}, targets_{};
   gpt2_vector losses_{}, gathered_{};
   gpt2_matrix residual_{}, dresidual_{};
+  gpt2_matrix qkv_{};  // every block's QKV output when it is not skeletal (kv_offload)
   gpt2_head_views head_{};
   ops::token_buckets buckets_{};
   std::vector<gpt2_layer_activations> activations_;           // [stage layers], without subsequence offload
