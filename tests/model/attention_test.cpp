@@ -614,6 +614,29 @@ TEST_CASE("chunked_causal_attention: with host_carry backward runs go in exact r
   backward(8, 4);
   CHECK_THROWS_WITH_AS(backward(0, 4), doctest::Contains("must end at chunk 2, where the previous backward run began"),
                        memo::error);
+  // A backward run that throws part-way (here from its keys_done) leaves
+  // the carry part-updated: running it again is an error, and a new
+  // forward from token 0 starts clean (its gradients are checked against
+  // the fp64 attention).
+  struct stop {};
+  CHECK_THROWS_AS(attn.backward_queries(stream, 4, {}, {}, {}, row_view(std::as_const(o), H, D, 4, 4),
+                                        row_view(std::as_const(dout), H, D, 4, 4),
+                                        column_view(std::as_const(lse), H, T, 4, 4), row_view(dq, H, D, 4, 4),
+                                        row_view(dk, Hkv, D, 4, 4), row_view(dv, Hkv, D, 4, 4),
+                                        [](std::int64_t e) {
+                                          if (e == 4) throw stop{};
+                                        }),
+                  stop);
+  backend.synchronize(stream);
+  CHECK_THROWS_WITH_AS(backward(4, 4), doctest::Contains("did not complete"), memo::error);
+  std::fill(dq.begin(), dq.end(), 0.0f), std::fill(dk.begin(), dk.end(), 0.0f), std::fill(dv.begin(), dv.end(), 0.0f);
+  forward(0, 4), forward(4, 8);
+  backward(4, 8), backward(0, 4);
+  backend.synchronize(stream);
+  const memo_test::outputs want = naive_attention(s, in);
+  MEMO_CHECK_CLOSE(dq, want.dq, 2e-5, 2e-4);
+  MEMO_CHECK_CLOSE(dk, want.dk, 2e-5, 2e-4);
+  MEMO_CHECK_CLOSE(dv, want.dv, 2e-5, 2e-4);
   // K and V views of the whole sequence are the wrong shape with host_carry.
   CHECK_THROWS_WITH_AS(attn.forward_queries(stream, 0, row_view(std::as_const(q), H, D, 0, 4),
                                             row_view(std::as_const(k), Hkv, D, 0, T),

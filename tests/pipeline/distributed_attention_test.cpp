@@ -323,6 +323,40 @@ TEST_CASE("distributed_attention: with offload the device state is one run's, no
   CHECK(pinned >= T * (4 + 4 * 2) * D * sizeof(float));
 }
 
+TEST_CASE("distributed_attention: with the host carry a backward run out of order fails before any collective") {
+  // One rank through a timed communicator: the order is the local
+  // attention's to judge, but the distributed attention asks it before its
+  // first all-to-all, so a wrong run costs no collective (on P ranks, none
+  // that a peer could be left waiting in).
+  using timed = memo::timed_communicator<memo::thread_communicator>;
+  auto comms = memo::thread_communicator::create_group(1);
+  timed comm(std::move(comms[0]));
+  memo::host_backend backend(memo_test::one_thread());
+  auto stream = backend.make_stream();
+  memo::distributed_attention<timed, memo::host_backend> attention(
+      backend, comm,
+      {.tokens = 32, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 8, .attention_chunk = 8,
+       .offload = true, .max_run_tokens = 16});
+  std::vector<float> x(32 * 2 * 4, 0.5f), g(32 * 2 * 4), lse(2 * 32);
+  auto rows = [](auto& v, std::int64_t a, std::int64_t n) {
+    using E = std::remove_reference_t<decltype(v[0])>;
+    return tensor_view<E, 3>(v.data() + a * 8, {n, 2, 4}, {8, 4, 1});
+  };
+  const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {2, 32});
+  for (const std::int64_t a : {0, 16}) {
+    attention.forward_queries(stream, {a, a + 16}, rows(std::as_const(x), a, 16), rows(std::as_const(x), a, 16),
+                              rows(std::as_const(x), a, 16), rows(g, a, 16), lse_view);
+  }
+  backend.synchronize(stream);
+  comm.reset_totals();
+  const auto gx = rows(std::as_const(g), 0, 16);
+  CHECK_THROWS_WITH_AS(attention.backward_queries(stream, {0, 16}, gx, gx, gx, gx, gx, lse_view, rows(g, 0, 16),
+                                                  rows(g, 0, 16), rows(g, 0, 16)),
+                       doctest::Contains("must end at chunk 4, the end of the stored forward"), memo::error);
+  CHECK(comm.totals().calls == 0);
+  backend.synchronize(stream);
+}
+
 TEST_CASE("distributed_attention: a second run without keep_state, or a run off the attention's chunks, is an error") {
   auto comms = memo::thread_communicator::create_group(1);
   memo::host_backend backend(memo_test::one_thread());

@@ -131,7 +131,8 @@ class chunked_causal_attention {
     (void)carve(shape, device, pinned);
     return device.required_bytes();
   }
-  /// Pinned host bytes for `shape` (the host-resident Q/K/V; 0 without offload).
+  /// Pinned host bytes for `shape` (the host-resident Q/K/V, and the dK/dV
+  /// carry with host_carry; 0 without offload).
   [[nodiscard]] static std::size_t required_pinned_bytes(const attention_shape& shape) {
     shape.validate();
     region_carver device;
@@ -210,6 +211,7 @@ class chunked_causal_attention {
     if (first == 0) {  // a new sequence: nothing stored or carried is its own yet
       stored_ = 0;
       carried_below_ = -1;
+      carry_broken_ = false;
     }
     const std::int64_t key_row0 = shape_.host_carry ? first : 0;  // the token of row 0 of k and v
 
@@ -280,7 +282,9 @@ class chunked_causal_attention {
   /// `keys_done(e)` is called (on the host, in enqueue order) after the
   /// work of each key chunk is enqueued, with e its end token: from that
   /// point of `on`, dk and dv of keys [0, e) hold this run's whole share
-  /// and dq of queries before e is final (query i sees no key after it).
+  /// (with host_carry: of keys [first, e), now complete; earlier keys'
+  /// share went to the host) and dq of queries before e is final (query i
+  /// sees no key after it).
   /// FPDT (Figure 7) sends those gradients back while the next key chunk
   /// computes.
   template <class KeysDone = detail::no_keys_done>
@@ -298,13 +302,7 @@ class chunked_causal_attention {
     const char* call = "chunked_causal_attention::backward";
     const std::int64_t n = dout.extent(0);
     const auto [i0, i1] = query_chunks(first, n, call);
-    expects(!shape_.offload || stored_ > 0,
-            "chunked_causal_attention::backward with offload reads the host store that "
-            "forward fills: call forward first");
-    expects(!shape_.offload || i1 <= stored_, [&] {
-      return std::string(call) + ": with offload, queries up to chunk " + std::to_string(i1) +
-             " need their keys in the host store, which holds chunks [0, " + std::to_string(stored_) + ")";
-    });
+    expect_backward_run(first, n);
     if (!shape_.queries_on_host()) expect_operand(q, shape_.heads, call, "q", true, n);
     if (!shape_.offload) {
       expect_operand(k, shape_.kv_heads, call, "k", true);
@@ -316,15 +314,12 @@ class chunked_causal_attention {
     expect_operand(dq, shape_.heads, call, "dq", false, n);
     expect_operand(dk, shape_.kv_heads, call, "dk", false, key_rows(n));
     expect_operand(dv, shape_.kv_heads, call, "dv", false, key_rows(n));
-    expects(!shape_.host_carry || i1 == (carried_below_ < 0 ? stored_ : carried_below_), [&] {
-      return std::string(call) + " with host_carry: the run of chunks [" + std::to_string(i0) + ", " +
-             std::to_string(i1) + ") is not the next in reverse order: it must end at chunk " +
-             std::to_string(carried_below_ < 0 ? stored_ : carried_below_) +
-             (carried_below_ < 0 ? ", the end of the stored forward" : ", where the previous backward run began");
-    });
     // With host_carry, every key chunk before i1 has a carry on the host
-    // unless this is the sequence's first backward run.
+    // unless this is the sequence's first backward run. Until this run
+    // completes the carry is part-updated: a run that throws leaves it so
+    // (carry_broken_), and only a new forward from token 0 clears that.
     const bool carried = shape_.host_carry && carried_below_ >= 0;
+    if (shape_.host_carry) carry_broken_ = true;
     const std::int64_t key_row0 = shape_.host_carry ? first : 0;  // the token of row 0 of dk and dv
 
     const std::int64_t c = shape_.chunk;
@@ -416,7 +411,34 @@ class chunked_causal_attention {
       keys_done(k0 + cols);
     }
     join_copies(on);
-    if (shape_.host_carry) carried_below_ = i0;
+    if (shape_.host_carry) carried_below_ = i0, carry_broken_ = false;
+  }
+
+  /// Throws unless the queries [first, first + n) can run their backward
+  /// now: whole chunks, their keys stored with offload, and with host_carry
+  /// the next run in reverse order after a complete forward and complete
+  /// backward runs. What backward_queries checks first; a caller may check
+  /// before its own collectives.
+  void expect_backward_run(std::int64_t first, std::int64_t n) const {
+    const char* call = "chunked_causal_attention::backward";
+    const auto [i0, i1] = query_chunks(first, n, call);
+    expects(!shape_.offload || stored_ > 0,
+            "chunked_causal_attention::backward with offload reads the host store that "
+            "forward fills: call forward first");
+    expects(!shape_.offload || i1 <= stored_, [&] {
+      return std::string(call) + ": with offload, queries up to chunk " + std::to_string(i1) +
+             " need their keys in the host store, which holds chunks [0, " + std::to_string(stored_) + ")";
+    });
+    if (!shape_.host_carry) return;
+    expects(!carry_broken_, std::string(call) +
+                                " with host_carry: an earlier backward run did not complete, so the host dK/dV carry "
+                                "is part-updated; run the forward again from token 0");
+    const std::int64_t end = carried_below_ < 0 ? stored_ : carried_below_;
+    expects(i1 == end, [&] {
+      return std::string(call) + " with host_carry: the run of chunks [" + std::to_string(i0) + ", " +
+             std::to_string(i1) + ") is not the next in reverse order: it must end at chunk " + std::to_string(end) +
+             (carried_below_ < 0 ? ", the end of the stored forward" : ", where the previous backward run began");
+    });
   }
 
  private:
@@ -726,6 +748,7 @@ class chunked_causal_attention {
   // host_carry: chunks [0, carried_below_) hold a dK/dV carry on the host,
   // and the next backward run must end there; -1: no backward run yet.
   std::int64_t carried_below_ = -1;
+  bool carry_broken_ = false;  // a backward run with host_carry began and did not complete
 };
 
 }  // namespace memo

@@ -60,7 +60,7 @@
 // keeps the rest in a device store, while the next layer computes; before
 // its backward the slot is refilled (the next layer's refill runs behind
 // this layer's backward). K/V stay on the device in the attention's state
-// (the first level). The slots and the kept rows are outside buffers of
+// (the first level), or with kv_offload in its host store. The slots and the kept rows are outside buffers of
 // the plan, so the device holds 2 n_max + layers x sum_j (n_j - o_j)
 // skeletal rows instead of layers x sum_j n_j; losses and gradients are
 // the same bits.
@@ -357,7 +357,8 @@ class gpt2_parallel_model {
   [[nodiscard]] std::size_t activation_bytes() const noexcept { return arena_->peak_bytes() + workspace_.size_bytes(); }
   [[nodiscard]] const bilevel_result& memory_plan() const noexcept { return plan_; }
   [[nodiscard]] const memory_trace& step_trace() const noexcept { return trace_; }
-  /// Pinned host bytes of the host K/V (kv_offload) and of the offloaded
+  /// Pinned host bytes of the attention's host store (kv_offload: Q, K, V
+  /// and the dK/dV carry) and of the offloaded
   /// skeletal rows (subsequence_offload).
   [[nodiscard]] std::uint64_t host_offload_bytes() const noexcept {
     return attention_pinned_.size_bytes() + skeletal_host_bytes();

@@ -210,8 +210,10 @@ class distributed_attention {
       backend_.memset_async(g->data(), 0, bytes, on);
     }
     const std::int64_t L = layout_.local_tokens();
+    const run r = checked_run({0, L}, "backward");
+    attention_->expect_backward_run(r.first, r.tokens);  // before any collective
     begin_exchange(on);
-    run_backward(on, checked_run({0, L}, "backward"), dout,
+    run_backward(on, r, dout,
                  tensor_view<const float, 2>::contiguous(parts_.lse.template as<float>(), {Hr_, shape_.tokens}), dq,
                  dk, dv);
   }
@@ -301,6 +303,7 @@ class distributed_attention {
     const bool resend_kv = !shape_.offload && !shape_.keep_state;  // else the state or the host has them
     if (resend_kv) expect_run_view(k, shape_.kv_heads, r, "k"), expect_run_view(v, shape_.kv_heads, r, "v");
     const tensor_view<const float, 2> run_lse = lse_of_run(lse, r);
+    attention_->expect_backward_run(r.first, r.tokens);  // before any collective
     begin_exchange(on);
     for (std::int64_t j = r.g0; j < r.g1; ++j) {
       if (!shape_.offload) {
