@@ -48,7 +48,11 @@
 // all 0.5, the measured drop beside the formula's, layers x sum_j n_j -
 // 2 n_max - layers x sum_j (n_j - round(alpha_j n_j)) rows of the
 // skeletal tensors' bytes per row (alignment padding aside), and the
-// pinned host bytes beside layers x sum_j round(alpha_j n_j) rows.
+// pinned host bytes beside layers x sum_j round(alpha_j n_j) rows. Then
+// with host K/V as well (kv_offload): the further drop beside its formula
+// (every layer's attention state of the whole sequence against one of the
+// longest subsequence and a larger shared scratch, and qkv out of the skeletal
+// rows for one [T / S, 3C] buffer) and the attention's host store.
 //
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
@@ -298,12 +302,47 @@ struct offload_row {
   double alpha;
   std::uint64_t off_bytes = 0, on_bytes = 0, host_bytes = 0;
   double predicted_drop = 0, predicted_host = 0;
+  // With kv_offload as well.
+  std::uint64_t kv_bytes = 0, kv_host_bytes = 0;
+  double predicted_kv_drop = 0, predicted_kv_host = 0;
 };
+
+/// What host K/V adds to `row`'s offload, alignment aside: each layer's
+/// attention state of the sequence against one of the longest subsequence,
+/// and a larger attention scratch (shared by the layers); qkv (3C per row) out of the swapper's
+/// two slots and kept rows, for one [T / S, 3C] buffer; the host store of
+/// every layer.
+template <class Model>
+void kv_prediction(const Model& model, offload_row& row) {
+  using attention = memo::distributed_attention<memo::thread_communicator, memo::host_backend>;
+  const auto& shape = model.shape();
+  const std::int64_t C = model.config().channels;
+  double longest = 0, kept = 0;
+  for (int j = 0; j < row.subsequences; ++j) {
+    const auto [r0, r1] = shape.rows(j);
+    const auto n = static_cast<double>(r1 - r0);
+    longest = std::max(longest, n), kept += n - std::round(row.alpha * n);
+  }
+  memo::distributed_attention_shape a{.tokens = shape.tokens, .heads = model.config().num_heads,
+                                      .kv_heads = model.config().num_heads, .head_dim = model.config().head_size(),
+                                      .layout_chunk = shape.layout_chunk, .attention_chunk = shape.attention_chunk,
+                                      .max_run_tokens = static_cast<std::int64_t>(longest) * shape.sp,
+                                      .keep_state = true};
+  const auto device = attention::required_bytes(a, shape.sp);
+  a.offload = true;
+  const auto host = attention::required_bytes(a, shape.sp);
+  const double layers = static_cast<double>(shape.stage_layers), qkv_row = 3.0 * static_cast<double>(C) * 4;
+  row.predicted_kv_drop = layers * static_cast<double>(device.state) + static_cast<double>(device.attention_device) -
+                          static_cast<double>(host.state) - static_cast<double>(host.attention_device) +
+                          (2 * longest + layers * kept) * qkv_row - static_cast<double>(shape.local_tokens) * qkv_row;
+  row.predicted_kv_host = layers * static_cast<double>(host.attention_pinned);
+}
 
 /// Rank 0's activation bytes without and with offload ratio `alpha` on
 /// every subsequence, its pinned skeletal bytes, and the formula's figures.
 offload_row offload_memory(const model_shape& m, offload_row row) {
-  for (const bool on : {false, true}) {
+  enum { off, on, kv };
+  for (const int pass : {off, on, kv}) {
     const int P = row.sp * row.pp;
     auto comms = memo::thread_communicator::create_group(P);
     std::vector<std::thread> threads;
@@ -313,14 +352,20 @@ offload_row offload_memory(const model_shape& m, offload_row row) {
         memo::gpt2_parallel_options options{.context = m.context, .sequence_parallel = row.sp,
                                             .pipeline_stages = row.pp, .subsequences = row.subsequences,
                                             .attention_chunk = 64};
-        if (on) {
+        if (pass != off) {
           options.subsequence_offload = std::vector<double>(static_cast<std::size_t>(row.subsequences), row.alpha);
         }
+        options.kv_offload = pass == kv;
         memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(backend, comm, m.config,
                                                                                       options);
         if (r != 0) return;
-        (on ? row.on_bytes : row.off_bytes) = model.activation_bytes();
-        if (!on) return;
+        (pass == off ? row.off_bytes : pass == on ? row.on_bytes : row.kv_bytes) = model.activation_bytes();
+        if (pass == off) return;
+        if (pass == kv) {
+          row.kv_host_bytes = model.host_offload_bytes() - model.skeletal_host_bytes();
+          kv_prediction(model, row);
+          return;
+        }
         row.host_bytes = model.skeletal_host_bytes();
         double bytes_per_row = 0;
         const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(m.config, 1);
@@ -488,7 +533,13 @@ int main(int argc, char** argv) {
       out.field("drop_bytes", static_cast<std::int64_t>(r.off_bytes) - static_cast<std::int64_t>(r.on_bytes));
       out.field("drop_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_drop)));
       out.field("host_bytes", r.host_bytes);
-      out.field("host_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_host))).end_object();
+      out.field("host_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_host)));
+      out.field("activation_bytes_with_host_kv", r.kv_bytes);
+      out.field("host_kv_drop_bytes", static_cast<std::int64_t>(r.on_bytes) - static_cast<std::int64_t>(r.kv_bytes));
+      out.field("host_kv_drop_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_kv_drop)));
+      out.field("attention_host_bytes", r.kv_host_bytes);
+      out.field("attention_host_bytes_predicted", static_cast<std::int64_t>(std::llround(r.predicted_kv_host)));
+      out.end_object();
     }
     out.end_array().end_object();
     out.key("sppo").begin_array();
@@ -548,6 +599,11 @@ int main(int argc, char** argv) {
                 "%.1f KiB (formula %.1f KiB)\n",
                 r.name, r.alpha, static_cast<double>(r.off_bytes) / kib, static_cast<double>(r.on_bytes) / kib,
                 drop / kib, r.predicted_drop / kib, static_cast<double>(r.host_bytes) / kib, r.predicted_host / kib);
+    const double kv_drop = static_cast<double>(r.on_bytes) - static_cast<double>(r.kv_bytes);
+    std::printf("  %-18s   and host K/V: %.1f KiB; drop %+.1f KiB (formula %+.1f KiB); attention host store %.1f KiB "
+                "(formula %.1f KiB)\n",
+                "", static_cast<double>(r.kv_bytes) / kib, kv_drop / kib, r.predicted_kv_drop / kib,
+                static_cast<double>(r.kv_host_bytes) / kib, r.predicted_kv_host / kib);
   }
   std::printf("SPPO pipeline (uniform subsequences; step / work of one stage):\n");
   for (const auto& r : rows) {

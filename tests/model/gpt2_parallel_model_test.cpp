@@ -449,8 +449,8 @@ TEST_CASE("gpt2_parallel_model: host K/V holds one subsequence's attention state
   // Without kv_offload each layer's attention keeps the sharded K, V and
   // the dK/dV carry of the whole sequence between subsequences; with it the
   // host keeps them, one state of the longest subsequence serves every
-  // layer, and each layer gets its own attention scratch (slots that its
-  // copy stream fills). The blocks' qkv [T / S, 3C] leaves the skeletal
+  // layer, and the layers share one attention scratch (with slots and
+  // staging for the copies). The blocks' qkv [T / S, 3C] leaves the skeletal
   // tensors for one buffer that every block's forward reuses. The planned
   // arena changes by exactly that.
   for (const auto& s : {offload_setting{1, 2, 4, 4}, offload_setting{2, 2, 4, 2}}) {
@@ -487,7 +487,7 @@ TEST_CASE("gpt2_parallel_model: host K/V holds one subsequence's attention state
           return buffer(aligned_tensor_bytes(shape(), rows, static_cast<int>(layers), qkv));
         };
         predicted[k] = layers * buffer(kept.state) + buffer(kept.attention_device) -
-                       (buffer(offloaded.state) + layers * buffer(offloaded.attention_device)) +
+                       (buffer(offloaded.state) + buffer(offloaded.attention_device)) +
                        skeletal(memo::gpt2_qkv_skeletal::kept) - skeletal(memo::gpt2_qkv_skeletal::dropped) -
                        buffer(static_cast<std::size_t>(rows * 3 * 16) * sizeof(float));
         // The host holds Q, K, V and the dK/dV carry of every token of

@@ -63,7 +63,10 @@
 //
 // Memory: the object allocates nothing. required_device_bytes(shape) and
 // required_pinned_bytes(shape) size the regions (region_carver's counting
-// mode); both grow linearly in tokens (device: the [heads, tokens] row
+// mode). The device region is used only inside a call (each call's copies
+// start after what the caller's stream enqueued before it, and are joined
+// back into it before the call returns), so objects called in turn on one
+// stream may share it; the pinned region holds the object's store; both grow linearly in tokens (device: the [heads, tokens] row
 // statistics of the backward; the rest is chunk-sized; pinned: Q, K and V
 // of every token, K and V with keep_queries, and dK and dV with
 // host_carry).
@@ -154,7 +157,7 @@ class chunked_causal_attention {
         staged_(backend.make_event()), stage_free_(backend.make_event()),
         carry_ready_{backend.make_event(), backend.make_event()},
         carry_used_{backend.make_event(), backend.make_event()},
-        copy_done_(backend.make_event()) {
+        copy_done_(backend.make_event()), call_start_(backend.make_event()) {
     region_carver device_carver(device, "chunked_causal_attention device scratch");
     region_carver pinned_carver(pinned, "chunked_causal_attention pinned Q/K/V store");
     parts_ = carve(shape_, device_carver, pinned_carver);
@@ -219,6 +222,7 @@ class chunked_causal_attention {
     const std::int64_t t = shape_.tile();
     const std::int64_t heads = shape_.heads;
     const detail::attention_scratch s = scratch();
+    begin_copies(on);
     for (std::int64_t i = i0; i < i1; ++i) {
       const std::int64_t q0 = i * c;       // global token of the chunk's first query
       const std::int64_t r0 = q0 - first;  // its row in q, o and lse
@@ -329,6 +333,7 @@ class chunked_causal_attention {
     const std::int64_t kv_heads = shape_.kv_heads;
     const detail::attention_scratch s = scratch();
     const tensor_view<float, 2> delta = delta_view(n);
+    begin_copies(on);
     launch(on, detail::attention_delta_kernel{delta, dout, o}, {heads, n});
 
     const std::size_t kv_tile_bytes = static_cast<std::size_t>(kv_heads * shape_.tile() * d) * sizeof(float);
@@ -704,6 +709,15 @@ class chunked_causal_attention {
     backend_.record(carry_ready_[slot], *copy_);
   }
 
+  /// The copy stream's work of a call starts after everything enqueued on
+  /// `on` so far: no copy touches the device region while an earlier call
+  /// (of this object or another sharing the region) may still use it.
+  void begin_copies(stream_type& on) {
+    if (!copy_) return;
+    backend_.record(call_start_, on);
+    backend_.wait(*copy_, call_start_);
+  }
+
   /// Later work on `on` waits for everything issued on the copy stream.
   void join_copies(stream_type& on) {
     if (!copy_) return;
@@ -743,6 +757,7 @@ class chunked_causal_attention {
   std::array<event_type, 2> carry_ready_;  // the copy stream's last use of carry slot s is done
   std::array<event_type, 2> carry_used_;   // the compute's last use of carry slot s is done
   event_type copy_done_;                 // everything issued on the copy stream
+  event_type call_start_;                // what the caller's stream enqueued before a call
   std::optional<stream_type> copy_;
   std::int64_t stored_ = 0;  // chunks [0, stored_) of this sequence are in the host store (offload)
   // host_carry: chunks [0, carried_below_) hold a dK/dV carry on the host,

@@ -510,7 +510,7 @@ class gpt2_parallel_model {
     }
     std::vector<gpt2_step_buffer> out = gpt2_step_buffers(
         config_, shape_.local_tokens, shape_.loss_chunk,
-        repeated_bytes(attention.attention_device, options_.kv_offload ? layers : 1), skeletal_bytes);
+        attention.attention_device, skeletal_bytes);
     if (!last_stage()) {
       std::erase_if(out, [](const gpt2_step_buffer& b) {
         return b.name == "lnf" || b.name == "lnf_mean" || b.name == "lnf_rstd" || b.name == "dlnf" ||
@@ -615,12 +615,12 @@ class gpt2_parallel_model {
                          "gpt2 parallel host K/V");
     memory_region state, scratch;
     for (std::size_t l = 0; l < layers; ++l) {
-      // One state per layer when it lives between calls, one scratch per
-      // layer with host K/V (its copy stream fills its own slots);
-      // otherwise shared.
+      // One state per layer when it lives between calls, otherwise shared;
+      // one scratch for all (used only inside a call, whose copies begin
+      // after what the stream enqueued before it).
       const std::string part = "layer " + std::to_string(l);
       if (l == 0 || state_per_layer()) state = states.take(abytes.state, part);
-      if (l == 0 || options_.kv_offload) scratch = scratches.take(abytes.attention_device, part);
+      if (l == 0) scratch = scratches.take(abytes.attention_device, part);
       attention_.push_back(std::make_unique<attention_type>(
           b, *sp_, ashape, region("attention workspace"), state, scratch,
           options_.kv_offload ? pinned.take(abytes.attention_pinned, part) : memory_region{}));

@@ -3,7 +3,8 @@
 // The device memory of one GPT-2 training step (MEMO sections 4.1-4.3), as
 // the reference model (gpt2_model.hpp) owns it: the rounding buffers and
 // the token-fraction swapper for the skeletal tensors, the attention
-// objects (one per layer with host K/V), and one planned arena for
+// objects (one per layer with host K/V, over one shared device scratch),
+// and one planned arena for
 // everything else, laid out by the bi-level plan of the step's trace and
 // replayed every step (gpt2_memory.hpp says what the trace holds).
 //
@@ -243,9 +244,9 @@ class gpt2_step_memory {
     region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
                          "gpt2 step host K/V");
     region_carver device(outside_->region("attention scratch"), "gpt2 step attention scratch");
+    const memory_region scratch = device.take(device_each, "attention scratch");
     for (std::size_t l = 0; l < attentions; ++l) {
       const std::string part = "attention of layer " + std::to_string(l);
-      const memory_region scratch = device.take(device_each, part);
       attention_.push_back(std::make_unique<chunked_causal_attention<B>>(
           backend, attention_shape_, scratch,
           pinned_each > 0 ? pinned.take(pinned_each, part) : memory_region{}));
@@ -335,14 +336,11 @@ class gpt2_step_memory {
     return attention_shape_.offload ? static_cast<std::size_t>(config_.num_layers) : 1;
   }
 
-  /// Device scratch of the attention objects. With host K/V each object
-  /// has its own: its copy stream fills its K/V slots ordered only by its
-  /// own events, so two objects must not share slots.
+  /// Device scratch of the attention objects: one region, which they
+  /// share (each is called in turn on the compute stream, and its copies
+  /// begin after what that stream enqueued before the call).
   [[nodiscard]] std::size_t attention_scratch_bytes() const {
-    region_carver counting;
-    const std::size_t each = chunked_causal_attention<B>::required_device_bytes(attention_shape_);
-    for (std::size_t l = 0; l < attention_count(); ++l) (void)counting.take(each, "attention scratch");
-    return counting.required_bytes();
+    return chunked_causal_attention<B>::required_device_bytes(attention_shape_);
   }
 
   /// Views of the outside buffers at their planned addresses: the same

@@ -58,9 +58,10 @@
 // sharded Q, O, dO, dQ of the longest run) is only used inside a call, so
 // objects called in turn on one stream may share it; the state (sharded
 // K, V, dK, dV of the whole sequence, or of the longest run with the host
-// carry) may be shared the same way unless `keep_state` without it; the
-// attention's device scratch (Q/K/V and carry slots with offload) and pinned
-// Q/K/V/dK/dV store belong to one object. The owning constructor allocates
+// carry) may be shared the same way unless `keep_state` without it; so may
+// the attention's device scratch (Q/K/V and carry slots with offload: its
+// copies start after what the stream enqueued before the call); the pinned
+// Q/K/V/dK/dV store belongs to one object. The owning constructor allocates
 // the four itself. forward and backward allocate nothing.
 //
 // Lifetime: the backend and the communicator must outlive the object; the
@@ -114,7 +115,7 @@ struct distributed_attention_shape {
 struct distributed_attention_bytes {
   std::size_t workspace = 0;         ///< device; shareable between objects called in turn
   std::size_t state = 0;             ///< device; shareable unless keep_state (without the host carry)
-  std::size_t attention_device = 0;  ///< device; this object's
+  std::size_t attention_device = 0;  ///< device; shareable like the workspace
   std::size_t attention_pinned = 0;  ///< pinned host; this object's (offload)
 };
 
