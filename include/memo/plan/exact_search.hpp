@@ -295,10 +295,12 @@ class dsa_search {
     frames_.pop_back();
   }
 
-  // Transpositions apply to the complete searches: a restart is short and
-  // starts afresh, so what it would remember is rarely met again.
+  // Transpositions apply to the complete searches (a restart is short and
+  // starts afresh, so what it would remember is rarely met again) of
+  // components within transposition_max_buffers.
   [[nodiscard]] bool remembering() const noexcept {
-    return options_.transpositions && !strategy_.tight_first && !strategy_.light_bounds;
+    return options_.transpositions && !strategy_.tight_first && !strategy_.light_bounds &&
+           n_ <= options_.transposition_max_buffers;
   }
 
   // Pops a frame whose subtree holds no plan within the target (every

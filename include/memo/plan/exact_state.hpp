@@ -55,6 +55,11 @@ struct exact_options {
   /// 64-bit words the remembered states of one search may take (16 MiB):
   /// when they are used up, no more states are remembered.
   std::size_t transposition_words = std::size_t{1} << 21;
+  /// Only components of at most this many buffers remember states: a
+  /// state takes a word per unplaced buffer, so on larger ones the budget
+  /// holds few, and it would add its 16 MiB per search to a working
+  /// memory that is otherwise a few hundred bytes per buffer.
+  std::size_t transposition_max_buffers = 4096;
   /// Nodes given to restarts per node of the complete searches, each round.
   std::uint32_t restart_share = 4;
   /// The same, in a decision that leaves no byte free (every section's
