@@ -594,6 +594,7 @@ int main(int argc, char** argv) {
     off("no-restarts", &memo::exact_options::restarts);
     off("no-tight-branching", &memo::exact_options::tight_branching);
     off("no-alignment-bounds", &memo::exact_options::alignment_bounds);
+    off("no-transpositions", &memo::exact_options::transpositions);
     struct item {
       const char* family;
       const char* mode;

@@ -6,7 +6,7 @@
 //             [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]
 //             [--json] [--no-dominance] [--no-section-bounds]
 //             [--no-alignment-bounds] [--no-symmetry] [--no-decomposition]
-//             [--no-restarts] [--no-tight-branching] TRACE
+//             [--no-restarts] [--no-tight-branching] [--no-transpositions] TRACE
 //
 // The --no-* flags turn off one part of the exact search (memo::exact_options;
 // docs/dsa-solvers.md says what each buys), for it and for the bi-level
@@ -111,6 +111,7 @@ constexpr exact_switch exact_switches[] = {
     {"--no-decomposition", &memo::exact_options::decomposition},
     {"--no-restarts", &memo::exact_options::restarts},
     {"--no-tight-branching", &memo::exact_options::tight_branching},
+    {"--no-transpositions", &memo::exact_options::transpositions},
 };
 
 // A switch's name in the JSON report: the exact_options field it turns off
@@ -131,7 +132,7 @@ const char* const usage_text =
     "                 [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]\n"
     "                 [--json] [--no-dominance] [--no-section-bounds]\n"
     "                 [--no-alignment-bounds] [--no-symmetry] [--no-decomposition]\n"
-    "                 [--no-restarts] [--no-tight-branching] TRACE\n"
+    "                 [--no-restarts] [--no-tight-branching] [--no-transpositions] TRACE\n"
     "TRACE: a request trace (malloc/free lines) or DSA CSV (id,lower,upper,size).\n"
     "--layers N: TRACE is one layer (sections 'layer 0 forward' and 'layer 0 backward');\n"
     "            plan the model made of N such layers.\n"

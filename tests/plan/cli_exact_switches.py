@@ -11,10 +11,11 @@ import sys
 
 tool, input_file = sys.argv[1], sys.argv[2]
 switches = ["dominance", "section_bounds", "alignment_bounds", "symmetry", "decomposition", "restarts",
-            "tight_branching"]
+            "tight_branching", "transpositions"]
 cases = [  # (arguments, the switches expected off, or None when the object must be absent)
     (["--solver", "exact"], set()),
     (["--solver", "exact", "--no-symmetry"], {"symmetry"}),
+    (["--solver", "exact", "--no-transpositions"], {"transpositions"}),
     (["--solver", "exact", "--no-section-bounds", "--no-tight-branching"], {"section_bounds", "tight_branching"}),
     (["--solver", "greedy"], None),
 ]

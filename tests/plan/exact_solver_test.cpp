@@ -308,6 +308,142 @@ TEST_CASE("exact: alignment-slot bound, hand-worked") {
   CHECK(brute_force_peak(pads) == 17);
 }
 
+// Every value a buffer can end at (offset a multiple of its alignment), up
+// to `limit`, by enumeration.
+std::vector<std::uint64_t> possible_ends(const std::vector<dsa_buffer>& buffers, std::uint64_t limit) {
+  std::vector<std::uint64_t> ends;
+  for (const auto& b : buffers) {
+    for (std::uint64_t at = 0; at + b.size_bytes <= limit; at += b.alignment) ends.push_back(at + b.size_bytes);
+  }
+  std::sort(ends.begin(), ends.end());
+  return ends;
+}
+
+TEST_CASE("exact: a peak is the end of a buffer at an aligned offset") {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto buffers = mixed_alignment_buffers(rng, 1 + static_cast<std::size_t>(trial % 5), 3);
+    const auto ends = possible_ends(buffers, 400);
+    for (std::uint64_t v = 0; v < 300; ++v) {
+      INFO("trial " << trial << " value " << v);
+      const auto below = memo::detail::peak_at_or_below(buffers, v);
+      const auto at_or_below = std::upper_bound(ends.begin(), ends.end(), v);
+      if (at_or_below == ends.begin()) {
+        CHECK(!below.has_value());
+      } else {
+        REQUIRE(below.has_value());
+        CHECK(*below == *(at_or_below - 1));
+      }
+      CHECK(memo::detail::peak_at_or_above(buffers, v) == *std::lower_bound(ends.begin(), ends.end(), v));
+    }
+    // The solver's peak is always one of them.
+    const auto result = memo::exact_solver().solve(dsa_problem{buffers, {}}, {});
+    CHECK(std::binary_search(ends.begin(), ends.end(), result.plan.peak_bytes));
+  }
+  // At the top of 64 bits: no end past 2^64 - 1 is formed.
+  const std::uint64_t top = std::numeric_limits<std::uint64_t>::max();
+  const std::vector<dsa_buffer> huge = {{0, top - 5, 0, 1, 4}, {1, 3, 0, 1, std::uint64_t{1} << 63}};
+  CHECK(memo::detail::peak_at_or_below(huge, top) == top - 5 + 4);
+  CHECK(memo::detail::peak_at_or_below(huge, 2) == std::nullopt);
+  CHECK(memo::detail::peak_at_or_above(huge, top - 2) == top - 1);
+  CHECK(memo::detail::peak_at_or_above(huge, top) == top);  // none fits: saturated
+  CHECK(memo::detail::peak_at_or_above(huge, 4) == (std::uint64_t{1} << 63) + 3);
+}
+
+TEST_CASE("exact: a lower bound rounded up to a possible peak is tight, and proves at once") {
+  // A 1-byte buffer aligned to 16 and a 4-byte one aligned to 4, live
+  // together: the padded live sum is 4 + 4 - 3 = 5 (the 1-byte one on top,
+  // keeping no padding), the 16-byte slots give 1. No plan peaks at 5, 6
+  // or 7: a peak is 16k + 1 or 4k + 4. The bound rounds up to 8, which is
+  // the optimum (the 4-byte one at 4 above the 1-byte one at 0).
+  const std::vector<dsa_buffer> buffers = {{0, 1, 0, 2, 16}, {1, 4, 0, 2, 4}};
+  const memo::detail::section_table table(buffers, 100);
+  CHECK(memo::detail::alignment_slot_bound(buffers, table) == 5);
+  CHECK(memo::detail::peak_at_or_above(buffers, 5) == 8);
+  CHECK(brute_force_peak(buffers) == 8);
+  memo::exact_solver solver;
+  const auto result = solver.solve(dsa_problem{buffers, {}}, {});
+  CHECK(independent_peak(buffers, result.plan.offsets) == 8);
+  CHECK(result.proven_optimal);
+  CHECK(result.lower_bound_bytes == 5);
+  // A capacity of 7 is above the live sum and infeasible by the bound alone.
+  CHECK_THROWS_WITH_AS(solver.solve(dsa_problem{buffers, 7}, {}), doctest::Contains("lower bound is 8 bytes"),
+                       memo::error);
+  CHECK(solver.solve(dsa_problem{buffers, 8}, {}).plan.peak_bytes == 8);
+}
+
+// Ten buffers of the bench's mixed-align family (seed 0 of 10 buffers):
+// sizes of any byte count, alignments of 256 B or 4 KiB; the optimum is
+// 1.3 % above the live sum.
+std::vector<dsa_buffer> mixed_align_ten() {
+  return {{0, 3408, 16, 62, 4096},   {1, 304, 14, 131, 4096},   {2, 297909, 1, 10, 256},
+          {3, 418510, 10, 107, 256}, {4, 180, 8, 68, 4096},     {5, 244, 16, 138, 4096},
+          {6, 7348, 4, 99, 4096},    {7, 3409, 7, 80, 4096},    {8, 278822, 10, 92, 256},
+          {9, 286778, 17, 100, 4096}};
+}
+
+TEST_CASE("exact: remembered states cut repeated subtrees and keep every search exact") {
+  using search = memo::detail::dsa_search;
+  const auto far = search::clock::now() + std::chrono::hours(1);
+  memo::exact_options without;
+  without.transpositions = false;
+  // Against the brute force on random mixed alignments: with and without
+  // the table, every complete ranking finds the optimum and exhausts one
+  // byte below it; and one search object asked again, with the table it
+  // kept, gives the same answers (below the optimum, in rounds of doubling
+  // node limits, as the portfolio runs it, with the table carried over; at
+  // the optimum, after a lower target, whose states are not valid there).
+  std::mt19937_64 rng(61);
+  for (int trial = 0; trial < 150; ++trial) {
+    const std::size_t n = 2 + static_cast<std::size_t>(trial % 7);
+    const auto buffers = mixed_alignment_buffers(rng, n, 2 + trial % 4);
+    const std::uint64_t optimum = brute_force_peak(buffers);
+    if (optimum == 0) continue;
+    INFO("trial " << trial << " optimum " << optimum);
+    const memo::detail::section_table table(buffers, trial % 3 == 2 ? 2 : 1000);
+    memo::detail::search_workspace work;
+    for (int variant = 0; variant < static_cast<int>(search::ranking::shuffled); ++variant) {
+      const auto ranking = static_cast<search::ranking>(variant);
+      INFO("ranking " << variant);
+      for (const auto& options : {memo::exact_options{}, without}) {
+        search below(buffers, table, ranking, 0, options);
+        auto outcome = search::outcome::out_of_nodes;
+        for (std::uint64_t limit = 3; outcome == search::outcome::out_of_nodes; limit *= 2) {
+          outcome = below.search(work, optimum - 1, optimum - 1, far, limit);
+        }
+        CHECK(outcome == search::outcome::exhausted);
+        CHECK(below.search(work, optimum, optimum, far) == search::outcome::found);
+        CHECK(below.best_peak() == optimum);
+      }
+    }
+  }
+  // On the ten 256 B / 4 KiB buffers: the same optimum as the brute force,
+  // proven by both; with the table the complete search exhausts one byte
+  // below the optimum in a fraction of the nodes, so within a budget where
+  // the search without it is still running.
+  const auto buffers = mixed_align_ten();
+  const std::uint64_t optimum = brute_force_peak(buffers);
+  const memo::detail::section_table table(buffers, 1000);
+  memo::detail::search_workspace work;
+  search plain(buffers, table, search::ranking::total_width_area, 0, without);
+  REQUIRE(plain.search(work, optimum - 1, optimum - 1, far) == search::outcome::exhausted);
+  search remembering(buffers, table, search::ranking::total_width_area, 0, {});
+  REQUIRE(remembering.search(work, optimum - 1, optimum - 1, far) == search::outcome::exhausted);
+  MESSAGE("one byte below the optimum: exhausted in " << plain.nodes() << " nodes without the table, "
+                                                      << remembering.nodes() << " with it");
+  CHECK(3 * remembering.nodes() < plain.nodes());
+  search plain_budget(buffers, table, search::ranking::total_width_area, 0, without);
+  CHECK(plain_budget.search(work, optimum - 1, optimum - 1, far, remembering.nodes()) ==
+        search::outcome::out_of_nodes);
+  for (const auto& options : {memo::exact_options{}, without}) {
+    memo::exact_solver solver(options);
+    const auto result = solver.solve(dsa_problem{buffers, {}}, {});
+    CHECK(independent_peak(buffers, result.plan.offsets) == optimum);
+    CHECK(result.proven_optimal);
+    CHECK(result.lower_bound_bytes < optimum);
+  }
+}
+
 // A w x h rectangle (h ticks of time, w bytes) cut at random into `pieces`
 // buffers: every instant carries exactly w bytes, so a plan at the lower
 // bound exists and leaves no byte free. Written here, independent of

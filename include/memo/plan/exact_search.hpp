@@ -92,6 +92,10 @@ class dsa_search {
     w_ = &work;
     reset();
     target_ = target;
+    // A remembered state has no plan within the target it was exhausted
+    // under, so none within a lower one either.
+    if (target > seen_.target) seen_.clear();
+    seen_.target = target;
     good_enough_ = good_enough;
     clock_.emplace(deadline, 1u << 16);
     node_budget_end_ = saturating_add(nodes_, node_limit);
@@ -245,6 +249,7 @@ class dsa_search {
       stop_ = true;
     } else {
       target_ = peak_ - 1;
+      seen_.target = target_;
     }
   }
 
@@ -259,6 +264,8 @@ class dsa_search {
     std::uint64_t pick_offset;
     std::uint64_t min_size;       // smallest unplaced buffer when `pick` was chosen
     std::size_t exclusion_mark;   // exclusion trail size when the frame was pushed
+    std::uint64_t entry_level;    // `level` when the frame was pushed
+    bool branched;                // a child was pushed (the state was looked up)
   };
 
   [[nodiscard]] bool excluded(std::uint32_t r, std::uint64_t level) const noexcept {
@@ -288,11 +295,64 @@ class dsa_search {
     frames_.pop_back();
   }
 
+  // Transpositions apply to the complete searches (a restart is short and
+  // starts afresh, so what it would remember is rarely met again) of
+  // components within transposition_max_buffers.
+  [[nodiscard]] bool remembering() const noexcept {
+    return options_.transpositions && !strategy_.tight_first && !strategy_.light_bounds &&
+           n_ <= options_.transposition_max_buffers;
+  }
+
+  // Pops a frame whose subtree holds no plan within the target (every
+  // branch was cut by a rule that keeps a matching or better plan
+  // elsewhere, or by a bound). Its state as it was pushed is remembered
+  // when the frame branched at least once: the subtree below a state
+  // depends only on what state_key records, so the same state reached by
+  // another path has no plan within the target either.
+  void pop_exhausted() {
+    const bool learnt = frames_.back().branched && remembering() && !stop_;
+    const std::uint64_t level = frames_.back().entry_level;
+    pop_frame();  // restores the exclusions the frame made
+    if (learnt) seen_.insert(state_key(level), options_.transposition_words);
+  }
+
+  // What the subtree below a node depends on, with `level` the frame's:
+  // which buffers are placed, and for each unplaced one its aligned floor
+  // and whether it is blocked (floor below the level, or at it and
+  // excluded). A candidate is an unblocked buffer, every placement from
+  // here on is at or above the level, and an exclusion matters only while
+  // the floor is at the level; so the level and the exclusions enter only
+  // through these bits. The placed buffers' offsets enter only through the
+  // floors. The bounds of the path (top_) are lower bounds of every
+  // completion, so they cut the same plans whatever the path.
+  // Built from the unplaced list in O(n / 64 + unplaced): a bitset of the
+  // unplaced buffers, one of the blocked ones, then the floors in rank
+  // order.
+  const std::vector<std::uint64_t>& state_key(std::uint64_t level) {
+    auto& key = seen_.key;
+    const std::size_t words = (std::size_t{n_} + 63) / 64;
+    key.assign(2 * words, 0);
+    for (std::uint32_t k = 0; k < unplaced_count_; ++k) {
+      const std::uint32_t r = w_->unplaced[k];
+      key[r / 64] |= std::uint64_t{1} << (r % 64);
+    }
+    for (std::size_t word = 0; word < words; ++word) {
+      for (std::uint64_t bits = key[word]; bits != 0; bits &= bits - 1) {
+        const auto r = static_cast<std::uint32_t>(64 * word + static_cast<std::size_t>(std::countr_zero(bits)));
+        const std::uint64_t at = aligned_floor(r);
+        if (at < level || (at == level && excluded(r, level))) key[words + word] |= std::uint64_t{1} << (r % 64);
+        key.push_back(at);
+      }
+    }
+    clock_->expired(words + unplaced_count_);
+    return key;
+  }
+
   void descend() {
     auto& w = *w_;
     auto& stack = frames_;
     stack.clear();
-    stack.push_back({0, none, 0, 0, w.exclusion_trail.size()});
+    stack.push_back({0, none, 0, 0, w.exclusion_trail.size(), 0, false});
     bool returning = false;
     while (!stack.empty()) {
       frame& f = stack.back();
@@ -309,7 +369,7 @@ class dsa_search {
         returning = false;
         if (options_.section_bounds && !skip_fits(skipped, f.level, f.min_size)) {
           returning = true;
-          pop_frame();
+          pop_exhausted();
           continue;
         }
       }
@@ -359,8 +419,16 @@ class dsa_search {
       const wide needed = pick == none ? 0 : wide{pick_offset} + w.remaining.max_all();
       if (dead || pick == none || (options_.dominance && pick_offset >= lowest_end) || top_ > target_ ||
           needed > target_ || (options_.section_bounds && needed == target_ && !level_coverable(pick_offset))) {
-        pop_frame();
+        pop_exhausted();
         continue;
+      }
+      if (!f.branched) {
+        f.branched = true;
+        if (remembering() && seen_.contains(state_key(f.level))) {
+          f.branched = false;  // nothing new learnt: not remembered again
+          pop_frame();
+          continue;
+        }
       }
       if (strategy_.tight_first && options_.section_bounds && needed == target_) {
         pick = tight_pick(pick_offset, pick);
@@ -370,7 +438,7 @@ class dsa_search {
       f.pick_offset = pick_offset;
       f.min_size = min_size;
       returning = false;
-      stack.push_back({pick_offset, none, 0, 0, w.exclusion_trail.size()});
+      stack.push_back({pick_offset, none, 0, 0, w.exclusion_trail.size(), pick_offset, false});
     }
   }
 
@@ -876,6 +944,8 @@ class dsa_search {
   bool reached_ = false;
   std::uint64_t node_budget_end_ = 0;
   std::uint64_t nodes_ = 0;
+
+  transposition_table seen_;
 
   // Incumbent.
   bool has_plan_ = false;

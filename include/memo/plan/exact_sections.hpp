@@ -439,4 +439,32 @@ struct section_table {
   return best > exact_u64_max ? exact_u64_max : static_cast<std::uint64_t>(best);
 }
 
+/// The peak of a plan is the end of its highest buffer, offset + size with
+/// the offset a multiple of that buffer's alignment; no other value can be
+/// a peak. The largest such value at or below `target`, if any (a decision
+/// "peak <= target" is the same decision at that value, and its bounds
+/// compare with a lower target).
+[[nodiscard]] inline std::optional<std::uint64_t> peak_at_or_below(const std::vector<dsa_buffer>& buffers,
+                                                                   std::uint64_t target) {
+  std::optional<std::uint64_t> best;
+  for (const auto& b : buffers) {
+    if (b.size_bytes > target) continue;
+    // The highest aligned offset at or below target - size; no sum passes target.
+    const std::uint64_t end = b.size_bytes + ((target - b.size_bytes) & ~(b.alignment - 1));
+    best = std::max(best.value_or(0), end);
+  }
+  return best;
+}
+
+/// The smallest such value at or above `bound` (UINT64_MAX if none fits in
+/// 64 bits): a lower bound on the peak rounds up to it.
+[[nodiscard]] inline std::uint64_t peak_at_or_above(const std::vector<dsa_buffer>& buffers, std::uint64_t bound) {
+  std::uint64_t best = exact_u64_max;
+  for (const auto& b : buffers) {
+    const std::uint64_t gap = b.size_bytes >= bound ? 0 : bound - b.size_bytes;
+    best = std::min(best, saturating_add(b.size_bytes, saturating_align_up(gap, b.alignment - 1)));
+  }
+  return best;
+}
+
 }  // namespace memo::detail

@@ -276,7 +276,10 @@ class exact_solver {
           std::max(options_.membership_per_buffer * parts[c].size(), options_.membership_floor);
       tables[c].emplace(parts[c], budget);
       lower_bound = std::max(lower_bound, tables[c]->lower_bound);
-      bounds[c] = options_.alignment_bounds ? detail::alignment_slot_bound(parts[c], *tables[c]) : tables[c]->lower_bound;
+      // With alignment bounds, also rounded up to a value a peak can take.
+      bounds[c] = options_.alignment_bounds
+                      ? detail::peak_at_or_above(parts[c], detail::alignment_slot_bound(parts[c], *tables[c]))
+                      : tables[c]->lower_bound;
     }
     result.lower_bound_bytes = lower_bound;
     std::vector<std::size_t> order(components.size());
@@ -310,6 +313,12 @@ class exact_solver {
         if (!searches) searches.emplace(part, *tables[c], options_);
         return searches->decide(target, until_time);
       };
+      // The decision "peak <= target" asked at the highest value a peak can
+      // take within the target (the same decision, with sharper bounds);
+      // nullopt when no buffer fits within it.
+      auto peak_target = [&](std::uint64_t target) -> std::optional<std::uint64_t> {
+        return options_.alignment_bounds ? detail::peak_at_or_below(part, target) : target;
+      };
       auto take = [&] {
         best = searches->best_peak();
         searches->best_offsets(offsets);
@@ -319,7 +328,7 @@ class exact_solver {
         const std::uint64_t capacity = *problem.capacity_bytes;
         if (!best || *best > capacity) {
           if (bound > capacity) throw capacity_infeasible(capacity_message(capacity, part, bound, true, best));
-          const auto found = decide(capacity, deadline);
+          const auto found = decide(peak_target(capacity).value_or(capacity), deadline);
           if (found == verdict::feasible) {
             take();
           } else {
@@ -345,13 +354,18 @@ class exact_solver {
           if (outcome == verdict::feasible) take();
           if (outcome == verdict::infeasible) proven_below = detail::saturating_add(enough, 1);
           while (!best || *best > proven_below) {
-            const std::uint64_t target = best ? *best - 1 : detail::exact_u64_max;
-            outcome = decide(target, deadline);
+            const auto target = peak_target(best ? *best - 1 : detail::exact_u64_max);
+            if (!target) {  // no peak below the incumbent's
+              proven_below = *best;
+              break;
+            }
+            outcome = decide(*target, deadline);
             if (outcome == verdict::feasible) {
               take();
               continue;
             }
-            if (outcome == verdict::infeasible) proven_below = detail::saturating_add(target, 1);
+            // No peak lies between the target and the incumbent's.
+            if (outcome == verdict::infeasible) proven_below = best ? *best : detail::saturating_add(*target, 1);
             break;
           }
         }

@@ -45,6 +45,21 @@ struct exact_options {
   /// rankings (off: the restarts branch in rank order over perturbed
   /// rankings, as the complete searches do).
   bool tight_branching = true;
+  /// In the complete searches: remember the states whose subtrees were
+  /// exhausted (the unplaced buffers, their aligned floors, and which of
+  /// them are blocked or excluded), and cut a node that reaches one of
+  /// them again by another path. Orders of placement that end on the same
+  /// floors (placing a and then b, or b and then a, where both sit under
+  /// the same later buffers) are then searched once.
+  bool transpositions = true;
+  /// 64-bit words the remembered states of one search may take (16 MiB):
+  /// when they are used up, no more states are remembered.
+  std::size_t transposition_words = std::size_t{1} << 21;
+  /// Only components of at most this many buffers remember states: a
+  /// state takes a word per unplaced buffer, so on larger ones the budget
+  /// holds few, and it would add its 16 MiB per search to a working
+  /// memory that is otherwise a few hundred bytes per buffer.
+  std::size_t transposition_max_buffers = 4096;
   /// Nodes given to restarts per node of the complete searches, each round.
   std::uint32_t restart_share = 4;
   /// The same, in a decision that leaves no byte free (every section's
@@ -61,6 +76,81 @@ struct exact_options {
 };
 
 namespace detail {
+
+/// The states whose subtrees one search has exhausted (no plan within
+/// `target` below them), each kept whole (a length, then its words) in one
+/// array and found through an open-addressing table of hashes, so a lookup
+/// never mistakes one state for another. Stops growing once the array would
+/// pass its budget of words.
+struct transposition_table {
+  std::uint64_t target = 0;
+  std::vector<std::uint64_t> key;  // the state being looked up or inserted
+
+  [[nodiscard]] bool contains(const std::vector<std::uint64_t>& state) const {
+    return count_ != 0 && where_[slot_of(state, hash(state))] != 0;
+  }
+
+  void insert(const std::vector<std::uint64_t>& state, std::size_t budget_words) {
+    if (words_.size() + state.size() + 1 > budget_words) return;
+    if (2 * (count_ + 1) > hashes_.size()) grow();
+    const std::uint64_t h = hash(state);
+    const std::size_t slot = slot_of(state, h);
+    if (where_[slot] != 0) return;
+    hashes_[slot] = h;
+    where_[slot] = words_.size() + 1;
+    words_.push_back(state.size());
+    words_.insert(words_.end(), state.begin(), state.end());
+    ++count_;
+  }
+
+  void clear() {
+    std::vector<std::uint64_t>().swap(hashes_);
+    std::vector<std::size_t>().swap(where_);
+    std::vector<std::uint64_t>().swap(words_);
+    count_ = 0;
+  }
+
+ private:
+  static std::uint64_t hash(const std::vector<std::uint64_t>& state) {
+    std::uint64_t h = state.size();
+    for (const std::uint64_t word : state) {
+      h = (h ^ word) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 31;
+    }
+    return h;
+  }
+  // The slot holding `state`, or the empty slot where it would go.
+  [[nodiscard]] std::size_t slot_of(const std::vector<std::uint64_t>& state, std::uint64_t h) const {
+    const std::size_t mask = hashes_.size() - 1;
+    for (std::size_t slot = h & mask;; slot = (slot + 1) & mask) {
+      if (where_[slot] == 0) return slot;
+      if (hashes_[slot] != h) continue;
+      const std::size_t at = where_[slot] - 1;
+      if (words_[at] == state.size() && std::equal(state.begin(), state.end(), words_.begin() + at + 1)) {
+        return slot;
+      }
+    }
+  }
+  void grow() {
+    const std::size_t slots = hashes_.empty() ? 1024 : 2 * hashes_.size();
+    std::vector<std::uint64_t> hashes(slots, 0);
+    std::vector<std::size_t> where(slots, 0);
+    for (std::size_t s = 0; s < hashes_.size(); ++s) {
+      if (where_[s] == 0) continue;
+      std::size_t slot = hashes_[s] & (slots - 1);
+      while (where[slot] != 0) slot = (slot + 1) & (slots - 1);
+      hashes[slot] = hashes_[s];
+      where[slot] = where_[s];
+    }
+    hashes_.swap(hashes);
+    where_.swap(where);
+  }
+
+  std::vector<std::uint64_t> hashes_;  // per slot: the state's hash
+  std::vector<std::size_t> where_;      // per slot: 1 + where the state starts in words_, 0 = empty
+  std::vector<std::uint64_t> words_;   // the states, each its length and then its words
+  std::size_t count_ = 0;
+};
 
 /// The search state one decision needs. Every search of a portfolio resets
 /// and reuses the same workspace, so its size is paid once per component.
