@@ -66,10 +66,10 @@
 // mode). The device region is used only inside a call (each call's copies
 // start after what the caller's stream enqueued before it, and are joined
 // back into it before the call returns), so objects called in turn on one
-// stream may share it; the pinned region holds the object's store; both grow linearly in tokens (device: the [heads, tokens] row
-// statistics of the backward; the rest is chunk-sized; pinned: Q, K and V
-// of every token, K and V with keep_queries, and dK and dV with
-// host_carry).
+// stream may share it; the pinned region holds the object's store. Both
+// grow linearly in tokens (device: the [heads, tokens] row statistics of
+// the backward, the rest chunk-sized; pinned: Q, K and V of every token,
+// only K and V with keep_queries, and dK and dV too with host_carry).
 //
 // Layouts (all fp32, all views in elements):
 //   q, o, dout, dq   [tokens, heads, head_dim]     stride(2) == 1 for q, dout
@@ -506,8 +506,9 @@ class chunked_causal_attention {
         p.carry_dk[slot] = device.take(float_bytes(t, kv_tile), "dK carry slot [kv_heads, chunk, head_dim]");
         p.carry_dv[slot] = device.take(float_bytes(t, kv_tile), "dV carry slot [kv_heads, chunk, head_dim]");
       }
-      p.host_dk = pinned.take(float_bytes(shape.chunks() * t, kv_tile), "host dK carry [chunks, kv_heads, chunk, head_dim]");
-      p.host_dv = pinned.take(float_bytes(shape.chunks() * t, kv_tile), "host dV carry [chunks, kv_heads, chunk, head_dim]");
+      const std::size_t carry = float_bytes(shape.chunks() * t, kv_tile);
+      p.host_dk = pinned.take(carry, "host dK carry [chunks, kv_heads, chunk, head_dim]");
+      p.host_dv = pinned.take(carry, "host dV carry [chunks, kv_heads, chunk, head_dim]");
     } else {
       p.dk = device.take(float_bytes(t, kv_tile), "dk tile [kv_heads, chunk, head_dim]");
       p.dv = device.take(float_bytes(t, kv_tile), "dv tile [kv_heads, chunk, head_dim]");
@@ -682,13 +683,8 @@ class chunked_causal_attention {
   /// ([tokens, heads, head_dim]) into its slot; then records `fetched`.
   void fetch_rows(std::int64_t i, std::int64_t heads, event_type& slot_free, event_type& fetched,
                   std::initializer_list<std::pair<memory_region, memory_region>> slot_and_store) {
-    const std::size_t bytes = float_bytes(rows_of(i), heads, shape_.head_dim);
-    const std::size_t offset = float_bytes(i * shape_.chunk, heads, shape_.head_dim);
-    backend_.wait(*copy_, slot_free);
-    for (const auto& [slot, store] : slot_and_store) {
-      backend_.copy_async(slot.data, store.data + offset, bytes, copy_kind::host_to_device, *copy_);
-    }
-    backend_.record(fetched, *copy_);
+    copy_between(copy_kind::host_to_device, float_bytes(rows_of(i), heads, shape_.head_dim),
+                 float_bytes(i * shape_.chunk, heads, shape_.head_dim), slot_free, fetched, slot_and_store);
   }
 
   /// host_carry: on the copy stream, key chunk j's dK/dV carry from the
@@ -698,15 +694,21 @@ class chunked_causal_attention {
   void move_carry(std::int64_t j, copy_kind kind) {
     const auto slot = static_cast<std::size_t>(j % 2);
     const std::size_t bytes = float_bytes(shape_.tile(), shape_.kv_heads, shape_.head_dim);
-    const std::size_t offset = checked_mul(static_cast<std::uint64_t>(j), bytes);
-    backend_.wait(*copy_, carry_used_[slot]);
-    for (const auto& [tile, store] : {std::pair{parts_.carry_dk[slot], parts_.host_dk},
-                                      std::pair{parts_.carry_dv[slot], parts_.host_dv}}) {
-      const bool in = kind == copy_kind::host_to_device;
-      backend_.copy_async(in ? tile.data : store.data + offset, in ? store.data + offset : tile.data, bytes, kind,
+    copy_between(kind, bytes, checked_mul(static_cast<std::uint64_t>(j), bytes), carry_used_[slot], carry_ready_[slot],
+                 {{parts_.carry_dk[slot], parts_.host_dk}, {parts_.carry_dv[slot], parts_.host_dv}});
+  }
+
+  /// On the copy stream, after `start`: `bytes` between each device region
+  /// and its host store at `offset` (direction `kind`); then records `done`.
+  void copy_between(copy_kind kind, std::size_t bytes, std::size_t offset, event_type& start, event_type& done,
+                    std::initializer_list<std::pair<memory_region, memory_region>> device_and_host) {
+    const bool in = kind == copy_kind::host_to_device;
+    backend_.wait(*copy_, start);
+    for (const auto& [device, host] : device_and_host) {
+      backend_.copy_async(in ? device.data : host.data + offset, in ? host.data + offset : device.data, bytes, kind,
                           *copy_);
     }
-    backend_.record(carry_ready_[slot], *copy_);
+    backend_.record(done, *copy_);
   }
 
   /// The copy stream's work of a call starts after everything enqueued on

@@ -273,7 +273,8 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
       j.end_array();
     }
     j.field("steps", run.steps).field("lr", run.adamw.learning_rate).field("weight_decay", run.adamw.weight_decay);
-    j.field("seed", run.seed).field("init_std", run.init_std).field("seconds", total).field("tokens_per_second", tokens_per_second);
+    j.field("seed", run.seed).field("init_std", run.init_std).field("seconds", total);
+    j.field("tokens_per_second", tokens_per_second);
     j.field("loss", losses);
     using series = std::optional<std::span<const double>>;  // null where the data has none
     j.field(run.predictable_key, run.predictable.has_value() ? series(copy_losses) : std::nullopt);

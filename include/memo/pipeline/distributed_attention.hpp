@@ -350,8 +350,8 @@ class distributed_attention {
     auto device = [&](std::size_t n) {
       return buffer<std::byte, device_resource>(backend.device_memory(), std::max<std::size_t>(n, 1));
     };
-    return {device(bytes.workspace), device(bytes.state), device(bytes.attention_device),
-            buffer<std::byte, pinned_resource>(backend.pinned_memory(), std::max<std::size_t>(bytes.attention_pinned, 1))};
+    buffer<std::byte, pinned_resource> pinned(backend.pinned_memory(), std::max<std::size_t>(bytes.attention_pinned, 1));
+    return {device(bytes.workspace), device(bytes.state), device(bytes.attention_device), std::move(pinned)};
   }
 
   static fpdt_layout check(const distributed_attention_shape& s, int P) {

@@ -99,7 +99,9 @@ inline sppo_stage_phases sppo_phases(int pp, int n, int stage) {
 
 /// The phase subsequence `j` is in on stage `stage`.
 inline sppo_phase sppo_phase_of(int pp, int n, int stage, int j) {
-  expects(j >= 0 && j < n, [&] { return "sppo_phase_of: subsequence " + std::to_string(j) + " outside [0, " + std::to_string(n) + ")"; });
+  expects(j >= 0 && j < n, [&] {
+    return "sppo_phase_of: subsequence " + std::to_string(j) + " outside [0, " + std::to_string(n) + ")";
+  });
   detail::check_pipeline_shape(pp, n, "sppo_phase_of");
   if (j < pp - 1 - stage) return sppo_phase::left_sp;
   if (j >= n - stage) return sppo_phase::right_sp;

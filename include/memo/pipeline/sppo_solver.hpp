@@ -134,7 +134,9 @@ inline bool sppo_candidate_allowed(const sppo_solver_input& in, int sp, int pp, 
   const double kv = 2.0 * static_cast<double>(in.sequence_length) / sp * h * static_cast<double>(in.bytes_per_element) *
                     in.layers / pp;
   const double states = 12.0 * h * h * in.layers / pp * in.model_state_bytes_per_parameter;
-  if (kv + states > static_cast<double>(in.profile.device_memory_bytes)) return fail("K/V and model states exceed device memory");
+  if (kv + states > static_cast<double>(in.profile.device_memory_bytes)) {
+    return fail("K/V and model states exceed device memory");
+  }
   return true;
 }
 
