@@ -85,3 +85,42 @@ TEST_CASE("gpt2_step_memory: phases hand out the bound addresses, and abandon re
   CHECK(m->buffers.residual.data() == residual);
   m->abandon();
 }
+
+TEST_CASE("gpt2_step_memory: with host K/V the blocks leave qkv to the attention's host store") {
+  step_fixture f;
+  // Bytes per token of one block's skeletal tensors, counted by hand from
+  // gpt2_layer_activations: input, ln1, atty, res2, ln2 (C each), fch and
+  // fch_gelu (4C each), four layernorm statistics, NH log-sum-exps, and qkv
+  // (3C).
+  const std::uint64_t C = 8, NH = 2, T = 8, L = 4, f32 = 4;
+  const std::uint64_t qkv_row = 3 * C * f32;
+  const std::uint64_t other_row = (13 * C + 4 + NH) * f32;
+  // No offload: one rounding buffer per layer, the whole layer in each
+  // (each tensor aligned; qkv's T rows are a multiple of the alignment).
+  REQUIRE(T * qkv_row % memo::default_alignment_bytes == 0);
+  auto kept = f.make(std::nullopt, false);
+  auto dropped = f.make(std::nullopt, true);
+  CHECK(kept->qkv_skeletal() == memo::gpt2_qkv_skeletal::kept);
+  CHECK(dropped->qkv_skeletal() == memo::gpt2_qkv_skeletal::dropped);
+  CHECK(kept->rounding_buffer_bytes() - dropped->rounding_buffer_bytes() == L * T * qkv_row);
+  CHECK(dropped->rounding_buffer_bytes() >= L * T * other_row);
+  // One [T, 3C] buffer stands in for every block's qkv, within the arena.
+  CHECK(kept->buffers.qkv.data() == nullptr);
+  REQUIRE(dropped->buffers.qkv.data() != nullptr);
+  CHECK(dropped->buffers.qkv.extent(0) == 8);
+  CHECK(dropped->buffers.qkv.extent(1) == 24);
+  // The attention keeps Q, K and V of every layer on the host.
+  CHECK(dropped->host_offload_bytes() == L * T * qkv_row);
+  CHECK(kept->host_offload_bytes() == 0);
+  // Swapping half the tokens of two layers: the host no longer holds their
+  // qkv rows (each layer's in one slot, aligned), and the attention holds
+  // every layer's Q, K and V.
+  auto swapped_kept = f.make(0.5, false);
+  auto swapped_dropped = f.make(0.5, true);
+  const std::uint64_t swapped = 2, offloaded_rows = 4;
+  const std::uint64_t slot = (offloaded_rows * qkv_row + memo::default_alignment_bytes - 1) /
+                             memo::default_alignment_bytes * memo::default_alignment_bytes;
+  CHECK(swapped_kept->host_offload_bytes() + L * T * qkv_row - swapped_dropped->host_offload_bytes() ==
+        swapped * slot);
+  CHECK(swapped_dropped->rounding_buffer_bytes() < swapped_kept->rounding_buffer_bytes());
+}

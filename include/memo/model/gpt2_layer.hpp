@@ -47,6 +47,7 @@
 #include "memo/core/tensor_view.hpp"
 #include "memo/model/attention.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_memory.hpp"
 #include "memo/model/ops/elementwise.hpp"
 #include "memo/model/ops/layernorm.hpp"
 
@@ -265,16 +266,17 @@ struct gpt2_no_attention {
 };
 
 /// The token-wise part of a block before attention, on rows [r0, r0 + n):
-/// ln1 and its statistics from the input, then qkv.
+/// ln1 and its statistics from the input, then qkv (unless dropped: a
+/// rebuild for a backward whose attention keeps its own Q, K and V).
 template <Backend B>
 void gpt2_layer_rows_before_attention(B& backend, typename B::stream& on,
                                       const gpt2_layer_views<float>& p,
                                       const gpt2_layer_activations& a, std::int64_t r0,
-                                      std::int64_t n) {
+                                      std::int64_t n, gpt2_qkv_skeletal qkv = gpt2_qkv_skeletal::kept) {
   launch(backend, on, ops::layernorm_forward<float>{a.ln1.slice(r0, n), a.ln1_mean.slice(r0, n),
                                                     a.ln1_rstd.slice(r0, n), a.input.slice(r0, n),
                                                     p.ln1w, p.ln1b});
-  linear_forward(backend, on, a.qkv.slice(r0, n), a.ln1.slice(r0, n), p.qkvw, p.qkvb);
+  if (qkv == gpt2_qkv_skeletal::kept) linear_forward(backend, on, a.qkv.slice(r0, n), a.ln1.slice(r0, n), p.qkvw, p.qkvb);
 }
 
 /// The token-wise part after attention, on rows [r0, r0 + n): res2 = x +
@@ -326,12 +328,14 @@ void gpt2_layer_forward(B& backend, typename B::stream& on, const gpt2_layer_vie
 /// tensor but the input, the attention output and its log-sum-exp on rows
 /// [r0, r0 + n) from those three, which are always present. Rows outside
 /// the range are not touched; the values equal the forward's up to the
-/// rounding of a GEMM over fewer rows.
+/// rounding of a GEMM over fewer rows. With qkv dropped from the skeletal
+/// tensors (the attention keeps Q, K and V on the host) qkv is not rebuilt.
 template <Backend B>
 void gpt2_layer_recompute(B& backend, typename B::stream& on, const gpt2_layer_views<float>& p,
-                          const gpt2_layer_activations& a, std::int64_t r0, std::int64_t n) {
+                          const gpt2_layer_activations& a, std::int64_t r0, std::int64_t n,
+                          gpt2_qkv_skeletal qkv = gpt2_qkv_skeletal::kept) {
   if (n <= 0) return;
-  detail::gpt2_layer_rows_before_attention(backend, on, p, a, r0, n);
+  detail::gpt2_layer_rows_before_attention(backend, on, p, a, r0, n, qkv);
   detail::gpt2_layer_rows_after_attention(backend, on, p, a, r0, n);
 }
 

@@ -23,8 +23,10 @@
 // All of it is set up in the constructor: a step allocates nothing through
 // the backend's resources, and its device footprint is the parameter state
 // plus the plan's peak. With `kv_offload` each layer has its own chunked
-// attention with host-resident K/V (FPDT), whose pinned memory is also
-// allocated here. The model trains one sequence of `context` tokens per
+// attention with host-resident Q, K and V (FPDT), whose pinned memory is
+// also allocated here; its backward reads them from there, so the blocks
+// leave qkv out of their skeletal tensors and share one [T, 3C] buffer from
+// each QKV projection to its attention. The model trains one sequence of `context` tokens per
 // step (batch 1).
 //
 // Chunked loss (FPDT section 5.4). The logits of the whole sequence, [T, Vp],
@@ -311,7 +313,7 @@ class gpt2_model {
   void run_step(std::int64_t distinct) {
     B& b = *backend_;
     auto& s = *stream_;
-    const std::int64_t C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+    const std::int64_t NH = config_.num_heads, L = config_.num_layers;
     gpt2_step_memory<B>& m = *memory_;
     const gpt2_step_views& v = m.buffers;
     auto& swapper = m.swapper();
@@ -323,7 +325,7 @@ class gpt2_model {
     gpt2_embedding_forward(b, s, v.residual, v.tokens, p_, config_.vocab_size, 0);
     for (std::int64_t l = 0; l < L; ++l) {
       const auto layer = static_cast<std::size_t>(l);
-      const auto a = gpt2_layer_activations::from_skeletal(swapper.begin_forward(layer), T_, C, NH);
+      const auto a = m.layer_activations(swapper.begin_forward(layer));
       b.copy_async(a.input.data(), v.residual.data(), v.residual.size_bytes(), copy_kind::device_to_device, s);
       gpt2_layer_forward(b, s, p_.layer(l), NH, a, v.residual, m.attention(l));
       swapper.end_forward(layer);
@@ -357,9 +359,9 @@ class gpt2_model {
                  std::to_string(rebuild.begin) + ", " + std::to_string(rebuild.end) + ")";
         });
       };
-      const auto a = gpt2_layer_activations::from_skeletal(swapper.begin_backward(layer, check), T_, C, NH);
+      const auto a = m.layer_activations(swapper.begin_backward(layer, check));
       gpt2_layer_recompute(b, s, p_.layer(l), a, static_cast<std::int64_t>(rebuild.begin),
-                           static_cast<std::int64_t>(rebuild.tokens()));
+                           static_cast<std::int64_t>(rebuild.tokens()), m.qkv_skeletal());
       if (swapper.recomputing(layer)) swapper.end_recompute(layer);  // the measured recompute holds the rebuild
       gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), NH, a, v.dresidual, m.replay(), m.attention(l));
       swapper.end_backward(layer);

@@ -80,6 +80,7 @@ struct gpt2_step_views {
   gpt2_matrix residual, lnf, dlnf, dresidual, logits;  // [T, C] x 4, [loss chunk, Vp]
   gpt2_vector lnf_mean, lnf_rstd, losses;              // [T]
   tensor_view<const std::int32_t, 1> tokens, targets;   // [T]
+  gpt2_matrix qkv;  // [T, 3C] with host K/V: each block's QKV output, kept from its projection to its attention
   std::int64_t* order = nullptr;                       // [T]
   std::int64_t* starts = nullptr;                      // [T + 1]
   std::int32_t* ids = nullptr;                         // [T]
@@ -200,17 +201,24 @@ class gpt2_step_memory {
     const std::int64_t L = config_.num_layers;
     // What the skeletal tensors keep, and where (MEMO section 4.1).
     const bool swapping = options.offload_alpha.has_value();
-    offload_plan skeletal(gpt2_skeletal_layout(config_, T_), swapping ? *options.offload_alpha : 1.0,
+    // With host K/V the attention's backward reads Q, K and V from its own
+    // host store, so the blocks do not keep qkv: one [T, 3C] buffer serves
+    // every block from its QKV projection to its attention.
+    qkv_ = options.kv_offload ? gpt2_qkv_skeletal::dropped : gpt2_qkv_skeletal::kept;
+    offload_plan skeletal(gpt2_skeletal_layout(config_, T_, qkv_), swapping ? *options.offload_alpha : 1.0,
                           static_cast<std::size_t>(options.offload_granularity));
     const std::size_t K = swapping ? std::min<std::size_t>(2, static_cast<std::size_t>(L))
                                    : static_cast<std::size_t>(L);
     attention_shape_.offload = options.kv_offload;
-    // Q is a column block of the skeletal qkv the block keeps for its
-    // backward anyway: only K and V go to the attention's host store.
-    attention_shape_.keep_queries = true;
+    attention_shape_.keep_queries = false;  // Q goes to the host store with K and V
     // The plan (MEMO section 4.2): one block's backward recorded, then the step.
     std::vector<gpt2_step_buffer> outside = gpt2_step_buffers(config_, T_, loss_chunk, attention_scratch_bytes(),
                                                               rounding_buffers<B>::required_bytes(skeletal, K));
+    if (qkv_ == gpt2_qkv_skeletal::dropped) {
+      outside.push_back({"qkv", checked_mul(checked_mul(static_cast<std::uint64_t>(T_),
+                                                        static_cast<std::uint64_t>(3 * config_.channels)),
+                                            sizeof(float))});
+    }
     step_trace_ = gpt2_step_trace(outside, record_block_backward(p0, g0), L);
     dsa_solve_options solve;
     solve.time_limit_seconds = options.plan_time_limit_seconds;
@@ -273,6 +281,18 @@ class gpt2_step_memory {
            attention_pinned_.size_bytes();
   }
   [[nodiscard]] bool kv_offload() const noexcept { return attention_shape_.offload; }
+  /// Whether the skeletal tensors keep qkv (dropped with host K/V).
+  [[nodiscard]] gpt2_qkv_skeletal qkv_skeletal() const noexcept { return qkv_; }
+  /// A layer's activations: the skeletal slices the swapper handed out,
+  /// and qkv from `buffers.qkv` when the skeletal tensors leave it out.
+  template <class Slices>
+  [[nodiscard]] gpt2_layer_activations layer_activations(const Slices& slices) const {
+    const std::int64_t C = config_.channels, NH = config_.num_heads;
+    if (qkv_ == gpt2_qkv_skeletal::dropped) {
+      return gpt2_layer_activations::from_skeletal(slices, T_, C, NH, T_, buffers.qkv);
+    }
+    return gpt2_layer_activations::from_skeletal(slices, T_, C, NH);
+  }
   /// The swapper's running byte counts (offloaded, prefetched, recomputed).
   [[nodiscard]] const token_fraction_swapper<B>& swapper() const noexcept { return *swapper_; }
   [[nodiscard]] token_fraction_swapper<B>& swapper() noexcept { return *swapper_; }
@@ -369,6 +389,7 @@ class gpt2_step_memory {
     v.dlnf = matrix("dlnf", T_, C);
     v.logits = matrix("logits chunk", loss_chunk_, config_.padded_vocab_size);
     v.dresidual = matrix("dresidual", T_, C);
+    if (qkv_ == gpt2_qkv_skeletal::dropped) v.qkv = matrix("qkv", T_, 3 * C);
   }
 
   memory_trace record_block_backward(const gpt2_layer_views<float>& p0, const gpt2_layer_views<float>& g0) {
@@ -381,6 +402,7 @@ class gpt2_step_memory {
   std::int64_t T_;
   std::int64_t loss_chunk_;
   attention_shape attention_shape_;
+  gpt2_qkv_skeletal qkv_ = gpt2_qkv_skeletal::kept;
   memory_trace step_trace_;
   bilevel_result plan_;
   pinned_bytes_buffer attention_pinned_;  // host K/V when kv_offload
