@@ -441,7 +441,7 @@ void print_plan(const Model& model, const memory_choice& choice,
   }
   std::printf("host memory: %s pinned for the offloaded skeletal tensors%s\n",
               memo::format_bytes(model.host_offload_bytes()).c_str(),
-              model.kv_offload() ? " and every layer's K/V" : "");
+              model.kv_offload() ? " and every layer's attention Q, K and V" : "");
 }
 
 template <class Model>
