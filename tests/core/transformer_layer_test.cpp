@@ -56,6 +56,8 @@ TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand
   CHECK(layer.other_bytes() == 256 + 64 + 256 + 128 + 128 + 256 + 256 + 64 + 384 + 384);
   CHECK(layer.skeletal_bytes() ==
         layer.input_bytes() + layer.attention_output_bytes() + layer.other_bytes());
+  // q [16, 8] + k [16, 4] + v [16, 4] bf16.
+  CHECK(layer.qkv_bytes() == 256 + 128 + 128);
   // A [T, 3] fp32 activation on one GPU: 16 / 2 tokens x 12 B.
   CHECK(layer.activation_bytes(12) == 96);
 }

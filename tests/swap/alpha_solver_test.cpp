@@ -88,6 +88,69 @@ TEST_CASE("alpha_solver: infeasible at alpha = 0 names the constraint and the ex
   CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("overflows 64 bits"), memo::error);
 }
 
+TEST_CASE("alpha_solver: an attention that keeps Q, K and V on the host, by hand") {
+  auto p = hand_problem();
+  p.other_bytes = 1400 - 300;
+  p.attention_host_bytes = 300;  // moved whole by every layer, held for all 12
+  // (2): 200 + 300 + alpha 1100 <= 1000 bytes in 1 s: alpha = 500 / 1100.
+  auto bandwidth = memo::solve_alpha(p);
+  CHECK(bandwidth.alpha == doctest::Approx(500.0 / 1100.0));
+  CHECK(bandwidth.binding == memo::alpha_bound::bandwidth);
+  CHECK(bandwidth.transfer_seconds == doctest::Approx(1.0));
+  CHECK(bandwidth.host_bytes == doctest::Approx(10 * 700.0 + 12 * 300.0));
+  // (3): 12 x 300 + 10 x (200 + alpha 1100) <= 8000: alpha = 240 / 1100.
+  p.host_budget_bytes = 8000;
+  auto host = memo::solve_alpha(p);
+  CHECK(host.alpha == doctest::Approx(240.0 / 1100.0));
+  CHECK(host.binding == memo::alpha_bound::host_memory);
+  CHECK(memo::alpha_closed_form(p).alpha == doctest::Approx(240.0 / 1100.0));
+  // The attention's stores alone overflow the budget.
+  p.host_budget_bytes = 3000;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p),
+                       doctest::Contains("12 layers x the attention's host Q, K and V (300 bytes) exceed the "
+                                         "budget of 3000 bytes"),
+                       memo::error);
+  // What they leave (1400) is less than 10 x 200.
+  p.host_budget_bytes = 5000;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p),
+                       doctest::Contains("= 2000 bytes exceeds the budget of 1400 bytes (what every layer's "
+                                         "attention store leaves of 5000) by 600 bytes"),
+                       memo::error);
+  // Their copies alone outlast a 0.45 s layer: 500 bytes take 0.5 s.
+  p = hand_problem();
+  p.other_bytes = 1100;
+  p.attention_host_bytes = 300;
+  p.layer_forward_seconds = 0.45;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p),
+                       doctest::Contains("(200 bytes) and the attention's host Q, K and V (300 bytes) takes 0.5"),
+                       memo::error);
+}
+
+TEST_CASE("alpha_solver: with_attention_on_host moves the layer's q, k and v out of S_others") {
+  memo::transformer_layer layer;
+  layer.tokens = 16;
+  layer.hidden = 8;
+  layer.heads = 2;
+  layer.kv_heads = 1;
+  layer.bytes_per_element = 4;
+  // q [16, 8], k and v [16, 4], fp32.
+  const std::uint64_t qkv = 16 * 8 * 4 + 2 * 16 * 4 * 4;
+  const auto profile = memo::device_profile::a800_80gb();
+  const auto p = memo::alpha_problem::from_layer(layer, profile, 6);
+  const auto q = p.with_attention_on_host(layer);
+  CHECK(q.other_bytes == p.other_bytes - qkv);
+  CHECK(q.attention_host_bytes == qkv);
+  CHECK(q.input_bytes == p.input_bytes);
+  CHECK(q.attention_output_bytes == p.attention_output_bytes);
+  CHECK(q.layers == p.layers);
+  CHECK(q.host_budget_bytes == p.host_budget_bytes);
+  // Asked of a problem that was not built from this layer.
+  auto small = p;
+  small.other_bytes = qkv - 1;
+  CHECK_THROWS_WITH_AS((void)small.with_attention_on_host(layer), doctest::Contains("exceed other_bytes"),
+                       memo::error);
+}
+
 TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems") {
   std::mt19937_64 random(20240611);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -102,6 +165,7 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
     p.input_bytes = bytes(scale * unit(random));
     p.attention_output_bytes = bytes(scale * unit(random));
     p.other_bytes = trial % 50 == 0 ? 0 : bytes(14.0 * scale * unit(random));
+    p.attention_host_bytes = trial % 3 == 0 ? bytes(3.0 * scale * unit(random)) : 0;
     p.bandwidth_bytes_per_second = 1e9 * (1.0 + 60.0 * unit(random));
     p.layer_forward_seconds =
         static_cast<double>(p.input_bytes + p.attention_output_bytes + p.other_bytes) /

@@ -133,6 +133,10 @@ struct transformer_layer {
   [[nodiscard]] std::uint64_t attention_output_bytes() const;
   [[nodiscard]] std::uint64_t other_bytes() const;
   [[nodiscard]] std::uint64_t skeletal_bytes() const;
+  /// The bytes of q, k and v on one GPU (part of other_bytes): what an
+  /// attention that keeps Q, K and V in its own host store (FPDT) takes
+  /// out of the skeletal tensors.
+  [[nodiscard]] std::uint64_t qkv_bytes() const;
 };
 
 // ---------------------------------------------------------------------------
@@ -315,6 +319,16 @@ inline std::uint64_t transformer_layer::other_bytes() const {
 }
 inline std::uint64_t transformer_layer::skeletal_bytes() const {
   return detail::skeletal_bytes_of(*this, std::nullopt);
+}
+inline std::uint64_t transformer_layer::qkv_bytes() const {
+  check();
+  std::uint64_t total = 0;
+  for (const auto& row : detail::skeletal_rows(*this)) {
+    if (row.name == "q" || row.name == "k" || row.name == "v") {
+      total = checked_add(total, detail::skeletal_tensor_of(*this, row).bytes());
+    }
+  }
+  return total;
 }
 
 }  // namespace memo

@@ -7,6 +7,11 @@
 //          (n - u) * (S_input + S_attn + alpha * S_others)  <=  M_cpu    (3)
 //          0 <= alpha <= 1
 //
+// An attention that keeps Q, K and V in its own host store (FPDT's offload,
+// `attention_host_bytes` = S_qkv, taken out of S_others) adds S_qkv / B to
+// every layer's transfer in (2) and n * S_qkv to the host in (3): it moves
+// them whole, in every layer, over the same link.
+//
 // with S_* the skeletal bytes of one layer on one GPU (whole bytes; for a GPT
 // layer `transformer_layer`'s, the bytes the planner's trace keeps and the
 // rounding buffers hold, S_attn including the attention's log-sum-exp), B
@@ -55,6 +60,9 @@ struct alpha_problem {
   int layers = 0;                            ///< n
   int resident_last_layers = 2;                  ///< u, the last layers never swapped
   std::uint64_t host_budget_bytes = 0;       ///< M_cpu available to this GPU
+  /// S_qkv: Q, K and V of one layer that its attention keeps in host memory
+  /// itself (0: the skeletal tensors hold them, in other_bytes).
+  std::uint64_t attention_host_bytes = 0;
 
   [[nodiscard]] int swapped_layers() const { return std::max(0, layers - resident_last_layers); }
   /// S_input + S_attn.
@@ -65,22 +73,31 @@ struct alpha_problem {
   [[nodiscard]] double offload_bytes(double alpha) const {
     return static_cast<double>(whole_bytes()) + alpha * static_cast<double>(other_bytes);
   }
-  /// Seconds one layer's offload takes at `alpha`.
+  /// Seconds one layer's offload takes at `alpha`, the attention's own
+  /// copies included.
   [[nodiscard]] double transfer_seconds(double alpha) const {
-    return offload_bytes(alpha) / bandwidth_bytes_per_second;
+    return (offload_bytes(alpha) + static_cast<double>(attention_host_bytes)) / bandwidth_bytes_per_second;
   }
-  /// Host bytes the swapped layers hold at `alpha` (left side of (3)).
+  /// Host bytes of every layer's attention store: n x S_qkv.
+  [[nodiscard]] double attention_host_total() const {
+    return static_cast<double>(layers) * static_cast<double>(attention_host_bytes);
+  }
+  /// Host bytes at `alpha` (left side of (3)): the swapped layers' skeletal
+  /// tensors and every layer's attention store.
   [[nodiscard]] double host_bytes(double alpha) const {
-    return static_cast<double>(swapped_layers()) * offload_bytes(alpha);
+    return static_cast<double>(swapped_layers()) * offload_bytes(alpha) + attention_host_total();
   }
 
   void check() const {
     // All three sizes together (alpha = 1) must be a byte count.
-    expects(other_bytes <= std::numeric_limits<std::uint64_t>::max() - whole_bytes(), [&] {
-      return "alpha problem: input_bytes + attention_output_bytes + other_bytes (" +
-             std::to_string(input_bytes) + " + " + std::to_string(attention_output_bytes) + " + " +
-             std::to_string(other_bytes) + ") overflows 64 bits";
-    });
+    expects(other_bytes <= std::numeric_limits<std::uint64_t>::max() - whole_bytes() &&
+                attention_host_bytes <= std::numeric_limits<std::uint64_t>::max() - whole_bytes() - other_bytes,
+            [&] {
+              return "alpha problem: input_bytes + attention_output_bytes + other_bytes + attention_host_bytes (" +
+                     std::to_string(input_bytes) + " + " + std::to_string(attention_output_bytes) + " + " +
+                     std::to_string(other_bytes) + " + " + std::to_string(attention_host_bytes) +
+                     ") overflows 64 bits";
+            });
     expects(std::isfinite(bandwidth_bytes_per_second) && bandwidth_bytes_per_second > 0.0, [&] {
       return "alpha problem: bandwidth_bytes_per_second must be positive, got " +
              std::to_string(bandwidth_bytes_per_second);
@@ -115,6 +132,19 @@ struct alpha_problem {
   static alpha_problem from_layer(const transformer_layer& layer, const device_profile& profile,
                                   int layers, int resident_last_layers = 2) {
     return from_layer_cost(gpt_layer_cost_of(layer), profile, layers, resident_last_layers);
+  }
+  /// The same problem for a layer whose attention keeps Q, K and V in its
+  /// own host store (FPDT): their bytes leave S_others for S_qkv.
+  [[nodiscard]] alpha_problem with_attention_on_host(const transformer_layer& layer) const {
+    const std::uint64_t qkv = layer.qkv_bytes();
+    expects(qkv <= other_bytes, [&] {
+      return "alpha problem: the layer's q, k and v (" + std::to_string(qkv) + " bytes) exceed other_bytes (" +
+             std::to_string(other_bytes) + "): the problem was not built from this layer";
+    });
+    alpha_problem out = *this;
+    out.other_bytes -= qkv;
+    out.attention_host_bytes = checked_add(out.attention_host_bytes, qkv);
+    return out;
   }
 };
 
@@ -155,28 +185,45 @@ namespace detail {
 inline void check_alpha_zero_feasible(const alpha_problem& problem) {
   const double whole_seconds = problem.transfer_seconds(0.0);
   expects(whole_seconds <= problem.layer_forward_seconds, [&] {
+    const std::string attention = problem.attention_host_bytes == 0
+                                      ? ""
+                                      : " and the attention's host Q, K and V (" +
+                                            std::to_string(problem.attention_host_bytes) + " bytes)";
     return "alpha LP infeasible: even alpha = 0 breaks the bandwidth constraint (eq. 2): offloading "
            "the layer input and attention output (" +
-           std::to_string(problem.whole_bytes()) + " bytes) takes " +
+           std::to_string(problem.whole_bytes()) + " bytes)" + attention + " takes " +
            std::to_string(whole_seconds) + " s at " +
            std::to_string(problem.bandwidth_bytes_per_second) + " bytes/s, " +
            std::to_string(whole_seconds - problem.layer_forward_seconds) +
            " s longer than the layer forward time of " +
            std::to_string(problem.layer_forward_seconds) + " s";
   });
-  // Whole bytes: (n - u) x (S_input + S_attn) <= M_cpu, without rounding.
+  // Whole bytes: n x S_qkv + (n - u) x (S_input + S_attn) <= M_cpu, in
+  // integers (a <= floor(b / n) is a x n <= b).
+  const auto layers = static_cast<std::uint64_t>(problem.layers);
+  expects(problem.attention_host_bytes <= problem.host_budget_bytes / layers, [&] {
+    return "alpha LP infeasible: even alpha = 0 breaks the host-memory constraint (eq. 3): " +
+           std::to_string(problem.layers) + " layers x the attention's host Q, K and V (" +
+           std::to_string(problem.attention_host_bytes) + " bytes) exceed the budget of " +
+           std::to_string(problem.host_budget_bytes) + " bytes";
+  });
+  const std::uint64_t budget = problem.host_budget_bytes - layers * problem.attention_host_bytes;
   const auto swapped = static_cast<std::uint64_t>(problem.swapped_layers());
   const std::uint64_t whole = problem.whole_bytes();
-  const bool fits = swapped == 0 || whole <= problem.host_budget_bytes / swapped;
+  const bool fits = swapped == 0 || whole <= budget / swapped;
   expects(fits, [&] {
-    const double host_bytes = problem.host_bytes(0.0);
+    const double host_bytes = problem.host_bytes(0.0) - problem.attention_host_total();
     const bool exact = whole <= std::numeric_limits<std::uint64_t>::max() / swapped;
+    const std::string left = problem.attention_host_bytes == 0
+                                 ? ""
+                                 : " (what every layer's attention store leaves of " +
+                                       std::to_string(problem.host_budget_bytes) + ")";
     return "alpha LP infeasible: even alpha = 0 breaks the host-memory constraint (eq. 3): " +
            std::to_string(problem.swapped_layers()) + " swapped layers x (input + attention output) = " +
            (exact ? std::to_string(swapped * whole) : std::to_string(host_bytes)) +
-           " bytes exceeds the budget of " + std::to_string(problem.host_budget_bytes) + " bytes by " +
-           (exact ? std::to_string(swapped * whole - problem.host_budget_bytes)
-                  : std::to_string(host_bytes - static_cast<double>(problem.host_budget_bytes))) +
+           " bytes exceeds the budget of " + std::to_string(budget) + " bytes" + left + " by " +
+           (exact ? std::to_string(swapped * whole - budget)
+                  : std::to_string(host_bytes - static_cast<double>(budget))) +
            " bytes";
   });
 }
@@ -212,10 +259,11 @@ inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
   const auto other = static_cast<double>(problem.other_bytes);
   double alpha = 1.0;
   if (problem.other_bytes > 0) {
-    alpha = std::min(alpha, (problem.bandwidth_bytes_per_second * problem.layer_forward_seconds - whole) /
-                                other);
+    const auto attention = static_cast<double>(problem.attention_host_bytes);
+    alpha = std::min(alpha, (problem.bandwidth_bytes_per_second * problem.layer_forward_seconds - whole -
+                             attention) / other);
     if (problem.swapped_layers() > 0) {
-      const double per_layer = static_cast<double>(problem.host_budget_bytes) /
+      const double per_layer = (static_cast<double>(problem.host_budget_bytes) - problem.attention_host_total()) /
                                static_cast<double>(problem.swapped_layers());
       alpha = std::min(alpha, (per_layer - whole) / other);
     }
