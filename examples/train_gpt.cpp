@@ -396,10 +396,10 @@ memory_choice plan_memory(memo::host_backend& backend, const memo::gpt2_config& 
                                                             static_cast<std::uint64_t>(page) / 2
                                                       : std::uint64_t{1} << 32;
   }
-  const memo::transformer_layer layer = memo::gpt2_transformer_layer(config, o.context);
-  memo::alpha_problem problem = memo::alpha_problem::from_layer(layer, profile, config.num_layers);
   // With host K/V the attention moves every layer's Q, K and V itself.
-  if (o.kv_offload) problem = problem.with_attention_on_host(layer);
+  const auto qkv = o.kv_offload ? memo::gpt2_qkv_skeletal::dropped : memo::gpt2_qkv_skeletal::kept;
+  const auto problem =
+      memo::alpha_problem::from_layer(memo::gpt2_transformer_layer(config, o.context, qkv), profile, config.num_layers);
   const memo::alpha_solution solution = memo::solve_alpha(problem);
   char text[160];
   std::snprintf(text, sizeof text, "LP, bound by %s; T_layer %.3g s, %.3g GB/s to host, host budget %s",

@@ -58,6 +58,19 @@ TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand
         layer.input_bytes() + layer.attention_output_bytes() + layer.other_bytes());
   // q [16, 8] + k [16, 4] + v [16, 4] bf16.
   CHECK(layer.qkv_bytes() == 256 + 128 + 128);
+  // An attention that keeps Q, K and V itself: they are not skeletal.
+  transformer_layer keeps = layer;
+  keeps.attention_keeps_qkv = true;
+  std::vector<memo::skeletal_tensor> without;
+  for (const auto& t : expected) {
+    if (t.name != "q" && t.name != "k" && t.name != "v") without.push_back(t);
+  }
+  CHECK(keeps.skeletal_tensors() == without);
+  CHECK(keeps.input_bytes() == layer.input_bytes());
+  CHECK(keeps.attention_output_bytes() == layer.attention_output_bytes());
+  CHECK(keeps.other_bytes() == layer.other_bytes() - 512);
+  CHECK(keeps.skeletal_bytes() == layer.skeletal_bytes() - 512);
+  CHECK(keeps.qkv_bytes() == 512);
   // A [T, 3] fp32 activation on one GPU: 16 / 2 tokens x 12 B.
   CHECK(layer.activation_bytes(12) == 96);
 }

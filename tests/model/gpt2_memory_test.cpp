@@ -31,6 +31,14 @@ TEST_CASE("gpt2_memory: the skeletal layout holds what transformer_layer counts 
   CHECK(layout.layer_bytes() == layer.skeletal_bytes());
   CHECK(layout.index_of("input") == 0);
   CHECK(layout.index_of("fch_gelu") == 12);
+  // With host K/V: no qkv (3C floats per token), in both descriptions.
+  const auto dropped = memo::gpt2_qkv_skeletal::dropped;
+  const memo::skeletal_layout without = memo::gpt2_skeletal_layout(c, T, dropped);
+  const memo::transformer_layer keeps = memo::gpt2_transformer_layer(c, T, dropped);
+  CHECK(without.layer_bytes() == 48 * (per_token - 4 * 3 * 32));
+  CHECK(without.layer_bytes() == keeps.skeletal_bytes());
+  CHECK(without.bytes_with(offload_fraction) == keeps.other_bytes());
+  CHECK(keeps.qkv_bytes() == 48 * 4 * 3 * 32);
 }
 
 TEST_CASE("gpt2_memory: the step trace repeats the recorded block per layer around the outside buffers") {

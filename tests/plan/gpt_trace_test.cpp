@@ -83,4 +83,7 @@ TEST_CASE("gpt trace: bad shapes are errors") {
   g.tensor_parallel = 3;
   CHECK_THROWS_WITH_AS(memo::make_gpt_trace(g), doctest::Contains("do not split over 3"),
                        memo::error);
+  g = {};
+  g.attention_keeps_qkv = true;
+  CHECK_THROWS_WITH_AS(memo::make_gpt_trace(g), doctest::Contains("attention_keeps_qkv"), memo::error);
 }

@@ -82,6 +82,20 @@ TEST_CASE("layer_cost: a small layer matches a hand count of every tensor and FL
   CHECK(cost.forward_flops == doctest::Approx(7168.0));
   CHECK(cost.backward_flops == doctest::Approx(14336.0));
   CHECK(cost.recompute_flops == doctest::Approx(4096.0));
+  CHECK(cost.attention_host_bytes == 0);
+
+  // An attention that keeps Q, K and V itself: q, k, v (8 tokens x 3 x 8 / 2
+  // elements x 2 B = 192 B) leave S_others for its host store, and the
+  // rebuild needs no QKV GEMM: 8 * (128 + 512) / 2 = 2560.
+  transformer_layer keeps = shape;
+  keeps.attention_keeps_qkv = true;
+  const auto fpdt = gpt_layer_cost_of(keeps);
+  CHECK(fpdt.skeletal.size() == 10);
+  CHECK(fpdt.other_bytes == cost.other_bytes - 192);
+  CHECK(fpdt.skeletal_bytes == cost.skeletal_bytes - 192);
+  CHECK(fpdt.attention_host_bytes == 192);
+  CHECK(fpdt.recompute_flops == doctest::Approx(2560.0));
+  CHECK(fpdt.forward_flops == doctest::Approx(cost.forward_flops));
 
   // alpha = 0.25 offloads 64 + 96 + 960 / 4 bytes.
   CHECK(cost.offload_bytes(0.25) == doctest::Approx(400.0));

@@ -126,7 +126,7 @@ TEST_CASE("alpha_solver: an attention that keeps Q, K and V on the host, by hand
                        memo::error);
 }
 
-TEST_CASE("alpha_solver: with_attention_on_host moves the layer's q, k and v out of S_others") {
+TEST_CASE("alpha_solver: a layer whose attention keeps Q, K and V gives them to S_qkv") {
   memo::transformer_layer layer;
   layer.tokens = 16;
   layer.hidden = 8;
@@ -137,18 +137,20 @@ TEST_CASE("alpha_solver: with_attention_on_host moves the layer's q, k and v out
   const std::uint64_t qkv = 16 * 8 * 4 + 2 * 16 * 4 * 4;
   const auto profile = memo::device_profile::a800_80gb();
   const auto p = memo::alpha_problem::from_layer(layer, profile, 6);
-  const auto q = p.with_attention_on_host(layer);
+  CHECK(p.attention_host_bytes == 0);
+  layer.attention_keeps_qkv = true;
+  const auto q = memo::alpha_problem::from_layer(layer, profile, 6);
   CHECK(q.other_bytes == p.other_bytes - qkv);
   CHECK(q.attention_host_bytes == qkv);
   CHECK(q.input_bytes == p.input_bytes);
   CHECK(q.attention_output_bytes == p.attention_output_bytes);
-  CHECK(q.layers == p.layers);
   CHECK(q.host_budget_bytes == p.host_budget_bytes);
-  // Asked of a problem that was not built from this layer.
-  auto small = p;
-  small.other_bytes = qkv - 1;
-  CHECK_THROWS_WITH_AS((void)small.with_attention_on_host(layer), doctest::Contains("exceed other_bytes"),
-                       memo::error);
+  // Every alpha moves the same bytes per layer, q, k and v whole instead
+  // of a fraction alpha.
+  for (const double alpha : {0.0, 0.5, 1.0}) {
+    CHECK(q.transfer_seconds(alpha) ==
+          doctest::Approx(p.transfer_seconds(alpha) + (1.0 - alpha) * qkv / p.bandwidth_bytes_per_second));
+  }
 }
 
 TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems") {

@@ -44,6 +44,11 @@
 // function of the layer input and the attention output, so any token range
 // of it can be recomputed (MEMO section 4.1).
 //
+// An attention that keeps Q, K and V in its own host store (FPDT's offload,
+// `attention_keeps_qkv`) reads none of the layer's q, k and v in the
+// backward: they are then not skeletal tensors, and `qkv_bytes()` is what
+// that attention moves to the host instead, whole, in every layer.
+//
 // Byte counts are 64-bit integers, every product checked for overflow.
 // `check()` rejects non-positive sizes and splits that do not divide, naming
 // both numbers.
@@ -103,6 +108,9 @@ struct transformer_layer {
   std::int64_t tensor_parallel = 1;     ///< t
   std::int64_t context_parallel = 1;    ///< c
   bool causal = true;                   ///< causal attention mask (FLOPs only)
+  /// The attention keeps Q, K and V in its own host store (FPDT): q, k and
+  /// v are not skeletal tensors (see qkv_bytes()).
+  bool attention_keeps_qkv = false;
 
   /// Throws `memo::error` naming the field and its value when a size is not
   /// positive, and both numbers when a split does not divide.
@@ -124,7 +132,8 @@ struct transformer_layer {
   [[nodiscard]] std::uint64_t activation_bytes(std::uint64_t bytes_per_token) const;
 
   /// The skeletal tensors of Figure 5 plus the statistics the backward
-  /// reads, as one GPU holds them, in forward order (table above).
+  /// reads, as one GPU holds them, in forward order (table above; without
+  /// q, k and v when attention_keeps_qkv).
   [[nodiscard]] std::vector<skeletal_tensor> skeletal_tensors() const;
 
   /// MEMO eq. (2)'s sizes on one GPU: S_input, S_attn (attention output and
@@ -133,9 +142,8 @@ struct transformer_layer {
   [[nodiscard]] std::uint64_t attention_output_bytes() const;
   [[nodiscard]] std::uint64_t other_bytes() const;
   [[nodiscard]] std::uint64_t skeletal_bytes() const;
-  /// The bytes of q, k and v on one GPU (part of other_bytes): what an
-  /// attention that keeps Q, K and V in its own host store (FPDT) takes
-  /// out of the skeletal tensors.
+  /// The bytes of q, k and v on one GPU: part of other_bytes, or with
+  /// attention_keeps_qkv what the attention moves to its host store.
   [[nodiscard]] std::uint64_t qkv_bytes() const;
 };
 
@@ -186,6 +194,14 @@ inline std::array<skeletal_row, skeletal_tensor_count> skeletal_rows(const trans
   }};
 }
 
+/// q, k and v: the rows an attention that keeps them itself takes away.
+inline bool is_qkv_row(const skeletal_row& row) { return row.name == "q" || row.name == "k" || row.name == "v"; }
+
+/// Whether `row` is one of `layer`'s skeletal tensors.
+inline bool is_skeletal(const transformer_layer& layer, const skeletal_row& row) {
+  return !(layer.attention_keeps_qkv && is_qkv_row(row));
+}
+
 inline skeletal_tensor skeletal_tensor_of(const transformer_layer& layer, const skeletal_row& row) {
   const std::uint64_t t = as_bytes(layer.tensor_parallel);
   skeletal_tensor tensor;
@@ -204,6 +220,7 @@ inline std::uint64_t skeletal_bytes_of(const transformer_layer& layer, std::opti
   layer.check();
   std::uint64_t total = 0;
   for (const auto& row : skeletal_rows(layer)) {
+    if (!is_skeletal(layer, row)) continue;
     if (!part || row.part == *part) total = checked_add(total, skeletal_tensor_of(layer, row).bytes());
   }
   return total;
@@ -302,6 +319,7 @@ inline std::vector<skeletal_tensor> transformer_layer::skeletal_tensors() const 
   std::vector<skeletal_tensor> tensors;
   tensors.reserve(detail::skeletal_tensor_count);
   for (const auto& row : detail::skeletal_rows(*this)) {
+    if (!detail::is_skeletal(*this, row)) continue;
     tensors.push_back(detail::skeletal_tensor_of(*this, row));
     (void)tensors.back().bytes();  // throws if rows * bytes per row overflows
   }
@@ -324,9 +342,7 @@ inline std::uint64_t transformer_layer::qkv_bytes() const {
   check();
   std::uint64_t total = 0;
   for (const auto& row : detail::skeletal_rows(*this)) {
-    if (row.name == "q" || row.name == "k" || row.name == "v") {
-      total = checked_add(total, detail::skeletal_tensor_of(*this, row).bytes());
-    }
+    if (detail::is_qkv_row(row)) total = checked_add(total, detail::skeletal_tensor_of(*this, row).bytes());
   }
   return total;
 }

@@ -81,13 +81,15 @@ inline skeletal_layout gpt2_skeletal_layout(const gpt2_config& c, std::int64_t T
 }
 
 /// The same block as a `transformer_layer` (fp32, one GPU): what the alpha
-/// LP and the cost model read.
-inline transformer_layer gpt2_transformer_layer(const gpt2_config& c, std::int64_t T) {
+/// LP and the cost model read. Without qkv, its attention keeps Q, K and V.
+inline transformer_layer gpt2_transformer_layer(const gpt2_config& c, std::int64_t T,
+                                                gpt2_qkv_skeletal qkv = gpt2_qkv_skeletal::kept) {
   transformer_layer layer;
   layer.tokens = T;
   layer.hidden = c.channels;
   layer.heads = c.num_heads;
   layer.bytes_per_element = 4;
+  layer.attention_keeps_qkv = qkv == gpt2_qkv_skeletal::dropped;
   layer.check();
   return layer;
 }

@@ -230,7 +230,8 @@ class gpt2_model {
   /// `simulate_memo_step(model.step_config(), profile)` predicts what
   /// `last_step_timeline()` measures.
   [[nodiscard]] memo_step_config step_config() const {
-    auto step = memo_step_config::from_layer_cost(gpt_layer_cost_of(gpt2_transformer_layer(config_, T_)),
+    const transformer_layer layer = gpt2_transformer_layer(config_, T_, memory_->qkv_skeletal());
+    auto step = memo_step_config::from_layer_cost(gpt_layer_cost_of(layer),
                                                   config_.num_layers, skeletal_plan().alpha());
     const memo_protocol_options& protocol = swapper().protocol_options();
     step.rounding_buffers = static_cast<int>(protocol.rounding_buffers);

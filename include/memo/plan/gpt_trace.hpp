@@ -69,7 +69,9 @@ struct gpt_shape : transformer_layer {
   }
 };
 
-/// A whole training iteration as a request trace with sections.
+/// A whole training iteration as a request trace with sections. The layer's
+/// attention is MEMO's (FlashAttention over the skeletal q, k and v): a
+/// shape with attention_keeps_qkv is an error.
 inline memory_trace make_gpt_trace(const gpt_shape& shape);
 
 // ---------------------------------------------------------------------------
@@ -108,6 +110,9 @@ inline gpt_transient_sizes gpt_transient_sizes_of(const gpt_shape& g) {
 }  // namespace detail
 
 inline memory_trace make_gpt_trace(const gpt_shape& shape) {
+  expects(!shape.attention_keeps_qkv,
+          "gpt trace: attention_keeps_qkv (an attention with its own host store of Q, K and V) is not "
+          "modelled; the trace's attention reads the skeletal q, k and v");
   const auto z = detail::gpt_transient_sizes_of(shape);
   const std::vector<skeletal_tensor> skeletal = shape.skeletal_tensors();
   auto skeletal_bytes = [&](std::string_view name) {

@@ -23,7 +23,9 @@
 //              "other" tensors of every local token from the stored input and
 //              attention output needs the QKV, output-projection and FC1
 //              GEMMs, not attention and not FC2 (layernorm and activation
-//              FLOPs are negligible and not counted).
+//              FLOPs are negligible and not counted); without the QKV
+//              GEMM when the attention keeps Q, K and V itself
+//              (`transformer_layer::attention_keeps_qkv`).
 // For h_kv = h, f = 4h the forward is 24 s h^2 + 2 s^2 h per layer, which
 // is MEMO's model-FLOPs formula (6 s P + 6 n h s^2 for forward + backward
 // with P = 12 h^2 per layer) divided by 3 n.
@@ -70,6 +72,9 @@ struct gpt_layer_cost {
   std::uint64_t attention_output_bytes = 0;  ///< S_attn: attention output and its log-sum-exp
   std::uint64_t other_bytes = 0;             ///< S_others
   std::uint64_t skeletal_bytes = 0;          ///< input + attention_output + other
+  /// S_qkv: Q, K and V the attention keeps in its own host store, moved
+  /// whole in every layer (attention_keeps_qkv; 0 otherwise).
+  std::uint64_t attention_host_bytes = 0;
 
   std::vector<collective_call> forward_collectives{};
 
@@ -94,6 +99,7 @@ inline gpt_layer_cost gpt_layer_cost_of(const transformer_layer& layer) {
   cost.attention_output_bytes = layer.attention_output_bytes();
   cost.other_bytes = layer.other_bytes();
   cost.skeletal_bytes = layer.skeletal_bytes();
+  cost.attention_host_bytes = layer.attention_keeps_qkv ? layer.qkv_bytes() : 0;
 
   const std::uint64_t h_kv = layer.kv_width();
   const std::uint64_t t = static_cast<std::uint64_t>(layer.tensor_parallel);
@@ -117,8 +123,9 @@ inline gpt_layer_cost gpt_layer_cost_of(const transformer_layer& layer) {
   cost.forward_attention_flops = (layer.causal ? 2.0 : 4.0) * seq * seq * hd / (td * cd);
   cost.forward_flops = cost.forward_gemm_flops + cost.forward_attention_flops;
   cost.backward_flops = 2.0 * cost.forward_flops;
+  const double rebuilt_qkv_flops_per_token = layer.attention_keeps_qkv ? 0.0 : qkv_flops_per_token;
   cost.recompute_flops =
-      local * (qkv_flops_per_token + projection_flops_per_token + fc1_flops_per_token) / td;
+      local * (rebuilt_qkv_flops_per_token + projection_flops_per_token + fc1_flops_per_token) / td;
 
   if (t > 1) {
     // [s / c, h]: the sequence-parallel activation after its all-gather.

@@ -8,9 +8,10 @@
 //          0 <= alpha <= 1
 //
 // An attention that keeps Q, K and V in its own host store (FPDT's offload,
-// `attention_host_bytes` = S_qkv, taken out of S_others) adds S_qkv / B to
-// every layer's transfer in (2) and n * S_qkv to the host in (3): it moves
-// them whole, in every layer, over the same link.
+// `transformer_layer::attention_keeps_qkv`; then S_others leaves them out)
+// adds S_qkv / B to every layer's transfer in (2) and n * S_qkv to the host
+// in (3) (`attention_host_bytes`): it moves them whole, in every layer,
+// over the same link.
 //
 // with S_* the skeletal bytes of one layer on one GPU (whole bytes; for a GPT
 // layer `transformer_layer`'s, the bytes the planner's trace keeps and the
@@ -121,6 +122,7 @@ struct alpha_problem {
     problem.input_bytes = cost.input_bytes;
     problem.attention_output_bytes = cost.attention_output_bytes;
     problem.other_bytes = cost.other_bytes;
+    problem.attention_host_bytes = cost.attention_host_bytes;
     problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
     problem.layer_forward_seconds = profile.compute_seconds(cost.forward_flops);
     problem.layers = layers;
@@ -132,19 +134,6 @@ struct alpha_problem {
   static alpha_problem from_layer(const transformer_layer& layer, const device_profile& profile,
                                   int layers, int resident_last_layers = 2) {
     return from_layer_cost(gpt_layer_cost_of(layer), profile, layers, resident_last_layers);
-  }
-  /// The same problem for a layer whose attention keeps Q, K and V in its
-  /// own host store (FPDT): their bytes leave S_others for S_qkv.
-  [[nodiscard]] alpha_problem with_attention_on_host(const transformer_layer& layer) const {
-    const std::uint64_t qkv = layer.qkv_bytes();
-    expects(qkv <= other_bytes, [&] {
-      return "alpha problem: the layer's q, k and v (" + std::to_string(qkv) + " bytes) exceed other_bytes (" +
-             std::to_string(other_bytes) + "): the problem was not built from this layer";
-    });
-    alpha_problem out = *this;
-    out.other_bytes -= qkv;
-    out.attention_host_bytes = checked_add(out.attention_host_bytes, qkv);
-    return out;
   }
 };
 
