@@ -587,9 +587,10 @@ TEST_CASE("exact: the section bounds' shortcuts give the tree of the plain evalu
   CHECK(compared == trials * strategies.size() * 2);
 }
 
-TEST_CASE("exact: decisions that leave no byte free are exact under any restart share") {
+TEST_CASE("exact: decisions that leave no byte free are exact under any restart share and budget") {
   // A decision whose target equals every section's live bytes gives the
-  // restarts `perfect_packing_share` times the complete searches' nodes.
+  // restarts `perfect_packing_share` times the complete searches' nodes,
+  // each restart at most `perfect_packing_dive_units` times n.
   // Random instances filled up to a flat load with one-tick buffers (the
   // first decision, at the load, is such a decision; the optimum is the
   // brute force's), and cut rectangles: under every share the plan at the
@@ -621,13 +622,16 @@ TEST_CASE("exact: decisions that leave no byte free are exact under any restart 
     const std::uint64_t optimum = buffers.size() <= 9 ? brute_force_peak(buffers) : static_cast<std::uint64_t>(load_bound128(buffers));
     INFO("trial " << trial << ", " << buffers.size() << " buffers, optimum " << optimum);
     for (const std::uint32_t share : {0u, 1u, 12u, 40u}) {
-      memo::exact_options options;
-      options.perfect_packing_share = share;
-      const auto result = memo::exact_solver(options).solve(dsa_problem{buffers, {}}, {});
-      INFO("share " << share);
-      CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
-      CHECK(result.plan.peak_bytes == optimum);
-      CHECK(result.proven_optimal);
+      for (const std::uint32_t units : {0u, 1u, 2u, 8u}) {
+        memo::exact_options options;
+        options.perfect_packing_share = share;
+        options.perfect_packing_dive_units = units;
+        const auto result = memo::exact_solver(options).solve(dsa_problem{buffers, {}}, {});
+        INFO("share " << share << ", restart budget units " << units);
+        CHECK(independent_peak(buffers, result.plan.offsets) == result.plan.peak_bytes);
+        CHECK(result.plan.peak_bytes == optimum);
+        CHECK(result.proven_optimal);
+      }
     }
   }
 }

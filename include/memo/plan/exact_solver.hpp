@@ -65,7 +65,8 @@ namespace detail {
 /// branches on the most constrained tight section with one of five fit
 /// orders in turn (equal fits in a pseudo-random order), uses the light
 /// bounds, and gets a node budget of n times the next term of the Luby
-/// sequence (1, 1, 2, 1, 1, 2, 4, ...); without it, restarts rank by
+/// sequence (1, 1, 2, 1, 1, 2, 4, ...), at most `perfect_packing_dive_units`
+/// times n where no byte may stay free; without it, restarts rank by
 /// perturbed keys, branch canonically and get 3n nodes each.
 class search_portfolio {
  public:
@@ -123,7 +124,7 @@ class search_portfolio {
         if (clock::now() >= deadline) return verdict::unknown;
         ++seed_;
         std::uint64_t budget = first_limit_;
-        dsa_search restart = next_dive(budget);
+        dsa_search restart = next_dive(budget, perfect);
         spent = saturating_add(spent, budget);
         const auto result = restart.search(work_, target, target, deadline, budget);
         restart_nodes_ += restart.nodes();
@@ -169,8 +170,9 @@ class search_portfolio {
     }
   }
 
-  // The next restart and its node budget.
-  dsa_search next_dive(std::uint64_t& budget) {
+  // The next restart and its node budget (`perfect`: in a decision that
+  // leaves no byte free).
+  dsa_search next_dive(std::uint64_t& budget, bool perfect) {
     if (!options_.tight_branching) {
       // Alternately around the heaviest-load ranking and the bottom-left one.
       const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
@@ -181,7 +183,14 @@ class search_portfolio {
     static constexpr fit fits[] = {fit::contact_flush, fit::contact_flush, fit::flush, fit::flush, fit::contact};
     const std::size_t turn = seed_ % std::size(fits);
     const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn], true};
-    budget = luby(seed_) * std::max<std::uint64_t>(64, buffers_->size());
+    // Where no byte may stay free, a restart either goes down with little
+    // backtracking or not at all: its budget stops growing at
+    // `perfect_packing_dive_units` terms.
+    std::uint64_t units = luby(seed_);
+    if (perfect && options_.perfect_packing_dive_units != 0) {
+      units = std::min<std::uint64_t>(units, options_.perfect_packing_dive_units);
+    }
+    budget = units * std::max<std::uint64_t>(64, buffers_->size());
     return dsa_search(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
   }
 

@@ -67,6 +67,13 @@ struct exact_options {
   /// level is tight, the tight branching applies throughout, and the
   /// restarts are what finds the plans.
   std::uint32_t perfect_packing_share = 12;
+  /// In such a decision, a restart gets at most this many times n nodes
+  /// (the Luby terms above it are cut to it; 0: no cap). The restarts
+  /// that found plans there went down with little backtracking (in 1 to
+  /// 2.7 times n nodes on six cut rectangles of 500 buffers, with budgets
+  /// of up to 32n), and the longer ones spent the rest of their budget
+  /// below an early wrong choice.
+  std::uint32_t perfect_packing_dive_units = 2;
   /// (buffer, section) pairs kept for the section bounds: this many per
   /// buffer, or `membership_floor` in all if that is more (16 MiB of
   /// 4-byte entries; small instances keep every pair). Buffers beyond the
