@@ -575,7 +575,7 @@ bool across_ranks(const options& o) { return o.sp > 0 || o.pp > 0 || launched_ra
 /// failure there hands every rank NaN ratios, which the model refuses on
 /// every rank before any collective; rank 0 prints the cause).
 std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo::gpt2_parallel_shape& shape,
-                                    memo::mpi_communicator& world) {
+                                    bool kv_offload, memo::mpi_communicator& world) {
 #if MEMO_HAS_LPSOLVE
   std::vector<double> alpha(static_cast<std::size_t>(shape.subsequences), 0.0);
   if (world.rank() == 0) try {
@@ -588,8 +588,10 @@ std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo:
       problem.tokens.push_back(static_cast<std::uint64_t>(r1 - r0));
       rows += r1 - r0;
     }
-    // Every skeletal tensor may go (the attention keeps its own K/V).
-    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(config, 1);
+    // Every skeletal tensor may go (the attention keeps its own K/V); with
+    // host K/V the blocks keep no qkv.
+    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(
+        config, 1, kv_offload ? memo::gpt2_qkv_skeletal::dropped : memo::gpt2_qkv_skeletal::kept);
     for (const auto& t : layout.tensors()) problem.other_bytes_per_token += t.bytes_per_token;
     problem.layers = static_cast<int>(shape.stage_layers);
     const memo::transformer_layer mean =
@@ -612,7 +614,7 @@ std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo:
   MPI_Bcast(alpha.data(), static_cast<int>(alpha.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return alpha;
 #else
-  (void)config, (void)shape, (void)world;
+  (void)config, (void)shape, (void)kv_offload, (void)world;
   throw memo::error("--alpha auto needs SPPO's offload LP, which needs lp_solve (memo::lpsolve); give --alpha X");
 #endif
 }
@@ -653,7 +655,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
       parallel.subsequence_offload = std::vector<double>(static_cast<std::size_t>(shape.subsequences), *o.alpha);
     }
     if (!o.alpha_list.empty()) parallel.subsequence_offload = o.alpha_list;
-    if (o.alpha_auto) parallel.subsequence_offload = sppo_alpha_auto(config, shape, world);
+    if (o.alpha_auto) parallel.subsequence_offload = sppo_alpha_auto(config, shape, o.kv_offload, world);
     if (parallel.subsequence_offload) {
       (void)memo::gpt2_parallel_shape::resolve(config, parallel, world.size());
       if (world.rank() == 0 && !o.json) {

@@ -463,11 +463,18 @@ TEST_CASE("gpt2_model: a measured step has the simulated step's ops, each after 
   const auto config = four_layers();
   const std::int64_t T = 8;
   const auto params = random_parameters(config, 31);
-  for (const std::optional<double> alpha : {std::optional<double>{}, std::optional<double>{0.5},
-                                            std::optional<double>{1.0}}) {
+  for (const auto& [alpha, kv] : {std::pair{std::optional<double>{}, false}, std::pair{std::optional<double>{0.5}, false},
+                                   std::pair{std::optional<double>{1.0}, false}, std::pair{std::optional<double>{0.5}, true},
+                                   std::pair{std::optional<double>{1.0}, true}}) {
     CAPTURE(alpha.value_or(-1));
-    const memo::gpt2_model_options options{.context = T, .attention_chunk = 4, .offload_alpha = alpha};
+    CAPTURE(kv);
+    const memo::gpt2_model_options options{
+        .context = T, .attention_chunk = 4, .offload_alpha = alpha, .kv_offload = kv};
     model m(backend, config, options);
+    // With host K/V the swapper moves no qkv (12 C bytes per token), and
+    // the simulated step knows it.
+    const std::uint64_t qkv_bytes = kv ? 12 * static_cast<std::uint64_t>(config.channels) * T : 0;
+    CHECK(m.step_config().other_bytes == memo::gpt2_transformer_layer(config, T).other_bytes() - qkv_bytes);
     m.set_parameters(params);
     CHECK_THROWS_WITH((void)m.last_step_timeline(), doctest::Contains("record_timeline(true) was not called"));
     m.record_timeline(true);

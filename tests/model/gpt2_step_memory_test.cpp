@@ -2,9 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "memo/backend/host_backend.hpp"
 
@@ -109,6 +111,21 @@ TEST_CASE("gpt2_step_memory: with host K/V the blocks leave qkv to the attention
   REQUIRE(dropped->buffers.qkv.data() != nullptr);
   CHECK(dropped->buffers.qkv.extent(0) == 8);
   CHECK(dropped->buffers.qkv.extent(1) == 24);
+  // It serves the forwards only: the step's trace frees it before the first
+  // backward section (the outside table's 16th buffer, after the 15 every
+  // step has).
+  const memo::memory_trace& trace = dropped->step_trace();
+  const auto qkv = std::find_if(trace.problem.buffers.begin(), trace.problem.buffers.end(),
+                                [](const memo::dsa_buffer& b) { return b.id == 15; });
+  REQUIRE(qkv != trace.problem.buffers.end());
+  CHECK(qkv->size_bytes == T * qkv_row);
+  int backward_sections = 0;
+  for (const auto& section : trace.sections) {
+    if (section.name.find("backward") == std::string::npos) continue;
+    ++backward_sections;
+    CHECK(qkv->upper <= section.begin);
+  }
+  CHECK(backward_sections == 4);
   // The attention keeps Q, K and V of every layer on the host.
   CHECK(dropped->host_offload_bytes() == L * T * qkv_row);
   CHECK(kept->host_offload_bytes() == 0);

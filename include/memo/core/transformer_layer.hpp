@@ -161,6 +161,7 @@ struct skeletal_row {
   skeletal_part part;
   tp_split split;
   std::uint64_t bytes_per_token;  // of the whole layer, before the TP split
+  bool attention_operand = false; // q, k or v: kept by an attention_keeps_qkv attention instead
 };
 
 inline constexpr std::size_t skeletal_tensor_count = 13;
@@ -181,9 +182,9 @@ inline std::array<skeletal_row, skeletal_tensor_count> skeletal_rows(const trans
       {"input", input, sequence, eh},
       {"input_norm", other, sequence, eh},
       {"input_norm_stats", other, sequence, stats},
-      {"q", other, hidden, eh},
-      {"k", other, hidden, eh_kv},
-      {"v", other, hidden, eh_kv},
+      {"q", other, hidden, eh, true},
+      {"k", other, hidden, eh_kv, true},
+      {"v", other, hidden, eh_kv, true},
       {"attention_output", attention, hidden, eh},
       {"attention_lse", attention, hidden, lse},
       {"residual", other, sequence, eh},
@@ -194,12 +195,9 @@ inline std::array<skeletal_row, skeletal_tensor_count> skeletal_rows(const trans
   }};
 }
 
-/// q, k and v: the rows an attention that keeps them itself takes away.
-inline bool is_qkv_row(const skeletal_row& row) { return row.name == "q" || row.name == "k" || row.name == "v"; }
-
 /// Whether `row` is one of `layer`'s skeletal tensors.
 inline bool is_skeletal(const transformer_layer& layer, const skeletal_row& row) {
-  return !(layer.attention_keeps_qkv && is_qkv_row(row));
+  return !(layer.attention_keeps_qkv && row.attention_operand);
 }
 
 inline skeletal_tensor skeletal_tensor_of(const transformer_layer& layer, const skeletal_row& row) {
@@ -342,7 +340,7 @@ inline std::uint64_t transformer_layer::qkv_bytes() const {
   check();
   std::uint64_t total = 0;
   for (const auto& row : detail::skeletal_rows(*this)) {
-    if (detail::is_qkv_row(row)) total = checked_add(total, detail::skeletal_tensor_of(*this, row).bytes());
+    if (row.attention_operand) total = checked_add(total, detail::skeletal_tensor_of(*this, row).bytes());
   }
   return total;
 }

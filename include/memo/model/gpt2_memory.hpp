@@ -18,7 +18,7 @@
 //     buffers that live outside the layer sections (`gpt2_step_buffer`: the
 //     rounding buffers' region, the attention's scratch and K/V slots, the
 //     residual stream, the final layernorm, the logits chunk, the token
-//     ids). The bi-level planner plans that trace: level 1 the recorded
+//     ids, and with host K/V the forwards' [T, 3C] qkv). The bi-level planner plans that trace: level 1 the recorded
 //     block once, level 2 the blocks beside everything else.
 //   - Execution (section 4.3.4): the model replays the trace every step
 //     through a `planned_replay_resource` over one `planned_arena`, so a

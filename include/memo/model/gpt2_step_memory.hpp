@@ -80,7 +80,10 @@ struct gpt2_step_views {
   gpt2_matrix residual, lnf, dlnf, dresidual, logits;  // [T, C] x 4, [loss chunk, Vp]
   gpt2_vector lnf_mean, lnf_rstd, losses;              // [T]
   tensor_view<const std::int32_t, 1> tokens, targets;   // [T]
-  gpt2_matrix qkv;  // [T, 3C] with host K/V: each block's QKV output, kept from its projection to its attention
+  // [T, 3C] with host K/V: each block's QKV output, from its projection to
+  // its attention; freed at head_begin, so in the backward a dead view that
+  // nothing reads (the attention reads Q, K and V from its host store).
+  gpt2_matrix qkv;
   std::int64_t* order = nullptr;                       // [T]
   std::int64_t* starts = nullptr;                      // [T + 1]
   std::int32_t* ids = nullptr;                         // [T]
@@ -214,10 +217,12 @@ class gpt2_step_memory {
     // The plan (MEMO section 4.2): one block's backward recorded, then the step.
     std::vector<gpt2_step_buffer> outside = gpt2_step_buffers(config_, T_, loss_chunk, attention_scratch_bytes(),
                                                               rounding_buffers<B>::required_bytes(skeletal, K));
-    if (qkv_ == gpt2_qkv_skeletal::dropped) {
-      outside.push_back({"qkv", checked_mul(checked_mul(static_cast<std::uint64_t>(T_),
-                                                        static_cast<std::uint64_t>(3 * config_.channels)),
-                                            sizeof(float))});
+    if (qkv_ == gpt2_qkv_skeletal::dropped) {  // the forwards' only: the backward reads the host store
+      outside.push_back({"qkv",
+                         checked_mul(checked_mul(static_cast<std::uint64_t>(T_),
+                                                 static_cast<std::uint64_t>(3 * config_.channels)),
+                                     sizeof(float)),
+                         gpt2_step_phase::step_begin, gpt2_step_phase::head_begin});
     }
     step_trace_ = gpt2_step_trace(outside, record_block_backward(p0, g0), L);
     dsa_solve_options solve;
@@ -245,12 +250,12 @@ class gpt2_step_memory {
     const std::size_t device_each = chunked_causal_attention<B>::required_device_bytes(attention_shape_);
     const std::size_t pinned_each = chunked_causal_attention<B>::required_pinned_bytes(attention_shape_);
     region_carver pinned_sizing;
-    for (std::size_t l = 0; l < attentions; ++l) (void)pinned_sizing.take(pinned_each, "host K/V");
+    for (std::size_t l = 0; l < attentions; ++l) (void)pinned_sizing.take(pinned_each, "host Q/K/V");
     if (pinned_each > 0) {
       attention_pinned_ = pinned_bytes_buffer(backend.pinned_memory(), pinned_sizing.required_bytes());
     }
     region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
-                         "gpt2 step host K/V");
+                         "gpt2 step host Q/K/V");
     region_carver device(outside_->region("attention scratch"), "gpt2 step attention scratch");
     const memory_region scratch = device.take(device_each, "attention scratch");
     for (std::size_t l = 0; l < attentions; ++l) {
@@ -275,7 +280,8 @@ class gpt2_step_memory {
   [[nodiscard]] std::size_t rounding_buffer_count() const noexcept { return rounding_->count(); }
   /// Layers whose skeletal tensors go to host memory each step.
   [[nodiscard]] std::size_t swapped_layers() const noexcept { return swapper_->swapped_layers(); }
-  /// Pinned host bytes of the offloaded skeletal tensors and the host K/V.
+  /// Pinned host bytes of the offloaded skeletal tensors and the attention's
+  /// host Q, K and V.
   [[nodiscard]] std::uint64_t host_offload_bytes() const {
     return host_store<B>::required_bytes(host_slots_for(rounding_->plan(), swapper_->swapped_layers())) +
            attention_pinned_.size_bytes();
@@ -284,7 +290,9 @@ class gpt2_step_memory {
   /// Whether the skeletal tensors keep qkv (dropped with host K/V).
   [[nodiscard]] gpt2_qkv_skeletal qkv_skeletal() const noexcept { return qkv_; }
   /// A layer's activations: the skeletal slices the swapper handed out,
-  /// and qkv from `buffers.qkv` when the skeletal tensors leave it out.
+  /// and qkv from `buffers.qkv` when the skeletal tensors leave it out (in
+  /// the backward that view is dead: neither the rebuild nor the attention
+  /// touches it).
   template <class Slices>
   [[nodiscard]] gpt2_layer_activations layer_activations(const Slices& slices) const {
     const std::int64_t C = config_.channels, NH = config_.num_heads;
@@ -351,7 +359,7 @@ class gpt2_step_memory {
 
  private:
   /// Attention objects: one, or one per layer with host K/V (each layer's
-  /// K/V stay on the host from its forward to its backward).
+  /// Q, K and V stay on the host from its forward to its backward).
   [[nodiscard]] std::size_t attention_count() const noexcept {
     return attention_shape_.offload ? static_cast<std::size_t>(config_.num_layers) : 1;
   }
@@ -405,7 +413,7 @@ class gpt2_step_memory {
   gpt2_qkv_skeletal qkv_ = gpt2_qkv_skeletal::kept;
   memory_trace step_trace_;
   bilevel_result plan_;
-  pinned_bytes_buffer attention_pinned_;  // host K/V when kv_offload
+  pinned_bytes_buffer attention_pinned_;  // the attention's host Q/K/V when kv_offload
   // Destroyed in reverse: attention, swapper, store, rounding buffers,
   // replay, arena.
   std::optional<planned_arena> arena_;

@@ -78,7 +78,8 @@ struct gpt_layer_cost {
 
   std::vector<collective_call> forward_collectives{};
 
-  /// Bytes one layer offloads at offload fraction `alpha` (MEMO eq. 2's numerator).
+  /// Bytes the swapper offloads from one layer at offload fraction `alpha`
+  /// (MEMO eq. 2's numerator, without attention_host_bytes).
   [[nodiscard]] double offload_bytes(double alpha) const {
     return static_cast<double>(input_bytes + attention_output_bytes) +
            alpha * static_cast<double>(other_bytes);

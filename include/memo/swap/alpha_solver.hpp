@@ -90,7 +90,7 @@ struct alpha_problem {
   }
 
   void check() const {
-    // All three sizes together (alpha = 1) must be a byte count.
+    // All four sizes together (alpha = 1) must be a byte count.
     expects(other_bytes <= std::numeric_limits<std::uint64_t>::max() - whole_bytes() &&
                 attention_host_bytes <= std::numeric_limits<std::uint64_t>::max() - whole_bytes() - other_bytes,
             [&] {
@@ -156,8 +156,8 @@ inline constexpr const char* to_string(alpha_bound bound) {
 struct alpha_solution {
   double alpha = 0.0;
   alpha_bound binding = alpha_bound::everything;
-  double transfer_seconds = 0.0;   ///< one layer's offload at alpha
-  double host_bytes = 0.0;         ///< (n - u) x offload bytes at alpha
+  double transfer_seconds = 0.0;   ///< one layer's offload at alpha, the attention's own copies included
+  double host_bytes = 0.0;         ///< (n - u) x offload bytes at alpha + n x attention_host_bytes
   /// Compute-stream stall per forward layer, max(0, transfer - T_layer):
   /// zero at the LP's alpha by (2); see `predicted_stall_seconds`.
   double stall_seconds_per_layer = 0.0;
@@ -191,10 +191,17 @@ inline void check_alpha_zero_feasible(const alpha_problem& problem) {
   // integers (a <= floor(b / n) is a x n <= b).
   const auto layers = static_cast<std::uint64_t>(problem.layers);
   expects(problem.attention_host_bytes <= problem.host_budget_bytes / layers, [&] {
+    const bool exact = problem.attention_host_bytes <= std::numeric_limits<std::uint64_t>::max() / layers;
+    const double total = problem.attention_host_total();
+    const double budget = static_cast<double>(problem.host_budget_bytes);
     return "alpha LP infeasible: even alpha = 0 breaks the host-memory constraint (eq. 3): " +
            std::to_string(problem.layers) + " layers x the attention's host Q, K and V (" +
-           std::to_string(problem.attention_host_bytes) + " bytes) exceed the budget of " +
-           std::to_string(problem.host_budget_bytes) + " bytes";
+           std::to_string(problem.attention_host_bytes) + " bytes) = " +
+           (exact ? std::to_string(layers * problem.attention_host_bytes) : std::to_string(total)) +
+           " bytes exceeds the budget of " + std::to_string(problem.host_budget_bytes) + " bytes by " +
+           (exact ? std::to_string(layers * problem.attention_host_bytes - problem.host_budget_bytes)
+                  : std::to_string(total - budget)) +
+           " bytes";
   });
   const std::uint64_t budget = problem.host_budget_bytes - layers * problem.attention_host_bytes;
   const auto swapped = static_cast<std::uint64_t>(problem.swapped_layers());
