@@ -397,9 +397,9 @@ memory_choice plan_memory(memo::host_backend& backend, const memo::gpt2_config& 
                                                       : std::uint64_t{1} << 32;
   }
   // With host K/V the attention moves every layer's Q, K and V itself.
-  const auto qkv = o.kv_offload ? memo::gpt2_qkv_skeletal::dropped : memo::gpt2_qkv_skeletal::kept;
-  const auto problem =
-      memo::alpha_problem::from_layer(memo::gpt2_transformer_layer(config, o.context, qkv), profile, config.num_layers);
+  const memo::transformer_layer layer =
+      memo::gpt2_transformer_layer(config, o.context, memo::gpt2_qkv_skeletal_for(o.kv_offload));
+  const auto problem = memo::alpha_problem::from_layer(layer, profile, config.num_layers);
   const memo::alpha_solution solution = memo::solve_alpha(problem);
   char text[160];
   std::snprintf(text, sizeof text, "LP, bound by %s; T_layer %.3g s, %.3g GB/s to host, host budget %s",
@@ -590,8 +590,8 @@ std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo:
     }
     // Every skeletal tensor may go (the attention keeps its own K/V); with
     // host K/V the blocks keep no qkv.
-    const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(
-        config, 1, kv_offload ? memo::gpt2_qkv_skeletal::dropped : memo::gpt2_qkv_skeletal::kept);
+    const memo::skeletal_layout layout =
+        memo::gpt2_skeletal_layout(config, 1, memo::gpt2_qkv_skeletal_for(kv_offload));
     for (const auto& t : layout.tensors()) problem.other_bytes_per_token += t.bytes_per_token;
     problem.layers = static_cast<int>(shape.stage_layers);
     const memo::transformer_layer mean =

@@ -276,7 +276,9 @@ void gpt2_layer_rows_before_attention(B& backend, typename B::stream& on,
   launch(backend, on, ops::layernorm_forward<float>{a.ln1.slice(r0, n), a.ln1_mean.slice(r0, n),
                                                     a.ln1_rstd.slice(r0, n), a.input.slice(r0, n),
                                                     p.ln1w, p.ln1b});
-  if (qkv == gpt2_qkv_skeletal::kept) linear_forward(backend, on, a.qkv.slice(r0, n), a.ln1.slice(r0, n), p.qkvw, p.qkvb);
+  if (qkv == gpt2_qkv_skeletal::kept) {
+    linear_forward(backend, on, a.qkv.slice(r0, n), a.ln1.slice(r0, n), p.qkvw, p.qkvb);
+  }
 }
 
 /// The token-wise part after attention, on rows [r0, r0 + n): res2 = x +

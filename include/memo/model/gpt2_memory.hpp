@@ -18,7 +18,8 @@
 //     buffers that live outside the layer sections (`gpt2_step_buffer`: the
 //     rounding buffers' region, the attention's scratch and K/V slots, the
 //     residual stream, the final layernorm, the logits chunk, the token
-//     ids, and with host K/V the forwards' [T, 3C] qkv). The bi-level planner plans that trace: level 1 the recorded
+//     ids, and with host K/V the forwards' [T, 3C] qkv). The bi-level
+//     planner plans that trace: level 1 the recorded
 //     block once, level 2 the blocks beside everything else.
 //   - Execution (section 4.3.4): the model replays the trace every step
 //     through a `planned_replay_resource` over one `planned_arena`, so a
@@ -47,6 +48,18 @@ namespace memo {
 /// is, unless the attention keeps Q, K and V in its own host store (FPDT's
 /// offload), whose backward then never reads the block's copy.
 enum class gpt2_qkv_skeletal { kept, dropped };
+
+/// Dropped with host K/V (`kv_offload`), kept without.
+inline gpt2_qkv_skeletal gpt2_qkv_skeletal_for(bool kv_offload) {
+  return kv_offload ? gpt2_qkv_skeletal::dropped : gpt2_qkv_skeletal::kept;
+}
+
+/// Bytes of the [T, 3C] fp32 buffer that holds a block's QKV output when
+/// the skeletal tensors leave it out.
+inline std::uint64_t gpt2_qkv_buffer_bytes(const gpt2_config& c, std::int64_t T) {
+  return checked_mul(checked_mul(static_cast<std::uint64_t>(T), static_cast<std::uint64_t>(3 * c.channels)),
+                     sizeof(float));
+}
 
 /// The skeletal tensors of one GPT-2 block of T tokens (fp32), in the order
 /// of `gpt2_layer_activations`' members (without qkv when dropped).

@@ -521,9 +521,7 @@ class gpt2_parallel_model {
     out.push_back({"attention workspace", attention.workspace});
     out.push_back({"attention state", repeated_bytes(attention.state, state_per_layer() ? layers : 1)});
     if (qkv_skeletal() == gpt2_qkv_skeletal::dropped) {  // one block's QKV output at a time
-      out.push_back({"qkv", checked_mul(checked_mul(static_cast<std::uint64_t>(shape_.local_tokens),
-                                                    static_cast<std::uint64_t>(3 * config_.channels)),
-                                        sizeof(float))});
+      out.push_back({"qkv", gpt2_qkv_buffer_bytes(config_, shape_.local_tokens)});
     }
     if (shape_.offload) {
       // All subsequences' kept rows coexist after the last forward (the
@@ -544,7 +542,7 @@ class gpt2_parallel_model {
   /// one [T / S, 3C] buffer from each block's QKV projection to its
   /// attention's forward (FPDT's device saving).
   [[nodiscard]] gpt2_qkv_skeletal qkv_skeletal() const noexcept {
-    return options_.kv_offload ? gpt2_qkv_skeletal::dropped : gpt2_qkv_skeletal::kept;
+    return gpt2_qkv_skeletal_for(options_.kv_offload);
   }
 
   /// One layer's skeletal tensors of the longest subsequence (the swapper's slots).

@@ -207,7 +207,7 @@ class gpt2_step_memory {
     // With host K/V the attention's backward reads Q, K and V from its own
     // host store, so the blocks do not keep qkv: one [T, 3C] buffer serves
     // every block from its QKV projection to its attention.
-    qkv_ = options.kv_offload ? gpt2_qkv_skeletal::dropped : gpt2_qkv_skeletal::kept;
+    qkv_ = gpt2_qkv_skeletal_for(options.kv_offload);
     offload_plan skeletal(gpt2_skeletal_layout(config_, T_, qkv_), swapping ? *options.offload_alpha : 1.0,
                           static_cast<std::size_t>(options.offload_granularity));
     const std::size_t K = swapping ? std::min<std::size_t>(2, static_cast<std::size_t>(L))
@@ -218,11 +218,8 @@ class gpt2_step_memory {
     std::vector<gpt2_step_buffer> outside = gpt2_step_buffers(config_, T_, loss_chunk, attention_scratch_bytes(),
                                                               rounding_buffers<B>::required_bytes(skeletal, K));
     if (qkv_ == gpt2_qkv_skeletal::dropped) {  // the forwards' only: the backward reads the host store
-      outside.push_back({"qkv",
-                         checked_mul(checked_mul(static_cast<std::uint64_t>(T_),
-                                                 static_cast<std::uint64_t>(3 * config_.channels)),
-                                     sizeof(float)),
-                         gpt2_step_phase::step_begin, gpt2_step_phase::head_begin});
+      outside.push_back(
+          {"qkv", gpt2_qkv_buffer_bytes(config_, T_), gpt2_step_phase::step_begin, gpt2_step_phase::head_begin});
     }
     step_trace_ = gpt2_step_trace(outside, record_block_backward(p0, g0), L);
     dsa_solve_options solve;
