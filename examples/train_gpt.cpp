@@ -396,9 +396,11 @@ memory_choice plan_memory(memo::host_backend& backend, const memo::gpt2_config& 
                                                             static_cast<std::uint64_t>(page) / 2
                                                       : std::uint64_t{1} << 32;
   }
-  // With host K/V the attention moves every layer's Q, K and V itself.
+  // With host K/V the attention moves every layer's Q, K and V itself, and
+  // reads them back chunk by chunk.
   const memo::transformer_layer layer =
-      memo::gpt2_transformer_layer(config, o.context, memo::gpt2_qkv_skeletal_for(o.kv_offload));
+      memo::gpt2_transformer_layer(config, o.context, memo::gpt2_qkv_skeletal_for(o.kv_offload),
+                                   memo::gpt2_chunk_or_default(o.attention_chunk, o.context));
   const auto problem = memo::alpha_problem::from_layer(layer, profile, config.num_layers);
   const memo::alpha_solution solution = memo::solve_alpha(problem);
   char text[160];

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -73,6 +74,56 @@ TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand
   CHECK(keeps.qkv_bytes() == 512);
   // A [T, 3] fp32 activation on one GPU: 16 / 2 tokens x 12 B.
   CHECK(layer.activation_bytes(12) == 96);
+}
+
+TEST_CASE("transformer_layer: the attention's host fetches, chunk pair by chunk pair") {
+  // The same small GQA layer: one GPU's q is 16 tokens x 16 B (8 columns
+  // of bf16 after TP 2), its k + v 16 tokens x 16 B.
+  transformer_layer layer;
+  layer.hidden = 16;
+  layer.heads = 4;
+  layer.kv_heads = 2;
+  layer.ffn_hidden = 24;
+  layer.tokens = 32;
+  layer.tensor_parallel = 2;
+  layer.context_parallel = 2;
+  layer.bytes_per_element = 2;
+  CHECK(layer.attention_fetch_bytes(false) == 0);  // the skeletal tensors hold q, k and v
+  CHECK(layer.attention_fetch_bytes(true) == 0);
+  layer.attention_keeps_qkv = true;
+  // By hand, chunks of 4 tokens (u = 4): the forward fetches 0 + 1 + 2 + 3
+  // K/V chunks of 64 B; the backward every K/V chunk once (256 B) and, for
+  // key chunk j, the query chunks j..3: 4 + 3 + 2 + 1 chunks of 64 B.
+  layer.attention_chunk = 4;
+  CHECK(layer.attention_fetch_bytes(false) == 6 * 64);
+  CHECK(layer.attention_fetch_bytes(true) == 256 + 10 * 64);
+  // One chunk (0 = all 16 tokens): nothing fetched forward, q, k, v once back.
+  layer.attention_chunk = 0;
+  CHECK(layer.attention_fetch_bytes(false) == 0);
+  CHECK(layer.attention_fetch_bytes(true) == layer.qkv_bytes());
+  // Brute force over the pairs of a loop like the attention's, every chunk
+  // size from 1 to T, short last chunks included.
+  const std::uint64_t q_row = 16, kv_row = 16, T = 16;
+  for (std::int64_t c = 1; c <= 16; ++c) {
+    layer.attention_chunk = c;
+    std::uint64_t forward = 0, backward = 0;
+    for (std::uint64_t i = 0; i * c < T; ++i) {  // query chunk i
+      for (std::uint64_t j = 0; j < i; ++j) forward += kv_row * std::min<std::uint64_t>(c, T - j * c);
+    }
+    for (std::uint64_t j = 0; j * c < T; ++j) {  // key chunk j, then its query chunks i >= j
+      backward += kv_row * std::min<std::uint64_t>(c, T - j * c);
+      for (std::uint64_t i = j; i * c < T; ++i) backward += q_row * std::min<std::uint64_t>(c, T - i * c);
+    }
+    CAPTURE(c);
+    CHECK(layer.attention_fetch_bytes(false) == forward);
+    CHECK(layer.attention_fetch_bytes(true) == backward);
+  }
+  layer.attention_chunk = 17;
+  CHECK_THROWS_WITH_AS(layer.check(), doctest::Contains("attention_chunk 17 exceeds the 16 tokens per context-parallel rank"),
+                       memo::error);
+  layer.attention_chunk = -2;
+  CHECK_THROWS_WITH_AS(layer.check(), doctest::Contains("attention_chunk must be positive (or 0 for all local tokens), got -2"),
+                       memo::error);
 }
 
 TEST_CASE("transformer_layer: one GPU holds 1 / (t c) of every tensor of the whole layer") {

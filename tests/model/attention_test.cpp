@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "memo/backend/host_backend.hpp"
+#include "memo/core/transformer_layer.hpp"
+#include "../support/recording_backend.hpp"
 #include "attention_reference.hpp"
 #include "ops/test_support.hpp"
 
@@ -644,4 +646,66 @@ TEST_CASE("chunked_causal_attention: with host_carry backward runs go in exact r
                                             column_view(lse, H, T, 0, 4)),
                        doctest::Contains("k has shape [12, 1, 4], expected [4, 1, 4]"), memo::error);
   backend.synchronize(stream);
+}
+
+TEST_CASE("chunked_causal_attention: its host traffic is what the cost model counts") {
+  // The copies the attention really issues, per direction and pass, against
+  // transformer_layer's store (qkv_bytes) and fetches
+  // (attention_fetch_bytes), which the alpha LP's rows and the step
+  // simulator read.
+  memo::host_backend inner;
+  using recording = memo::testing::recording_backend<memo::host_backend>;
+  using recorded_attention = memo::chunked_causal_attention<recording>;
+  struct config {
+    std::int64_t tokens, chunk, heads, kv_heads, head_dim;
+  };
+  for (const auto& c : {config{16, 4, 2, 2, 8}, config{30, 4, 4, 2, 8}, config{33, 8, 2, 1, 16},
+                        config{9, 9, 2, 2, 4}, config{12, 1, 2, 2, 4}}) {
+    CAPTURE(c.tokens);
+    CAPTURE(c.chunk);
+    recording backend(inner);
+    const attention_shape s{c.tokens, c.heads, c.kv_heads, c.head_dim, c.chunk, true, false};
+    const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+    const auto in = random_inputs(s, 29);
+    owned_region device(backend.device_memory(), recorded_attention::required_device_bytes(s));
+    owned_region pinned(backend.pinned_memory(), recorded_attention::required_pinned_bytes(s));
+    recorded_attention attn(backend, s, device.region, pinned.region);
+    auto stream = backend.make_stream("compute");
+    auto q = in.q, k = in.k, v = in.v, dout = in.dout;
+    std::vector<float> o(T * H * D), lse(H * T), dq(T * H * D), dk(T * Hkv * D), dv(T * Hkv * D);
+    // Bytes copied in each direction by the calls made since the last look.
+    auto traffic = [&] {
+      std::size_t to_device = 0, to_host = 0;
+      for (const auto& call : backend.calls()) {
+        if (call.kind != memo::testing::call_kind::copy) continue;
+        if (call.direction == memo::copy_kind::host_to_device) to_device += call.bytes;
+        if (call.direction == memo::copy_kind::device_to_host) to_host += call.bytes;
+      }
+      backend.clear_calls();
+      return std::pair{to_device, to_host};
+    };
+    backend.clear_calls();
+    attn.forward(stream, dense3<const float>(q, T, H, D), dense3<const float>(k, T, Hkv, D),
+                 dense3<const float>(v, T, Hkv, D), dense3<float>(o, T, H, D), view2<float>(lse, H, T));
+    backend.synchronize(stream);
+    const auto forward = traffic();
+    attn.backward(stream, {}, {}, {}, dense3<const float>(o, T, H, D), dense3<const float>(dout, T, H, D),
+                  cview2<float>(lse, H, T), dense3<float>(dq, T, H, D), dense3<float>(dk, T, Hkv, D),
+                  dense3<float>(dv, T, Hkv, D));
+    backend.synchronize(stream);
+    const auto backward = traffic();
+
+    memo::transformer_layer layer;  // the same attention as a layer, fp32, one GPU
+    layer.tokens = T;
+    layer.hidden = H * D;
+    layer.heads = H;
+    layer.kv_heads = Hkv;
+    layer.bytes_per_element = 4;
+    layer.attention_keeps_qkv = true;
+    layer.attention_chunk = s.chunk;
+    CHECK(forward.second == layer.qkv_bytes());
+    CHECK(forward.first == layer.attention_fetch_bytes(false));
+    CHECK(backward.first == layer.attention_fetch_bytes(true));
+    CHECK(backward.second == 0);
+  }
 }

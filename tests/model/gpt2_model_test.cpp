@@ -475,6 +475,13 @@ TEST_CASE("gpt2_model: a measured step has the simulated step's ops, each after 
     // the simulated step knows it.
     const std::uint64_t qkv_bytes = kv ? 12 * static_cast<std::uint64_t>(config.channels) * T : 0;
     CHECK(m.step_config().other_bytes == memo::gpt2_transformer_layer(config, T).other_bytes() - qkv_bytes);
+    // ... and what its attention moves itself: Q, K and V stored, then read
+    // back in chunks of 4 of the 8 tokens (4 B x C per token each): K/V of
+    // chunk 0 once in the forward; K/V twice and queries 2 + 1 times back.
+    const std::uint64_t row = 4 * static_cast<std::uint64_t>(config.channels);
+    CHECK(m.step_config().attention_store_bytes == qkv_bytes);
+    CHECK(m.step_config().attention_forward_fetch_bytes == (kv ? 2 * row * 4 : 0));
+    CHECK(m.step_config().attention_backward_fetch_bytes == (kv ? 2 * row * T + row * 4 * 3 : 0));
     m.set_parameters(params);
     CHECK_THROWS_WITH((void)m.last_step_timeline(), doctest::Contains("record_timeline(true) was not called"));
     m.record_timeline(true);
@@ -490,9 +497,14 @@ TEST_CASE("gpt2_model: a measured step has the simulated step's ops, each after 
 
     const memo::timeline measured = m.last_step_timeline();
     // The simulated step of the same protocol (built by the schedule code,
-    // not the swapper) puts the same ops on the same streams in the same order.
-    const memo::timeline simulated =
-        memo::simulate_memo_step(m.step_config(), memo::device_profile::a100_80gb()).trace;
+    // not the swapper) puts the same ops on the same streams in the same
+    // order. (Without the attention's own copies, which run on its copy
+    // stream inside the layer's compute and which the timeline does not list.)
+    memo::memo_step_config protocol_only = m.step_config();
+    protocol_only.attention_store_bytes = 0;
+    protocol_only.attention_forward_fetch_bytes = 0;
+    protocol_only.attention_backward_fetch_bytes = 0;
+    const memo::timeline simulated = memo::simulate_memo_step(protocol_only, memo::device_profile::a100_80gb()).trace;
     CHECK(measured.op_order_difference(simulated) == "");
     const auto order = measured.op_order_per_stream();
     const std::size_t L = 4, K = m.rounding_buffer_count(), swapped = m.swapped_layers();

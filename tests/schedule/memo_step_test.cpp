@@ -218,6 +218,55 @@ TEST_CASE("memo_step: measured durations override FLOP counts") {
   CHECK(projection.compute_stall_seconds == 0.0);
 }
 
+TEST_CASE("memo_step: an attention's host copies share the link, by hand") {
+  // alpha = 0.5 (transfers 800 B = 0.8 s), and an attention that stores
+  // 100 B (0.1 s) and fetches 300 B (0.3 s) in each forward, and fetches
+  // 1000 B (1 s) in each backward. Forward: offload i-1 then store i on the
+  // offload stream, 0.9 s inside the 1 s forward; backward: prefetch, then
+  // the fetches, 1.8 s inside the 2 s backward. Nothing stalls.
+  auto config = unit_config(0.5);
+  config.attention_store_bytes = 100;
+  config.attention_forward_fetch_bytes = 300;
+  config.attention_backward_fetch_bytes = 1000;
+  auto projection = simulate_memo_step(config, unit_profile());
+  CHECK(projection.compute_stall_seconds == 0.0);
+  CHECK(projection.step_seconds == doctest::Approx(19.2));
+  const auto& schedule = build_memo_step(config).schedule;
+  CHECK(depends_on(schedule, "forward 3 joined", "attention store 3"));
+  CHECK(depends_on(schedule, "forward 3 joined", "attention fetch 3"));
+  CHECK(depends_on(schedule, "backward 3 joined", "attention fetch back 3"));
+  CHECK(depends_on(schedule, "attention fetch back 3", "recompute 3"));  // issued when the backward starts
+  CHECK(depends_on(schedule, "prefetch 2", "backward 4 joined"));        // the buffer is free once the pass is
+
+  // Backward fetches of 1300 B: a prefetch and the fetches take 2.1 s.
+  // backward 5 [6, 8] (fetch back 5 [6, 7.3]); prefetch 3 [8, 8.8];
+  // backward 4, resident, rebuilds nothing: [8, 10], but fetch back 4
+  // waits behind prefetch 3: [8.8, 10.1], so the pass ends at 10.1 (stall
+  // 0.1 s, the excess over (4)). From then on each rebuild gives the
+  // prefetch a head start: prefetch 2 [10.1, 10.9], recompute 3 [10.1,
+  // 10.4], backward 3 [10.4, 12.4], fetch back 3 [10.9, 12.2]; and so on.
+  config.attention_backward_fetch_bytes = 1300;
+  projection = simulate_memo_step(config, unit_profile());
+  CHECK(projection.forward_stall_seconds == 0.0);
+  CHECK(projection.backward_stall_seconds == doctest::Approx(0.1));
+  CHECK(projection.step_seconds == doctest::Approx(19.3));
+  for (const auto& op : projection.trace.ops()) {
+    if (op.name == "backward 4 joined") CHECK(op.stall_seconds == doctest::Approx(0.1));
+    if (op.name == "attention fetch back 3") {
+      CHECK(op.start_seconds == doctest::Approx(10.9));
+      CHECK(op.end_seconds == doctest::Approx(12.2));
+    }
+  }
+
+  // A forward store of 300 B: offload i-1 and store i take 1.1 s of a 1 s
+  // forward, so every forward after an offload (layers 1 to 4) ends 0.1 s late.
+  config.attention_backward_fetch_bytes = 1000;
+  config.attention_store_bytes = 300;
+  projection = simulate_memo_step(config, unit_profile());
+  CHECK(projection.forward_stall_seconds == doctest::Approx(4 * 0.1));
+  CHECK(projection.backward_stall_seconds == 0.0);
+}
+
 TEST_CASE("memo_step: inputs out of range are errors naming the field") {
   auto config = unit_config(1.5);
   CHECK_THROWS_WITH_AS(static_cast<void>(build_memo_step(config)),

@@ -16,6 +16,7 @@
 
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/gpt_trace.hpp"
+#include "memo/schedule/memo_step.hpp"
 #include "memo/swap/skeletal_layout.hpp"
 
 namespace {
@@ -126,6 +127,123 @@ TEST_CASE("alpha_solver: an attention that keeps Q, K and V on the host, by hand
                        memo::error);
 }
 
+TEST_CASE("alpha_solver: the backward row (4), by hand") {
+  auto p = hand_problem();
+  p.other_bytes = 1100;
+  p.attention_host_bytes = 300;
+  p.layer_forward_seconds = 10.0;  // (2) allows alpha = 1
+  p.layer_backward_seconds = 0.5;
+  p.host_to_device_bytes_per_second = 1000;
+  p.attention_fetch_bytes = 100;
+  // (4): 200 + alpha 1100 + 100 <= 500 bytes in 0.5 s: alpha = 200 / 1100.
+  for (const auto& solved : {memo::solve_alpha(p), memo::alpha_closed_form(p)}) {
+    CHECK(solved.alpha == doctest::Approx(200.0 / 1100.0));
+    CHECK(solved.binding == memo::alpha_bound::prefetch);
+    CHECK(solved.backward_transfer_seconds == doctest::Approx(0.5));
+    CHECK(solved.backward_stall_seconds_per_layer == doctest::Approx(0.0));
+  }
+  CHECK(std::string(memo::to_string(memo::alpha_bound::prefetch)).find("backward") != std::string::npos);
+  // Without the attention's fetches: alpha = 300 / 1100.
+  p.attention_fetch_bytes = 0;
+  CHECK(memo::solve_alpha(p).alpha == doctest::Approx(300.0 / 1100.0));
+  // A shorter forward makes (2) the tighter row: 500 + alpha 1100 <= 700
+  // bytes in 0.7 s gives alpha = 200 / 1100.
+  p.layer_forward_seconds = 0.7;
+  const auto forward = memo::solve_alpha(p);
+  CHECK(forward.alpha == doctest::Approx(200.0 / 1100.0));
+  CHECK(forward.binding == memo::alpha_bound::bandwidth);
+  CHECK(forward.backward_transfer_seconds == doctest::Approx(0.4));
+  // Without the row (no backward time), as in MEMO: only (2) and (3).
+  p.layer_backward_seconds = 0.0;
+  p.layer_forward_seconds = 10.0;
+  const auto memo_lp = memo::solve_alpha(p);
+  CHECK(memo_lp.alpha == 1.0);
+  CHECK(memo_lp.backward_transfer_seconds == 0.0);
+
+  // Infeasible at alpha = 0: 200 + 600 bytes take 0.8 s of a 0.5 s backward.
+  p = hand_problem();
+  p.layer_backward_seconds = 0.5;
+  p.host_to_device_bytes_per_second = 1000;
+  p.attention_fetch_bytes = 600;
+  p.attention_host_bytes = 100;
+  for (auto solve : {memo::solve_alpha, memo::alpha_closed_form}) {
+    CHECK_THROWS_WITH_AS(solve(p),
+                         doctest::Contains("even alpha = 0 breaks the backward row (4): prefetching the layer "
+                                           "input and attention output (200 bytes) and the attention's fetches "
+                                           "(600 bytes) takes 0.8"),
+                         memo::error);
+    CHECK_THROWS_WITH_AS(solve(p), doctest::Contains("0.300000 s longer than the layer backward time of 0.5"),
+                         memo::error);
+  }
+  // Fields out of range name themselves.
+  p.attention_fetch_bytes = 0;
+  p.host_to_device_bytes_per_second = 0;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("host_to_device_bytes_per_second must be positive"),
+                       memo::error);
+  p.layer_backward_seconds = -1;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("layer_backward_seconds must be finite and >= 0, got -1"),
+                       memo::error);
+  p.layer_backward_seconds = 0;
+  p.attention_fetch_bytes = 5;
+  CHECK_THROWS_WITH_AS(memo::solve_alpha(p), doctest::Contains("is counted only in the backward row"),
+                       memo::error);
+}
+
+TEST_CASE("alpha_solver: at the LP's alpha the simulated step waits on no copy, above it the backward does") {
+  // The 7B layer at 256K on TP 4 x CP 2 with an FPDT attention (chunks of
+  // 16K of the 128K local tokens) on an A800 whose link to the device is
+  // slowed until the attention's forward fetches barely hide behind the
+  // forward (which the LP takes as given), so that row (4) binds. The step
+  // simulator (schedule/memo_step.hpp) is the independent judge: it plays
+  // the protocol's copies and the attention's own on in-order streams.
+  memo::transformer_layer shape;
+  shape.hidden = 4096;
+  shape.heads = 32;
+  shape.tokens = 256 * 1024;
+  shape.tensor_parallel = 4;
+  shape.context_parallel = 2;
+  shape.attention_keeps_qkv = true;
+  shape.attention_chunk = 16 * 1024;
+  const auto cost = memo::gpt_layer_cost_of(shape);
+  auto profile = memo::device_profile::a800_80gb();
+  profile.host_to_device_bytes_per_second = 1.1 * static_cast<double>(cost.attention_forward_fetch_bytes) /
+                                            profile.compute_seconds(cost.forward_flops);
+  const auto p = memo::alpha_problem::from_layer_cost(cost, profile, 32);
+  CHECK(p.attention_fetch_bytes == cost.attention_backward_fetch_bytes);
+  CHECK(p.layer_backward_seconds == doctest::Approx(profile.compute_seconds(cost.backward_flops)));
+  const auto solved = memo::solve_alpha(p);
+  REQUIRE(solved.binding == memo::alpha_bound::prefetch);
+  REQUIRE(solved.alpha > 0.05);
+  REQUIRE(solved.alpha < 0.95);
+  CHECK(solved.alpha == doctest::Approx(memo::alpha_closed_form(p).alpha).epsilon(1e-6));
+
+  const auto at = [&](double alpha) {
+    return memo::simulate_memo_step(memo::memo_step_config::from_layer_cost(cost, 32, alpha), profile);
+  };
+  const auto tight = at(solved.alpha);
+  CHECK(tight.compute_stall_seconds <= 1e-9 * tight.step_seconds);
+  // Above it, by hand: the first swapped layer's prefetch and the fetches
+  // of the last resident layer (which rebuilds nothing) outlast that
+  // layer's backward by the excess over (4); in each of the 29 sections
+  // after it (layers 29 to 1, each prefetching the layer below) the rebuild
+  // of (1 - alpha) of the tokens gives the prefetch a head start, so they
+  // stall by the excess less the rebuild; layer 0 prefetches nothing.
+  const double above = solved.alpha + 0.05;
+  const auto over = at(above);
+  const double excess = p.backward_transfer_seconds(above) - p.layer_backward_seconds;
+  const double rebuild = (1.0 - above) * profile.compute_seconds(cost.recompute_flops);
+  REQUIRE(excess > rebuild);
+  CHECK(over.forward_stall_seconds <= 1e-9 * over.step_seconds);
+  CHECK(over.backward_stall_seconds == doctest::Approx(excess + 29 * (excess - rebuild)).epsilon(1e-6));
+  // MEMO's LP alone, without (4), would pick alpha where the backward waits.
+  auto memo_only = p;
+  memo_only.layer_backward_seconds = 0.0;
+  memo_only.attention_fetch_bytes = 0;
+  const auto loose = memo::solve_alpha(memo_only);
+  CHECK(loose.alpha > solved.alpha + 0.05);
+  CHECK(at(loose.alpha).backward_stall_seconds > 0.0);
+}
+
 TEST_CASE("alpha_solver: a layer whose attention keeps Q, K and V gives them to S_qkv") {
   memo::transformer_layer layer;
   layer.tokens = 16;
@@ -158,7 +276,7 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   int feasible = 0;
   int infeasible = 0;
-  int by_bound[3] = {0, 0, 0};
+  int by_bound[4] = {0, 0, 0, 0};
   for (int trial = 0; trial < 2000; ++trial) {
     memo::alpha_problem p;
     // Magnitudes from kilobytes to tens of gigabytes, as sequence length varies.
@@ -176,6 +294,13 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
     p.layers = 1 + static_cast<int>(unit(random) * 80);
     p.resident_last_layers = static_cast<int>(unit(random) * 3);
     p.host_budget_bytes = bytes(std::max(0, p.layers - p.resident_last_layers) * scale * 16 * unit(random));
+    if (trial % 4 == 1) {
+      // The backward row: a backward of 1.5 to 2.5 forwards, the
+      // attention's fetches, a link as slow as a tenth of B.
+      p.layer_backward_seconds = p.layer_forward_seconds * (1.5 + unit(random));
+      p.host_to_device_bytes_per_second = p.bandwidth_bytes_per_second * (0.1 + unit(random));
+      p.attention_fetch_bytes = p.attention_host_bytes > 0 ? bytes(4.0 * scale * unit(random)) : 0;
+    }
     CAPTURE(trial);
     bool closed_threw = false;
     memo::alpha_solution expected;
@@ -197,6 +322,15 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
     // Both constraints hold at the answer (up to lp_solve's tolerance).
     CHECK(solved.transfer_seconds <= p.layer_forward_seconds * (1 + 1e-6));
     CHECK(solved.host_bytes <= static_cast<double>(p.host_budget_bytes) * (1 + 1e-6) + 1e-6);
+    if (p.has_backward_row()) {
+      // (4) by hand: one prefetch and the fetches inside a backward section.
+      const double busy = (static_cast<double>(p.input_bytes + p.attention_output_bytes) +
+                           solved.alpha * static_cast<double>(p.other_bytes) +
+                           static_cast<double>(p.attention_fetch_bytes)) /
+                          p.host_to_device_bytes_per_second;
+      CHECK(busy <= p.layer_backward_seconds * (1 + 1e-6));
+      CHECK(solved.backward_stall_seconds_per_layer <= p.layer_backward_seconds * 1e-6);
+    }
     if (solved.binding == expected.binding) {
       ++by_bound[static_cast<int>(solved.binding)];
     } else {
@@ -210,6 +344,7 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
   CHECK(by_bound[0] > 50);
   CHECK(by_bound[1] > 50);
   CHECK(by_bound[2] > 50);
+  CHECK(by_bound[3] > 30);
 }
 
 TEST_CASE("alpha_solver: a problem from the 7B layer cost on the A800 preset") {

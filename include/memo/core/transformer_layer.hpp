@@ -47,7 +47,14 @@
 // An attention that keeps Q, K and V in its own host store (FPDT's offload,
 // `attention_keeps_qkv`) reads none of the layer's q, k and v in the
 // backward: they are then not skeletal tensors, and `qkv_bytes()` is what
-// that attention moves to the host instead, whole, in every layer.
+// that attention moves to the host instead, whole, in every layer. It
+// cuts the T local tokens into u = ceil(T / c) chunks of `attention_chunk`
+// c tokens and reads its store back chunk by chunk (model/attention.hpp):
+// the forward of query chunk i fetches the K/V chunks j < i, the backward
+// fetches each K/V chunk once and, for every pair of a key chunk j and a
+// query chunk i >= j, query chunk i (`attention_fetch_bytes`). With c
+// dividing T that is (u - 1) / 2 x S_kv forward and S_kv + (u + 1) / 2 x
+// S_q backward.
 //
 // Byte counts are 64-bit integers, every product checked for overflow.
 // `check()` rejects non-positive sizes and splits that do not divide, naming
@@ -111,6 +118,9 @@ struct transformer_layer {
   /// The attention keeps Q, K and V in its own host store (FPDT): q, k and
   /// v are not skeletal tensors (see qkv_bytes()).
   bool attention_keeps_qkv = false;
+  /// c: tokens per attention chunk, at most T (0 = T, one chunk); only
+  /// the host traffic of attention_keeps_qkv depends on it.
+  std::int64_t attention_chunk = 0;
 
   /// Throws `memo::error` naming the field and its value when a size is not
   /// positive, and both numbers when a split does not divide.
@@ -145,6 +155,10 @@ struct transformer_layer {
   /// The bytes of q, k and v on one GPU: part of other_bytes, or with
   /// attention_keeps_qkv what the attention moves to its host store.
   [[nodiscard]] std::uint64_t qkv_bytes() const;
+  /// Bytes an attention_keeps_qkv attention fetches from its host store
+  /// in one layer's forward (`backward` false) or backward (true); 0
+  /// without it (header comment).
+  [[nodiscard]] std::uint64_t attention_fetch_bytes(bool backward) const;
 };
 
 // ---------------------------------------------------------------------------
@@ -247,6 +261,10 @@ inline void transformer_layer::check() const {
   positive(bytes_per_element, "bytes_per_element");
   positive(tensor_parallel, "tensor_parallel");
   positive(context_parallel, "context_parallel");
+  expects(attention_chunk >= 0, [&] {
+    return "transformer layer: attention_chunk must be positive (or 0 for all local tokens), got " +
+           std::to_string(attention_chunk);
+  });
 
   auto multiple = [](std::int64_t value, const char* what, std::int64_t divisor, const char* by) {
     expects(value % divisor == 0, [&] {
@@ -267,6 +285,10 @@ inline void transformer_layer::check() const {
            (context_parallel > 1 ? " per context-parallel rank" : std::string()) +
            " do not split over " + std::to_string(tensor_parallel) +
            " tensor-parallel ranks (sequence-parallel layernorm region)";
+  });
+  expects(attention_chunk <= local, [&] {
+    return "transformer layer: attention_chunk " + std::to_string(attention_chunk) + " exceeds the " +
+           std::to_string(local) + " tokens" + (context_parallel > 1 ? " per context-parallel rank" : std::string());
   });
   expects(a_kv % tensor_parallel == 0, [&] {
     return "transformer layer: " + std::to_string(a_kv) + " kv_heads do not split over " +
@@ -343,6 +365,27 @@ inline std::uint64_t transformer_layer::qkv_bytes() const {
     if (row.attention_operand) total = checked_add(total, detail::skeletal_tensor_of(*this, row).bytes());
   }
   return total;
+}
+inline std::uint64_t transformer_layer::attention_fetch_bytes(bool backward) const {
+  check();
+  if (!attention_keeps_qkv) return 0;
+  // Bytes per token of q and of k + v (every row of an operand holds all
+  // T tokens), c tokens per chunk and u chunks, the last one possibly short.
+  const std::uint64_t T = local_tokens();
+  const std::uint64_t c = attention_chunk == 0 ? T : detail::as_bytes(attention_chunk);
+  const std::uint64_t u = (T + c - 1) / c;
+  std::uint64_t q_row = 0, kv_row = 0;
+  for (const auto& row : detail::skeletal_rows(*this)) {
+    if (!row.attention_operand) continue;
+    (row.name == "q" ? q_row : kv_row) += detail::skeletal_tensor_of(*this, row).bytes_per_token;
+  }
+  // Forward: query chunk i fetches the i c keys before it, sum c u (u - 1) / 2.
+  const std::uint64_t earlier_keys = checked_mul(c, checked_mul(u, u - 1) / 2);
+  if (!backward) return checked_mul(kv_row, earlier_keys);
+  // Backward: every key once; key chunk j fetches the T - j c queries from
+  // its own chunk on, sum u T - c u (u - 1) / 2.
+  const std::uint64_t later_queries = checked_mul(u, T) - earlier_keys;
+  return checked_add(checked_mul(kv_row, T), checked_mul(q_row, later_queries));
 }
 
 }  // namespace memo

@@ -54,6 +54,12 @@ inline gpt2_qkv_skeletal gpt2_qkv_skeletal_for(bool kv_offload) {
   return kv_offload ? gpt2_qkv_skeletal::dropped : gpt2_qkv_skeletal::kept;
 }
 
+/// The model's chunk (attention and loss) for a requested one: 0 picks
+/// min(T, 64), anything else is kept (and checked by the model).
+inline std::int64_t gpt2_chunk_or_default(std::int64_t requested, std::int64_t T) {
+  return requested == 0 ? std::min<std::int64_t>(T, 64) : requested;
+}
+
 /// Bytes of the [T, 3C] fp32 buffer that holds a block's QKV output when
 /// the skeletal tensors leave it out.
 inline std::uint64_t gpt2_qkv_buffer_bytes(const gpt2_config& c, std::int64_t T) {
@@ -94,15 +100,18 @@ inline skeletal_layout gpt2_skeletal_layout(const gpt2_config& c, std::int64_t T
 }
 
 /// The same block as a `transformer_layer` (fp32, one GPU): what the alpha
-/// LP and the cost model read. Without qkv, its attention keeps Q, K and V.
+/// LP and the cost model read. Without qkv, its attention keeps Q, K and V
+/// and reads them back in chunks of `attention_chunk` tokens (0: all T).
 inline transformer_layer gpt2_transformer_layer(const gpt2_config& c, std::int64_t T,
-                                                gpt2_qkv_skeletal qkv = gpt2_qkv_skeletal::kept) {
+                                                gpt2_qkv_skeletal qkv = gpt2_qkv_skeletal::kept,
+                                                std::int64_t attention_chunk = 0) {
   transformer_layer layer;
   layer.tokens = T;
   layer.hidden = c.channels;
   layer.heads = c.num_heads;
   layer.bytes_per_element = 4;
   layer.attention_keeps_qkv = qkv == gpt2_qkv_skeletal::dropped;
+  layer.attention_chunk = attention_chunk;
   layer.check();
   return layer;
 }

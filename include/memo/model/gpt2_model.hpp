@@ -126,11 +126,10 @@ class gpt2_model {
       : backend_(&backend),
         config_(checked_config(config, options)),
         T_(options.context),
-        chunk_(options.loss_chunk == 0 ? std::min<std::int64_t>(T_, 64) : options.loss_chunk),
+        chunk_(gpt2_chunk_or_default(options.loss_chunk, T_)),
         attention_shape_{.tokens = T_, .heads = config_.num_heads, .kv_heads = config_.num_heads,
                          .head_dim = config_.head_size(),
-                         .chunk = options.attention_chunk == 0 ? std::min<std::int64_t>(T_, 64)
-                                                               : options.attention_chunk},
+                         .chunk = gpt2_chunk_or_default(options.attention_chunk, T_)},
         table_(gpt2_parameter_layout(config_)) {
     expects(attention_shape_.chunk >= 1 && attention_shape_.chunk <= T_, [&] {
       return "gpt2_model: attention_chunk " + std::to_string(options.attention_chunk) +
@@ -230,7 +229,8 @@ class gpt2_model {
   /// `simulate_memo_step(model.step_config(), profile)` predicts what
   /// `last_step_timeline()` measures.
   [[nodiscard]] memo_step_config step_config() const {
-    const transformer_layer layer = gpt2_transformer_layer(config_, T_, memory_->qkv_skeletal());
+    const transformer_layer layer =
+        gpt2_transformer_layer(config_, T_, memory_->qkv_skeletal(), attention_shape_.chunk);
     auto step = memo_step_config::from_layer_cost(gpt_layer_cost_of(layer),
                                                   config_.num_layers, skeletal_plan().alpha());
     const memo_protocol_options& protocol = swapper().protocol_options();

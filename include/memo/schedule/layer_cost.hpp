@@ -75,6 +75,10 @@ struct gpt_layer_cost {
   /// S_qkv: Q, K and V the attention keeps in its own host store, moved
   /// whole in every layer (attention_keeps_qkv; 0 otherwise).
   std::uint64_t attention_host_bytes = 0;
+  /// What that attention fetches back from its store in one layer's
+  /// forward and backward (`transformer_layer::attention_fetch_bytes`).
+  std::uint64_t attention_forward_fetch_bytes = 0;
+  std::uint64_t attention_backward_fetch_bytes = 0;
 
   std::vector<collective_call> forward_collectives{};
 
@@ -101,6 +105,8 @@ inline gpt_layer_cost gpt_layer_cost_of(const transformer_layer& layer) {
   cost.other_bytes = layer.other_bytes();
   cost.skeletal_bytes = layer.skeletal_bytes();
   cost.attention_host_bytes = layer.attention_keeps_qkv ? layer.qkv_bytes() : 0;
+  cost.attention_forward_fetch_bytes = layer.attention_fetch_bytes(false);
+  cost.attention_backward_fetch_bytes = layer.attention_fetch_bytes(true);
 
   const std::uint64_t h_kv = layer.kv_width();
   const std::uint64_t t = static_cast<std::uint64_t>(layer.tensor_parallel);

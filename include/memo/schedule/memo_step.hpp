@@ -15,6 +15,19 @@
 //   recompute i  compute, (1 - alpha) x recompute_flops (or seconds)
 //   backward i   compute, backward FLOPs (or seconds), then the collectives
 //
+// An attention that keeps Q, K and V in its own host store
+// (`transformer_layer::attention_keeps_qkv`) adds its copies to the layer's
+// passes: during forward i it stores them ("attention store i", device to
+// host, queued on the offload stream) and fetches earlier K/V chunks
+// ("attention fetch i", host to device, on the prefetch stream); during
+// backward i it fetches K/V and queries ("attention fetch back i", on the
+// prefetch stream, issued when the backward starts). The attention joins its
+// copies into the compute stream before it returns, so each pass ends with a
+// marker ("forward i joined", "backward i joined") that waits for them: the
+// compute stream stalls when the swapper's transfers and the attention's
+// share a direction of the link for longer than the pass (MEMO eq. 2 with
+// S_qkv in the forward, the alpha LP's row (4) in the backward).
+//
 // with the protocol's waits as dependencies (an action's waits attach to its
 // first op; waiting on an action means waiting on its last op). Swapped layers
 // recompute when 0 < alpha < 1; at alpha = 0 the other skeletal tensors live
@@ -63,6 +76,13 @@ struct memo_step_config {
   std::uint64_t input_bytes = 0;             ///< S_input, offloaded whole
   std::uint64_t attention_output_bytes = 0;  ///< S_attn, offloaded whole
   std::uint64_t other_bytes = 0;             ///< S_others, alpha of it offloaded
+
+  /// The attention's own host traffic per layer (0: none): Q, K and V
+  /// stored in the forward, and what it fetches back in the forward and in
+  /// the backward (gpt_layer_cost's attention_* bytes).
+  std::uint64_t attention_store_bytes = 0;
+  std::uint64_t attention_forward_fetch_bytes = 0;
+  std::uint64_t attention_backward_fetch_bytes = 0;
 
   /// Measured durations (e.g. from the host backend); each overrides the
   /// corresponding FLOP count in simulation when set.
@@ -167,6 +187,9 @@ struct memo_step_config {
     config.input_bytes = cost.input_bytes;
     config.attention_output_bytes = cost.attention_output_bytes;
     config.other_bytes = cost.other_bytes;
+    config.attention_store_bytes = cost.attention_host_bytes;
+    config.attention_forward_fetch_bytes = cost.attention_forward_fetch_bytes;
+    config.attention_backward_fetch_bytes = cost.attention_backward_fetch_bytes;
     if (with_collectives) config.forward_collectives = cost.forward_collectives;
     return config;
   }
@@ -218,6 +241,27 @@ inline memo_step build_memo_step(const memo_step_config& config) {
     return last;
   };
 
+  // The attention's copies of one pass, issued when its compute starts
+  // (after the protocol's waits and the compute stream's previous op), and
+  // the marker that joins them back; returns `compute` when there are none.
+  std::optional<op_id> last_compute;  // the compute stream's last op so far
+  auto join_attention = [&](const std::string& pass, op_id compute, std::vector<op_id> start,
+                            std::uint64_t stored, std::uint64_t fetched, const std::string& fetch_name) {
+    if (last_compute) start.push_back(*last_compute);
+    std::vector<op_id> copies;
+    if (stored > 0) {
+      copies.push_back(schedule.add_copy("attention store" + pass.substr(pass.find(' ')), config.offload_stream,
+                                         copy_kind::device_to_host, {.bytes = stored}, start));
+    }
+    if (fetched > 0) {
+      copies.push_back(schedule.add_copy(fetch_name, config.prefetch_stream, copy_kind::host_to_device,
+                                         {.bytes = fetched}, start));
+    }
+    if (copies.empty()) return compute;
+    copies.push_back(compute);
+    return schedule.add_marker(pass + " joined", config.compute_stream, copies);
+  };
+
   std::vector<op_id> last_op;  // [action] the op other actions wait on
   last_op.reserve(step.protocol.size());
   for (const auto& action : step.protocol) {
@@ -232,21 +276,27 @@ inline memo_step build_memo_step(const memo_step_config& config) {
         first = schedule.add_compute(
             name, config.compute_stream,
             {.flops = config.layer_forward_flops, .duration_seconds = config.layer_forward_seconds}, after);
-        last = add_collectives(name, first);
+        last = add_collectives(name, join_attention(name, first, after, config.attention_store_bytes,
+                                                    config.attention_forward_fetch_bytes,
+                                                    "attention fetch " + std::to_string(layer)));
         step.forward[layer] = first;
+        last_compute = last;
         break;
       case memo_action_kind::backward:
         first = schedule.add_compute(
             name, config.compute_stream,
             {.flops = config.backward_flops(), .duration_seconds = config.layer_backward_seconds}, after);
-        last = add_collectives(name, first);
+        last = add_collectives(name, join_attention(name, first, after, 0, config.attention_backward_fetch_bytes,
+                                                    "attention fetch back " + std::to_string(layer)));
         step.backward[layer] = first;
+        last_compute = last;
         break;
       case memo_action_kind::recompute:
         first = last = schedule.add_compute(
             name, config.compute_stream,
             {.flops = recompute_fraction * config.recompute_flops, .duration_seconds = recompute_seconds}, after);
         step.recompute[layer] = first;
+        last_compute = last;
         break;
       case memo_action_kind::offload:
         first = last = schedule.add_copy(name, config.offload_stream, copy_kind::device_to_host,

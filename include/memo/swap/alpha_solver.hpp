@@ -22,6 +22,22 @@
 // offload of layer i hidden behind the forward of layer i+1; (3) keeps the
 // host from running out of memory.
 //
+// MEMO's LP has no row for the backward, where the other direction of the
+// link carries the swapper's prefetches, and such an attention's fetches
+// (`attention_fetch_bytes`: every K/V chunk once, each query chunk once per
+// key chunk at or before it) share it. With `layer_backward_seconds` set
+// the LP adds
+//
+//     (S_input + S_attn + alpha * S_others + S_fetch) / B_h2d  <=  T_backward   (4)
+//
+// one prefetch and one layer's fetches inside one layer's backward. The
+// first prefetch (of the first swapped layer) runs during the backward of
+// the last resident layer, which rebuilds nothing, and each later one goes
+// on the same in-order stream ahead of the fetches of the layer whose
+// rebuild it overlaps; so (4) is what keeps the backward from waiting on
+// the link (schedule/memo_step.hpp simulates it): exactly with K = 2
+// rounding buffers and two resident layers, with room to spare otherwise.
+//
 // The LP is solved with lp_solve (as in the paper), each row scaled to
 // natural units (seconds, fraction of the budget) so its coefficients stay
 // near 1 for any sequence length. The result names the constraint that binds
@@ -64,6 +80,12 @@ struct alpha_problem {
   /// S_qkv: Q, K and V of one layer that its attention keeps in host memory
   /// itself (0: the skeletal tensors hold them, in other_bytes).
   std::uint64_t attention_host_bytes = 0;
+  /// Row (4), present when layer_backward_seconds > 0: one layer's backward
+  /// (without the rebuild), the host-to-device bandwidth, and S_fetch, what
+  /// the attention reads back from its host store in one layer's backward.
+  double layer_backward_seconds = 0.0;
+  double host_to_device_bytes_per_second = 0.0;
+  std::uint64_t attention_fetch_bytes = 0;
 
   [[nodiscard]] int swapped_layers() const { return std::max(0, layers - resident_last_layers); }
   /// S_input + S_attn.
@@ -78,6 +100,13 @@ struct alpha_problem {
   /// copies included.
   [[nodiscard]] double transfer_seconds(double alpha) const {
     return (offload_bytes(alpha) + static_cast<double>(attention_host_bytes)) / bandwidth_bytes_per_second;
+  }
+  /// Whether row (4) is part of the problem.
+  [[nodiscard]] bool has_backward_row() const { return layer_backward_seconds > 0.0; }
+  /// Seconds the link to the device is busy in one layer backward at
+  /// `alpha`: one prefetch and the attention's fetches (left side of (4)).
+  [[nodiscard]] double backward_transfer_seconds(double alpha) const {
+    return (offload_bytes(alpha) + static_cast<double>(attention_fetch_bytes)) / host_to_device_bytes_per_second;
   }
   /// Host bytes of every layer's attention store: n x S_qkv.
   [[nodiscard]] double attention_host_total() const {
@@ -107,6 +136,21 @@ struct alpha_problem {
       return "alpha problem: layer_forward_seconds must be positive, got " +
              std::to_string(layer_forward_seconds);
     });
+    expects(std::isfinite(layer_backward_seconds) && layer_backward_seconds >= 0.0, [&] {
+      return "alpha problem: layer_backward_seconds must be finite and >= 0, got " +
+             std::to_string(layer_backward_seconds);
+    });
+    expects(!has_backward_row() ||
+                (std::isfinite(host_to_device_bytes_per_second) && host_to_device_bytes_per_second > 0.0),
+            [&] {
+              return "alpha problem: with a backward row (layer_backward_seconds > 0) "
+                     "host_to_device_bytes_per_second must be positive, got " +
+                     std::to_string(host_to_device_bytes_per_second);
+            });
+    expects(attention_fetch_bytes == 0 || has_backward_row(), [&] {
+      return "alpha problem: attention_fetch_bytes (" + std::to_string(attention_fetch_bytes) +
+             ") is counted only in the backward row: set layer_backward_seconds";
+    });
     expects(layers >= 1 && resident_last_layers >= 0, [&] {
       return "alpha problem: need layers >= 1 and resident_last_layers >= 0, got " +
              std::to_string(layers) + " and " + std::to_string(resident_last_layers);
@@ -115,7 +159,9 @@ struct alpha_problem {
 
   /// A problem from a GPT layer's cost on a device: T_layer from the
   /// forward FLOPs at the profile's achieved rate, B its device-to-host
-  /// bandwidth, M_cpu the node's host memory divided by its GPUs.
+  /// bandwidth, M_cpu the node's host memory divided by its GPUs, and row
+  /// (4) from the backward FLOPs, the host-to-device bandwidth and the
+  /// attention's backward fetches.
   static alpha_problem from_layer_cost(const gpt_layer_cost& cost, const device_profile& profile,
                                        int layers, int resident_last_layers = 2) {
     alpha_problem problem;
@@ -125,6 +171,9 @@ struct alpha_problem {
     problem.attention_host_bytes = cost.attention_host_bytes;
     problem.bandwidth_bytes_per_second = profile.device_to_host_bytes_per_second;
     problem.layer_forward_seconds = profile.compute_seconds(cost.forward_flops);
+    problem.layer_backward_seconds = profile.compute_seconds(cost.backward_flops);
+    problem.host_to_device_bytes_per_second = profile.host_to_device_bytes_per_second;
+    problem.attention_fetch_bytes = cost.attention_backward_fetch_bytes;
     problem.layers = layers;
     problem.resident_last_layers = resident_last_layers;
     problem.host_budget_bytes = profile.host_memory_bytes_per_gpu();
@@ -141,7 +190,8 @@ struct alpha_problem {
 enum class alpha_bound {
   bandwidth,    ///< (2): a larger alpha would make the offload outlast the layer
   host_memory,  ///< (3): a larger alpha would overflow the host budget
-  everything,   ///< alpha = 1: everything is offloaded and both constraints hold
+  everything,   ///< alpha = 1: everything is offloaded and every constraint holds
+  prefetch,     ///< (4): a larger alpha would make the backward wait on the link to the device
 };
 
 inline constexpr const char* to_string(alpha_bound bound) {
@@ -149,6 +199,7 @@ inline constexpr const char* to_string(alpha_bound bound) {
     case alpha_bound::bandwidth: return "bandwidth (eq. 2)";
     case alpha_bound::host_memory: return "host memory (eq. 3)";
     case alpha_bound::everything: return "alpha = 1 (nothing to recompute)";
+    case alpha_bound::prefetch: return "prefetch bandwidth (backward row 4)";
   }
   return "unknown";
 }
@@ -161,6 +212,11 @@ struct alpha_solution {
   /// Compute-stream stall per forward layer, max(0, transfer - T_layer):
   /// zero at the LP's alpha by (2); see `predicted_stall_seconds`.
   double stall_seconds_per_layer = 0.0;
+  /// One layer backward's link time at alpha (a prefetch and the
+  /// attention's fetches; 0 without row (4)) and the stall it would leave,
+  /// max(0, that - T_backward): zero at the LP's alpha by (4).
+  double backward_transfer_seconds = 0.0;
+  double backward_stall_seconds_per_layer = 0.0;
 };
 
 /// Forward stall per layer at any alpha: the compute stream waits for the
@@ -203,6 +259,18 @@ inline void check_alpha_zero_feasible(const alpha_problem& problem) {
                   : std::to_string(total - budget)) +
            " bytes";
   });
+  if (problem.has_backward_row()) {
+    const double busy = problem.backward_transfer_seconds(0.0);
+    const double section = problem.layer_backward_seconds;
+    expects(busy <= section, [&] {
+      return "alpha LP infeasible: even alpha = 0 breaks the backward row (4): prefetching the layer input "
+             "and attention output (" + std::to_string(problem.whole_bytes()) + " bytes) and the attention's "
+             "fetches (" + std::to_string(problem.attention_fetch_bytes) + " bytes) takes " + std::to_string(busy) +
+             " s at " + std::to_string(problem.host_to_device_bytes_per_second) + " bytes/s, " +
+             std::to_string(busy - section) + " s longer than the layer backward time of " +
+             std::to_string(section) + " s";
+    });
+  }
   const std::uint64_t budget = problem.host_budget_bytes - layers * problem.attention_host_bytes;
   const auto swapped = static_cast<std::uint64_t>(problem.swapped_layers());
   const std::uint64_t whole = problem.whole_bytes();
@@ -230,6 +298,11 @@ inline alpha_solution finish_alpha(const alpha_problem& problem, double alpha) {
   solution.transfer_seconds = problem.transfer_seconds(alpha);
   solution.host_bytes = problem.host_bytes(alpha);
   solution.stall_seconds_per_layer = predicted_stall_seconds(problem, alpha);
+  if (problem.has_backward_row()) {
+    solution.backward_transfer_seconds = problem.backward_transfer_seconds(alpha);
+    solution.backward_stall_seconds_per_layer =
+        std::max(0.0, solution.backward_transfer_seconds - problem.layer_backward_seconds);
+  }
   if (alpha >= 1.0 - 1e-9 || problem.other_bytes == 0) {
     solution.binding = alpha_bound::everything;
     return solution;
@@ -241,13 +314,18 @@ inline alpha_solution finish_alpha(const alpha_problem& problem, double alpha) {
   const double host_slack = problem.swapped_layers() == 0
                                 ? std::numeric_limits<double>::infinity()
                                 : (budget - solution.host_bytes) / std::max(budget, 1.0);
+  const double prefetch_slack =
+      problem.has_backward_row()
+          ? (problem.layer_backward_seconds - solution.backward_transfer_seconds) / problem.layer_backward_seconds
+          : std::numeric_limits<double>::infinity();
   solution.binding = bandwidth_slack <= host_slack ? alpha_bound::bandwidth : alpha_bound::host_memory;
+  if (prefetch_slack < std::min(bandwidth_slack, host_slack)) solution.binding = alpha_bound::prefetch;
   return solution;
 }
 
 }  // namespace detail
 
-/// The LP's answer by hand: min(1, bandwidth limit, host limit).
+/// The LP's answer by hand: min(1, bandwidth limit, host limit, prefetch limit).
 inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
   problem.check();
   detail::check_alpha_zero_feasible(problem);
@@ -262,6 +340,11 @@ inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
       const double per_layer = (static_cast<double>(problem.host_budget_bytes) - problem.attention_host_total()) /
                                static_cast<double>(problem.swapped_layers());
       alpha = std::min(alpha, (per_layer - whole) / other);
+    }
+    if (problem.has_backward_row()) {
+      const auto fetch = static_cast<double>(problem.attention_fetch_bytes);
+      alpha = std::min(alpha, (problem.host_to_device_bytes_per_second * problem.layer_backward_seconds - whole -
+                               fetch) / other);
     }
   }
   return detail::finish_alpha(problem, std::clamp(alpha, 0.0, 1.0));
@@ -289,6 +372,12 @@ inline alpha_solution solve_alpha(const alpha_problem& problem) {
     const double scale = budget > 0.0 ? budget : 1.0;
     const double coefficient[] = {swapped * other / scale};
     lp.add_row(column, coefficient, lp_sense::less_equal, (budget - problem.host_bytes(0.0)) / scale);
+  }
+  // (4) in seconds: alpha * S_others / B_h2d <= T_b - (S_input + S_attn + S_fetch) / B_h2d.
+  if (problem.has_backward_row()) {
+    const double coefficient[] = {other / problem.host_to_device_bytes_per_second};
+    lp.add_row(column, coefficient, lp_sense::less_equal,
+               problem.layer_backward_seconds - problem.backward_transfer_seconds(0.0));
   }
   const double objective[] = {1.0};
   lp.set_objective(column, objective, true);
