@@ -28,6 +28,17 @@
 // A800-80GB GPUs with TP 4 x CP 2, 16K..1M tokens: alpha from the LP, the
 // transfer per layer, host memory per node and the simulated step's stall.
 //
+// Part 3 (simulated). FPDT's setting (section 5.1): Llama-3 8B (hidden 4096,
+// 32 heads, 8 K/V heads, FFN 14336) on 4 A100s, its attention split over
+// the GPUs by heads (Ulysses; here tensor_parallel 4, which splits the
+// attention the same way) and keeping Q, K and V on the host, read back in
+// chunks of 64K or 16K tokens, on the a100x4 cluster profile's effective
+// host link (project/cluster_profile.hpp). Alpha from MEMO's rows (2)-(3)
+// alone and with the backward row (4), and the simulated step's stalls at
+// each, forward and backward. With grouped K/V the backward reads queries
+// per chunk pair while the forward reads only the smaller K/V, so (4)
+// binds where the forward still hides its fetches.
+//
 // --json prints one JSON object (memo::json_writer); --quick runs in seconds.
 #include "memo/core/config.hpp"
 
@@ -54,6 +65,7 @@ int main() {
 #include "memo/core/device_profile.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/spread.hpp"
+#include "memo/project/cluster_profile.hpp"
 #include "memo/schedule/layer_cost.hpp"
 #include "memo/schedule/memo_step.hpp"
 #include "memo/swap/alpha_solver.hpp"
@@ -478,6 +490,73 @@ int main(int argc, char** argv) {
         if (!json) std::printf("  %6ldK infeasible: %s\n", k_tokens, e.message().c_str());
       }
       out.end_object();
+    }
+    out.end_array();
+
+    const memo::device_profile link = memo::project::load_cluster_profile("a100x4").device();
+    if (!json) {
+      std::printf("\nLlama-3 8B with FPDT attention (Q, K, V on the host), 4 GPUs split by heads, %s at\n"
+                  "its effective %.0f GB/s host link; alpha from rows (2)-(3) alone and with (4), and the\n"
+                  "simulated step's stall (forward + backward ms) at each:\n",
+                  link.name.c_str(), link.host_to_device_bytes_per_second / 1e9);
+      std::printf("  %7s %6s %9s %9s %9s %9s %-36s %9s %9s\n", "tokens", "chunk", "fwd ms", "bwd ms", "alpha23",
+                  "stall ms", "binding (2)-(4)", "alpha", "stall ms");
+    }
+    out.key("projection_8b_fpdt").begin_array();
+    for (const long k_tokens : {64L, 128L, 256L, 512L}) {
+     for (const long k_chunk : {16L, 4L}) {
+      memo::transformer_layer gpt;
+      gpt.hidden = 4096;
+      gpt.heads = 32;
+      gpt.kv_heads = 8;
+      gpt.ffn_hidden = 14336;
+      gpt.tokens = k_tokens * 1024;
+      gpt.tensor_parallel = 4;
+      gpt.attention_keeps_qkv = true;
+      gpt.attention_chunk = k_chunk * 1024;
+      const auto cost = memo::gpt_layer_cost_of(gpt);
+      const auto with_row = memo::alpha_problem::from_layer_cost(cost, link, 32);
+      auto memo_rows = with_row;  // MEMO's LP: no backward row
+      memo_rows.layer_backward_seconds = 0.0;
+      memo_rows.attention_fetch_bytes = 0;
+      auto stall_at = [&](double alpha) {
+        const auto step = memo::simulate_memo_step(memo::memo_step_config::from_layer_cost(cost, 32, alpha), link);
+        return std::pair{step.forward_stall_seconds, step.backward_stall_seconds};
+      };
+      out.begin_object().field("tokens", gpt.tokens).field("attention_chunk", gpt.attention_chunk);
+      out.field("layer_forward_ms", with_row.layer_forward_seconds * 1e3);
+      out.field("layer_backward_ms", with_row.layer_backward_seconds * 1e3);
+      out.field("attention_backward_fetch_bytes", cost.attention_backward_fetch_bytes);
+      std::string text;
+      char cell[160];
+      std::snprintf(cell, sizeof cell, "  %6ldK %5ldK %9.1f %9.1f", k_tokens, k_chunk,
+                    with_row.layer_forward_seconds * 1e3, with_row.layer_backward_seconds * 1e3);
+      text += cell;
+      for (const bool full : {false, true}) {
+        out.key(full ? "with_backward_row" : "memo_rows").begin_object();
+        try {
+          const auto solution = memo::solve_alpha(full ? with_row : memo_rows);
+          const auto [forward_stall, backward_stall] = stall_at(solution.alpha);
+          out.field("feasible", true).field("alpha", solution.alpha).field("binding", memo::to_string(solution.binding));
+          out.field("forward_stall_ms", forward_stall * 1e3).field("backward_stall_ms", backward_stall * 1e3);
+          if (full) text += " " + std::string(memo::to_string(solution.binding)) + std::string(
+              36 - std::min<std::size_t>(36, std::string(memo::to_string(solution.binding)).size()), ' ');
+          std::snprintf(cell, sizeof cell, " %9.4f %4.0f+%-4.0f", solution.alpha, forward_stall * 1e3,
+                        backward_stall * 1e3);
+          text += cell;
+        } catch (const memo::error& e) {
+          out.field("feasible", false).field("note", e.message());
+          // The row it breaks ("... breaks the backward row (4): ..."); the
+          // whole message is in the JSON.
+          const std::string message = e.message();
+          const std::size_t from = message.find("breaks the "), to = message.find(':', from);
+          text += " infeasible: " + (from == std::string::npos ? message : message.substr(from + 11, to - from - 11));
+        }
+        out.end_object();
+      }
+      out.end_object();
+      if (!json) std::printf("%s\n", text.c_str());
+     }
     }
     out.end_array().end_object();
     if (json) std::printf("%s\n", out.str().c_str());
