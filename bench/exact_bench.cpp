@@ -4,7 +4,10 @@
 //
 //   exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B]
 //               [--family NAME] [--buffers N] [--trace-limit S] [--no-ablation]
-//               [--no-traces] [--each] [--save DIR]
+//               [--no-traces] [--each] [--save DIR] [--threads N]
+//
+// --threads N: the exact search's threads (memo::exact_options::threads;
+// default 1, deterministic); the ablation rows use the same number.
 //
 // Families (five seeds each, seeds B .. B+K-1 with B = 0 unless given; a
 // seed fixes an instance; --each prints every instance; --save writes every
@@ -469,6 +472,7 @@ int main(int argc, char** argv) {
   std::string only_family;
   std::string save_dir;
   std::size_t only_buffers = 0;
+  unsigned threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -494,12 +498,18 @@ int main(int argc, char** argv) {
       save_dir = argv[++i];
     } else if (arg == "--family" && has_value) {
       only_family = argv[++i];
+    } else if (arg == "--threads" && has_value) {
+      threads = static_cast<unsigned>(std::stoul(argv[++i]));
+      if (threads < 1 || threads > 256) {
+        std::fprintf(stderr, "exact_bench: --threads must be in [1, 256]\n");
+        return 2;
+      }
     } else if (arg == "--buffers" && has_value) {
       only_buffers = static_cast<std::size_t>(std::stoul(argv[++i]));
     } else {
       std::fprintf(stderr,
                    "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B] [--family NAME] "
-                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] [--save DIR]\n");
+                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] [--save DIR] [--threads N]\n");
       return 2;
     }
   }
@@ -522,7 +532,8 @@ int main(int argc, char** argv) {
   auto wanted = [&](const std::string& f, std::size_t n) {
     return (only_family.empty() || only_family == f) && (only_buffers == 0 || only_buffers == n);
   };
-  const memo::exact_options all;
+  memo::exact_options all;
+  all.threads = threads;
   std::vector<run> runs;
   if (!json) print_header("Families (time limit per instance; fit = capacity at the lower bound)");
   const char* families[] = {"random-sparse", "random-medium", "random-dense", "mixed-align", "nested", "gpt"};
@@ -583,7 +594,7 @@ int main(int argc, char** argv) {
     };
     std::vector<config> configs = {{"all", all}};
     auto off = [&](const char* name, bool memo::exact_options::*field) {
-      memo::exact_options o;
+      memo::exact_options o = all;
       o.*field = false;
       configs.push_back({name, o});
     };

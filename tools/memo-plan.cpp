@@ -6,11 +6,14 @@
 //             [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]
 //             [--json] [--no-dominance] [--no-section-bounds]
 //             [--no-alignment-bounds] [--no-symmetry] [--no-decomposition]
-//             [--no-restarts] [--no-tight-branching] [--no-transpositions] TRACE
+//             [--no-restarts] [--no-tight-branching] [--no-transpositions]
+//             [--threads N] TRACE
 //
 // The --no-* flags turn off one part of the exact search (memo::exact_options;
 // docs/dsa-solvers.md says what each buys), for it and for the bi-level
-// planner's levels; the answers stay exact, only slower to reach.
+// planner's levels; the answers stay exact, only slower to reach. --threads
+// gives the exact search N threads (exact_options::threads): N - 1 run
+// restarts beside the complete searches.
 //
 // TRACE is a request trace (`malloc id bytes` / `free id bytes`, optional
 // section markers) or DSA benchmark CSV (`id,lower,upper,size[,alignment]`);
@@ -132,12 +135,15 @@ const char* const usage_text =
     "                 [--time-limit S] [--layers N] [--out plan.csv] [--svg plan.svg]\n"
     "                 [--json] [--no-dominance] [--no-section-bounds]\n"
     "                 [--no-alignment-bounds] [--no-symmetry] [--no-decomposition]\n"
-    "                 [--no-restarts] [--no-tight-branching] [--no-transpositions] TRACE\n"
+    "                 [--no-restarts] [--no-tight-branching] [--no-transpositions]\n"
+    "                 [--threads N] TRACE\n"
     "TRACE: a request trace (malloc/free lines) or DSA CSV (id,lower,upper,size).\n"
     "--layers N: TRACE is one layer (sections 'layer 0 forward' and 'layer 0 backward');\n"
     "            plan the model made of N such layers.\n"
     "--no-*: turn off one part of the exact search (memo::exact_options); the answers\n"
-    "        stay exact, only slower to reach.\n";
+    "        stay exact, only slower to reach.\n"
+    "--threads N: the exact search's threads (default 1, deterministic); N - 1 more run\n"
+    "        restarts beside it, which finds tightly packed plans sooner.\n";
 
 // What the user typed, as an error message shows it: control bytes
 // escaped and long values cut, like the tokens of an input file.
@@ -194,6 +200,13 @@ arguments parse_arguments(int argc, char** argv) {
       }
       if (!n || *n < 1) throw usage_error("--layers '" + shown(v) + "' is not a positive layer count");
       a.layers = *n;
+    } else if (arg == "--threads") {
+      const std::string v = need(i);
+      const auto n = memo::detail::parse_integer<std::int64_t>(v);
+      if (!n || *n < 1 || *n > 256) {
+        throw usage_error("--threads '" + shown(v) + "' is not a thread count from 1 to 256");
+      }
+      a.exact.threads = static_cast<unsigned>(*n);
     } else if (arg == "--out") {
       a.out = need(i);
     } else if (arg == "--svg") {
@@ -670,6 +683,7 @@ int plan(const arguments& args, clock_type::time_point started) {
       j.key("exact_switches").begin_object();
       for (const auto& sw : exact_switches) j.field(switch_key(sw), args.exact.*(sw.field));
       j.end_object();
+      j.field("exact_threads", static_cast<std::uint64_t>(args.exact.threads));
     }
     j.key("solvers").begin_array();
     for (const auto& r : rows) {

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdint>
@@ -97,10 +98,10 @@ class dsa_search {
     if (target > seen_.target) seen_.clear();
     seen_.target = target;
     good_enough_ = good_enough;
-    clock_.emplace(deadline, 1u << 16);
+    clock_.emplace(deadline, 1u << 16, cancel_);
     node_budget_end_ = saturating_add(nodes_, node_limit);
     stop_ = timed_out_ = out_of_nodes_ = reached_ = false;
-    if (clock::now() >= deadline) return outcome::timed_out;
+    if (clock_->expired_now()) return outcome::timed_out;
     if (n_ == 0) {
       record();
       return outcome::found;
@@ -115,6 +116,10 @@ class dsa_search {
     if (timed_out_) return outcome::timed_out;
     return out_of_nodes_ ? outcome::out_of_nodes : outcome::exhausted;
   }
+
+  /// A flag another thread sets to stop this search as if its deadline had
+  /// passed (read with the clock, every 2^16 units of work); null: none.
+  void set_cancel(const std::atomic<bool>* cancel) noexcept { cancel_ = cancel; }
 
   /// Drops the plan this search found (another search's is kept instead).
   void forget_plan() {
@@ -938,6 +943,7 @@ class dsa_search {
   std::uint64_t target_ = 0;
   std::uint64_t good_enough_ = 0;
   std::optional<deadline_clock> clock_;
+  const std::atomic<bool>* cancel_ = nullptr;
   bool stop_ = false;
   bool timed_out_ = false;
   bool out_of_nodes_ = false;

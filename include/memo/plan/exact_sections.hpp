@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -73,29 +74,37 @@ class trail_entry {
 class deadline_clock {
  public:
   using clock = std::chrono::steady_clock;
-  explicit deadline_clock(clock::time_point deadline, std::uint32_t period = 4096)
-      : deadline_(deadline), period_(period) {}
-  /// True once the deadline has passed (sticky).
+  /// `cancel`, when given, is read with the clock: once another thread sets
+  /// it, the clock has expired too.
+  explicit deadline_clock(clock::time_point deadline, std::uint32_t period = 4096,
+                          const std::atomic<bool>* cancel = nullptr)
+      : deadline_(deadline), period_(period), cancel_(cancel) {}
+  /// True once the deadline has passed or the cancel flag was set (sticky).
   bool expired(std::uint64_t work = 1) {
     if (expired_) return true;
     work_ += work;
     if (work_ >= period_) {
       work_ = 0;
-      expired_ = clock::now() >= deadline_;
+      expired_ = read();
     }
     return expired_;
   }
   /// Reads the clock now, whatever the work since the last read.
   bool expired_now() {
     work_ = 0;
-    expired_ = expired_ || clock::now() >= deadline_;
+    expired_ = expired_ || read();
     return expired_;
   }
   [[nodiscard]] clock::time_point deadline() const noexcept { return deadline_; }
 
  private:
+  bool read() const {
+    return (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) || clock::now() >= deadline_;
+  }
+
   clock::time_point deadline_;
   std::uint64_t period_;
+  const std::atomic<bool>* cancel_;
   std::uint64_t work_ = 0;
   bool expired_ = false;
 };

@@ -32,13 +32,16 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "memo/core/error.hpp"
@@ -107,8 +110,98 @@ class search_portfolio {
     }
   }
 
-  /// Is there a plan with peak <= target? `feasible` leaves it as the best plan.
+  /// Is there a plan with peak <= target? `feasible` leaves it as the best
+  /// plan. With `threads` > 1, helper threads run restarts meanwhile; the
+  /// first thread to decide stops the others.
   verdict decide(std::uint64_t target, clock::time_point deadline) {
+    if (options_.threads <= 1 || !options_.restarts) return decide_here(target, deadline, nullptr);
+    struct helper {
+      std::optional<dsa_search> found;  // the restart that found a plan
+      bool exhausted = false;           // a restart that exhausted its tree: no plan
+      std::uint64_t nodes = 0;
+      std::exception_ptr failure;
+    };
+    std::vector<helper> helpers(options_.threads - 1);
+    std::atomic<bool> stop{false};
+    verdict here = verdict::unknown;
+    {
+      std::vector<std::jthread> threads;
+      // Destroyed first, however the block is left: the helpers stop, then join.
+      struct stop_on_exit {
+        std::atomic<bool>& flag;
+        ~stop_on_exit() { flag.store(true); }
+      } guard{stop};
+      threads.reserve(helpers.size());
+      for (std::size_t h = 0; h < helpers.size(); ++h) {
+        threads.emplace_back([&, h] {
+          try {
+            restart_alone(h + 1, target, deadline, stop, helpers[h].found, helpers[h].exhausted, helpers[h].nodes);
+          } catch (...) {
+            helpers[h].failure = std::current_exception();
+          }
+          stop.store(true);
+        });
+      }
+      here = decide_here(target, deadline, &stop);
+    }
+    for (auto& search : searches_) search.set_cancel(nullptr);  // `stop` dies here
+    for (auto& h : helpers) {
+      restart_nodes_ += h.nodes;
+      if (h.failure) std::rethrow_exception(h.failure);
+    }
+    if (here != verdict::unknown) return here;
+    for (auto& h : helpers) {
+      if (h.found || h.exhausted) ++helper_decisions_;
+      if (h.found) {
+        if (searches_.size() == fixed_) {
+          searches_.push_back(std::move(*h.found));
+        } else {
+          searches_[fixed_] = std::move(*h.found);
+        }
+        searches_[fixed_].set_cancel(nullptr);
+        keep_only(fixed_);
+        return verdict::feasible;
+      }
+      if (h.exhausted) return verdict::infeasible;
+    }
+    return verdict::unknown;
+  }
+
+  /// The rankings of the complete searches, each ordering the buffers
+  /// differently from the others.
+  [[nodiscard]] const std::vector<dsa_search::ranking>& rankings() const noexcept { return rankings_; }
+
+  [[nodiscard]] std::uint64_t best_peak() const { return searches_[best_].best_peak(); }
+  /// The best plan's offsets, parallel to the component's buffers.
+  void best_offsets(std::vector<std::uint64_t>& offsets) const {
+    const auto& search = searches_[best_];
+    for (std::uint32_t r = 0; r < search.best_offsets().size(); ++r) {
+      offsets[search.original_index(r)] = search.best_offsets()[r];
+    }
+  }
+  /// Decisions a helper thread's restart made (found a plan or exhausted).
+  [[nodiscard]] std::uint64_t helper_decisions() const noexcept { return helper_decisions_; }
+  [[nodiscard]] std::uint64_t nodes() const {
+    std::uint64_t total = restart_nodes_;
+    for (std::size_t k = 0; k < fixed_; ++k) total += searches_[k].nodes();
+    return total;
+  }
+
+ private:
+  // Makes search k's plan the best one; the others' plans are dropped (a
+  // plan is n offsets, and every new plan is better than the old ones).
+  void keep_only(std::size_t k) {
+    best_ = k;
+    for (std::size_t j = 0; j < searches_.size(); ++j) {
+      if (j != k) searches_[j].forget_plan();
+    }
+  }
+
+  // The calling thread's decision: complete searches round robin with
+  // restarts between rounds, all stopped by `stop` when given.
+  verdict decide_here(std::uint64_t target, clock::time_point deadline, const std::atomic<bool>* stop) {
+    for (auto& search : searches_) search.set_cancel(stop);
+    const auto stopped = [&] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
     for (std::uint64_t limit = first_limit_;; limit = saturating_add(limit, limit)) {
       for (std::size_t k = 0; k < fixed_; ++k) {
         const auto result = searches_[k].search(work_, target, target, deadline, limit);
@@ -121,10 +214,11 @@ class search_portfolio {
           std::uint64_t{perfect ? options_.perfect_packing_share : options_.restart_share} * fixed_;
       const std::uint64_t quota = share != 0 && limit > exact_u64_max / share ? exact_u64_max : share * limit;
       for (std::uint64_t spent = 0; spent < quota;) {
-        if (clock::now() >= deadline) return verdict::unknown;
+        if (clock::now() >= deadline || stopped()) return verdict::unknown;
         ++seed_;
         std::uint64_t budget = first_limit_;
-        dsa_search restart = next_dive(budget, perfect);
+        dsa_search restart = make_dive(seed_, seed_, budget, perfect);
+        restart.set_cancel(stop);
         spent = saturating_add(spent, budget);
         const auto result = restart.search(work_, target, target, deadline, budget);
         restart_nodes_ += restart.nodes();
@@ -142,56 +236,54 @@ class search_portfolio {
     }
   }
 
-  /// The rankings of the complete searches, each ordering the buffers
-  /// differently from the others.
-  [[nodiscard]] const std::vector<dsa_search::ranking>& rankings() const noexcept { return rankings_; }
-
-  [[nodiscard]] std::uint64_t best_peak() const { return searches_[best_].best_peak(); }
-  /// The best plan's offsets, parallel to the component's buffers.
-  void best_offsets(std::vector<std::uint64_t>& offsets) const {
-    const auto& search = searches_[best_];
-    for (std::uint32_t r = 0; r < search.best_offsets().size(); ++r) {
-      offsets[search.original_index(r)] = search.best_offsets()[r];
+  // A helper thread's decision: restarts only, the i-th with the Luby term
+  // and fit order of index i and a seed of its own (thread `h` > 0 in the
+  // top bits, so no two threads shuffle alike), until one decides, the
+  // deadline passes or `stop` is set. Touches nothing of the portfolio's.
+  void restart_alone(std::uint64_t h, std::uint64_t target, clock::time_point deadline,
+                     const std::atomic<bool>& stop, std::optional<dsa_search>& found, bool& exhausted,
+                     std::uint64_t& nodes) const {
+    search_workspace work;
+    const bool perfect = flat_load_ == target;
+    for (std::uint64_t i = 1; !stop.load(std::memory_order_relaxed) && clock::now() < deadline; ++i) {
+      std::uint64_t budget = first_limit_;
+      dsa_search restart = make_dive(i, (h << 48) + i, budget, perfect);
+      restart.set_cancel(&stop);
+      const auto result = restart.search(work, target, target, deadline, budget);
+      nodes += restart.nodes();
+      if (result == dsa_search::outcome::found) {
+        found.emplace(std::move(restart));
+        return;
+      }
+      if (result == dsa_search::outcome::exhausted) {
+        exhausted = true;
+        return;
+      }
     }
   }
-  [[nodiscard]] std::uint64_t nodes() const {
-    std::uint64_t total = restart_nodes_;
-    for (std::size_t k = 0; k < fixed_; ++k) total += searches_[k].nodes();
-    return total;
-  }
 
- private:
-  // Makes search k's plan the best one; the others' plans are dropped (a
-  // plan is n offsets, and every new plan is better than the old ones).
-  void keep_only(std::size_t k) {
-    best_ = k;
-    for (std::size_t j = 0; j < searches_.size(); ++j) {
-      if (j != k) searches_[j].forget_plan();
-    }
-  }
-
-  // The next restart and its node budget (`perfect`: in a decision that
-  // leaves no byte free).
-  dsa_search next_dive(std::uint64_t& budget, bool perfect) {
+  // Restart number `index` (its Luby term and fit order) shuffled by `seed`,
+  // and its node budget (`perfect`: in a decision that leaves no byte free).
+  dsa_search make_dive(std::uint64_t index, std::uint64_t seed, std::uint64_t& budget, bool perfect) const {
     if (!options_.tight_branching) {
       // Alternately around the heaviest-load ranking and the bottom-left one.
-      const auto rank_by = seed_ % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
+      const auto rank_by = index % 2 == 1 ? dsa_search::ranking::perturbed : dsa_search::ranking::perturbed_start;
       budget = first_limit_;
-      return dsa_search(*buffers_, *table_, rank_by, seed_, options_);
+      return dsa_search(*buffers_, *table_, rank_by, seed, options_);
     }
     using fit = search_strategy::fit_order;
     static constexpr fit fits[] = {fit::contact_flush, fit::contact_flush, fit::flush, fit::flush, fit::contact};
-    const std::size_t turn = seed_ % std::size(fits);
+    const std::size_t turn = index % std::size(fits);
     const search_strategy strategy{true, turn == 1 || turn == 3, fits[turn], true};
     // Where no byte may stay free, a restart either goes down with little
     // backtracking or not at all: its budget stops growing at
     // `perfect_packing_dive_units` terms.
-    std::uint64_t units = luby(seed_);
+    std::uint64_t units = luby(index);
     if (perfect && options_.perfect_packing_dive_units != 0) {
       units = std::min<std::uint64_t>(units, options_.perfect_packing_dive_units);
     }
     budget = units * std::max<std::uint64_t>(64, buffers_->size());
-    return dsa_search(*buffers_, *table_, dsa_search::ranking::shuffled, seed_, options_, strategy);
+    return dsa_search(*buffers_, *table_, dsa_search::ranking::shuffled, seed, options_, strategy);
   }
 
   // The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, 1, 2, ... (term i >= 1): a
@@ -226,6 +318,7 @@ class search_portfolio {
   std::uint64_t first_limit_ = 1024;
   std::uint64_t seed_ = 0;
   std::uint64_t restart_nodes_ = 0;
+  std::uint64_t helper_decisions_ = 0;
   std::optional<std::uint64_t> flat_load_;  // every section's live bytes, when they are all equal
 };
 
@@ -242,6 +335,8 @@ class exact_solver {
 
   /// Nodes visited by the last solve (for benchmarks).
   [[nodiscard]] std::uint64_t last_nodes() const noexcept { return nodes_; }
+  /// Decisions of the last solve that a helper thread's restart made.
+  [[nodiscard]] std::uint64_t last_helper_decisions() const noexcept { return helper_decisions_; }
 
   dsa_result solve(const dsa_problem& problem, const dsa_solve_options& options = {}) {
     using clock = std::chrono::steady_clock;
@@ -251,6 +346,7 @@ class exact_solver {
     const auto deadline = detail::solve_deadline(options, start);
     detail::deadline_clock until(deadline);
     nodes_ = 0;
+    helper_decisions_ = 0;
 
     const auto& buffers = problem.buffers;
     dsa_result result;
@@ -341,7 +437,7 @@ class exact_solver {
           if (found == verdict::feasible) {
             take();
           } else {
-            if (searches) nodes_ += searches->nodes();
+            if (searches) count(*searches);
             if (found == verdict::infeasible) {
               throw capacity_infeasible(capacity_message(capacity, part, bound, true, best));
             }
@@ -384,7 +480,7 @@ class exact_solver {
         });
         proven = proven && *best <= proven_below;
       }
-      if (searches) nodes_ += searches->nodes();
+      if (searches) count(*searches);
       forced_peak = std::max(forced_peak, *best);
       for (std::size_t k = 0; k < members.size(); ++k) result.plan.offsets[members[k]] = offsets[k];
       tables[c].reset();
@@ -400,6 +496,11 @@ class exact_solver {
   }
 
  private:
+  void count(const detail::search_portfolio& searches) {
+    nodes_ += searches.nodes();
+    helper_decisions_ += searches.helper_decisions();
+  }
+
   static std::string capacity_message(std::uint64_t capacity, const std::vector<dsa_buffer>& part,
                                       std::uint64_t bound, bool proven, std::optional<std::uint64_t> found) {
     std::int64_t from = std::numeric_limits<std::int64_t>::max();
@@ -423,6 +524,7 @@ class exact_solver {
 
   exact_options options_;
   std::uint64_t nodes_ = 0;
+  std::uint64_t helper_decisions_ = 0;
 };
 
 static_assert(DsaSolver<exact_solver>);

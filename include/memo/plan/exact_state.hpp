@@ -39,6 +39,11 @@ struct exact_options {
   bool symmetry = true;        ///< interchangeable buffers placed in a fixed order
   bool decomposition = true;   ///< solve time-disjoint components separately
   bool restarts = true;        ///< short searches under perturbed rankings between rounds
+  /// Threads of a decision: beside the complete searches and restarts of
+  /// the calling thread, threads - 1 more run restarts of their own seeds
+  /// (with `restarts`; 1: none, and the search is deterministic). The
+  /// first to find a plan or exhaust its tree stops the others.
+  unsigned threads = 1;
   /// In the restarts: at a level where some section must be filled from
   /// that level up without a gap, branch on the buffers that can cover the
   /// most constrained such section, best skyline fit first, over shuffled
