@@ -509,7 +509,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B] [--family NAME] "
-                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] [--save DIR] [--threads N]\n");
+                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] [--save DIR]\n"
+                   "                   [--threads N]\n");
       return 2;
     }
   }

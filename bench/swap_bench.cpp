@@ -32,12 +32,12 @@
 // 32 heads, 8 K/V heads, FFN 14336) on 4 A100s, its attention split over
 // the GPUs by heads (Ulysses; here tensor_parallel 4, which splits the
 // attention the same way) and keeping Q, K and V on the host, read back in
-// chunks of 64K or 16K tokens, on the a100x4 cluster profile's effective
+// chunks of 16K, 6K or 4K tokens, on the a100x4 cluster profile's effective
 // host link (project/cluster_profile.hpp). Alpha from MEMO's rows (2)-(3)
 // alone and with the backward row (4), and the simulated step's stalls at
 // each, forward and backward. With grouped K/V the backward reads queries
-// per chunk pair while the forward reads only the smaller K/V, so (4)
-// binds where the forward still hides its fetches.
+// per chunk pair while the forward reads only the smaller K/V, so small
+// chunks make (4) bind, or leave no alpha at which the backward keeps up.
 //
 // --json prints one JSON object (memo::json_writer); --quick runs in seconds.
 #include "memo/core/config.hpp"
@@ -497,14 +497,17 @@ int main(int argc, char** argv) {
     if (!json) {
       std::printf("\nLlama-3 8B with FPDT attention (Q, K, V on the host), 4 GPUs split by heads, %s at\n"
                   "its effective %.0f GB/s host link; alpha from rows (2)-(3) alone and with (4), and the\n"
-                  "simulated step's stall (forward + backward ms) at each:\n",
+                  "simulated step's stall (forward + backward, ms) at each:\n",
                   link.name.c_str(), link.host_to_device_bytes_per_second / 1e9);
-      std::printf("  %7s %6s %9s %9s %9s %9s %-36s %9s %9s\n", "tokens", "chunk", "fwd ms", "bwd ms", "alpha23",
-                  "stall ms", "binding (2)-(4)", "alpha", "stall ms");
+      std::printf("  %7s %6s %8s %8s | %7s %12s | %7s %12s  %s\n", "tokens", "chunk", "fwd ms", "bwd ms", "alpha",
+                  "stall ms", "alpha", "stall ms", "binding with (4)");
     }
     out.key("projection_8b_fpdt").begin_array();
-    for (const long k_tokens : {64L, 128L, 256L, 512L}) {
-     for (const long k_chunk : {16L, 4L}) {
+    struct setting {
+      long k_tokens, k_chunk;
+    };
+    for (const auto [k_tokens, k_chunk] : {setting{64, 16}, setting{64, 4}, setting{128, 16}, setting{128, 6},
+                                           setting{128, 4}, setting{256, 16}, setting{256, 6}, setting{512, 16}}) {
       memo::transformer_layer gpt;
       gpt.hidden = 4096;
       gpt.heads = 32;
@@ -519,44 +522,37 @@ int main(int argc, char** argv) {
       auto memo_rows = with_row;  // MEMO's LP: no backward row
       memo_rows.layer_backward_seconds = 0.0;
       memo_rows.attention_fetch_bytes = 0;
-      auto stall_at = [&](double alpha) {
-        const auto step = memo::simulate_memo_step(memo::memo_step_config::from_layer_cost(cost, 32, alpha), link);
-        return std::pair{step.forward_stall_seconds, step.backward_stall_seconds};
-      };
       out.begin_object().field("tokens", gpt.tokens).field("attention_chunk", gpt.attention_chunk);
       out.field("layer_forward_ms", with_row.layer_forward_seconds * 1e3);
       out.field("layer_backward_ms", with_row.layer_backward_seconds * 1e3);
       out.field("attention_backward_fetch_bytes", cost.attention_backward_fetch_bytes);
       std::string text;
       char cell[160];
-      std::snprintf(cell, sizeof cell, "  %6ldK %5ldK %9.1f %9.1f", k_tokens, k_chunk,
+      std::snprintf(cell, sizeof cell, "  %6ldK %5ldK %8.1f %8.1f", k_tokens, k_chunk,
                     with_row.layer_forward_seconds * 1e3, with_row.layer_backward_seconds * 1e3);
       text += cell;
       for (const bool full : {false, true}) {
         out.key(full ? "with_backward_row" : "memo_rows").begin_object();
         try {
           const auto solution = memo::solve_alpha(full ? with_row : memo_rows);
-          const auto [forward_stall, backward_stall] = stall_at(solution.alpha);
-          out.field("feasible", true).field("alpha", solution.alpha).field("binding", memo::to_string(solution.binding));
-          out.field("forward_stall_ms", forward_stall * 1e3).field("backward_stall_ms", backward_stall * 1e3);
-          if (full) text += " " + std::string(memo::to_string(solution.binding)) + std::string(
-              36 - std::min<std::size_t>(36, std::string(memo::to_string(solution.binding)).size()), ' ');
-          std::snprintf(cell, sizeof cell, " %9.4f %4.0f+%-4.0f", solution.alpha, forward_stall * 1e3,
-                        backward_stall * 1e3);
+          const auto step =
+              memo::simulate_memo_step(memo::memo_step_config::from_layer_cost(cost, 32, solution.alpha), link);
+          out.field("feasible", true).field("alpha", solution.alpha);
+          out.field("binding", memo::to_string(solution.binding));
+          out.field("forward_stall_ms", step.forward_stall_seconds * 1e3);
+          out.field("backward_stall_ms", step.backward_stall_seconds * 1e3);
+          std::snprintf(cell, sizeof cell, " | %7.4f %5.0f+%-6.0f", solution.alpha, step.forward_stall_seconds * 1e3,
+                        step.backward_stall_seconds * 1e3);
           text += cell;
+          if (full) text += std::string("  ") + memo::to_string(solution.binding);
         } catch (const memo::error& e) {
           out.field("feasible", false).field("note", e.message());
-          // The row it breaks ("... breaks the backward row (4): ..."); the
-          // whole message is in the JSON.
-          const std::string message = e.message();
-          const std::size_t from = message.find("breaks the "), to = message.find(':', from);
-          text += " infeasible: " + (from == std::string::npos ? message : message.substr(from + 11, to - from - 11));
+          text += " | infeasible (see --json)";
         }
         out.end_object();
       }
       out.end_object();
       if (!json) std::printf("%s\n", text.c_str());
-     }
     }
     out.end_array().end_object();
     if (json) std::printf("%s\n", out.str().c_str());

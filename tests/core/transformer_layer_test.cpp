@@ -119,10 +119,12 @@ TEST_CASE("transformer_layer: the attention's host fetches, chunk pair by chunk 
     CHECK(layer.attention_fetch_bytes(true) == backward);
   }
   layer.attention_chunk = 17;
-  CHECK_THROWS_WITH_AS(layer.check(), doctest::Contains("attention_chunk 17 exceeds the 16 tokens per context-parallel rank"),
+  CHECK_THROWS_WITH_AS(layer.check(),
+                       doctest::Contains("attention_chunk 17 exceeds the 16 tokens per context-parallel rank"),
                        memo::error);
   layer.attention_chunk = -2;
-  CHECK_THROWS_WITH_AS(layer.check(), doctest::Contains("attention_chunk must be positive (or 0 for all local tokens), got -2"),
+  CHECK_THROWS_WITH_AS(layer.check(),
+                       doctest::Contains("attention_chunk must be positive (or 0 for all local tokens), got -2"),
                        memo::error);
 }
 

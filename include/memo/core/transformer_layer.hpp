@@ -54,7 +54,9 @@
 // fetches each K/V chunk once and, for every pair of a key chunk j and a
 // query chunk i >= j, query chunk i (`attention_fetch_bytes`). With c
 // dividing T that is (u - 1) / 2 x S_kv forward and S_kv + (u + 1) / 2 x
-// S_q backward.
+// S_q backward. This is a causal attention over the GPU's own T tokens (as
+// FPDT runs it after the all-to-all: T is the whole sequence there); keys
+// a context-parallel ring brings from other ranks are not counted.
 //
 // Byte counts are 64-bit integers, every product checked for overflow.
 // `check()` rejects non-positive sizes and splits that do not divide, naming

@@ -218,7 +218,10 @@ class gpt2_model {
   /// Measures every later step's layers (on) or stops (off): each forward,
   /// recompute and backward on the compute stream and each offload and
   /// prefetch on the swapper's streams, named as in the simulated step
-  /// (`step_config()`), so the two compare op by op. Between steps only.
+  /// (`step_config()`), so the two compare op by op (with `kv_offload` the
+  /// simulated step also has the attention's own copies and the markers
+  /// joining them, "attention ..." and "... joined", which are not
+  /// recorded). Between steps only.
   void record_timeline(bool on) { memory_->swapper().record_timeline(on); }
   /// The last step measured (after forward_backward returned), from the
   /// start of layer 0's forward; the head and the loss run unnamed between
@@ -227,7 +230,9 @@ class gpt2_model {
   /// The simulated counterpart of a step: MEMO's step (memo_step.hpp) over
   /// this model's layer costs, alpha and swap protocol, so
   /// `simulate_memo_step(model.step_config(), profile)` predicts what
-  /// `last_step_timeline()` measures.
+  /// `last_step_timeline()` measures (with `kv_offload` also the
+  /// attention's host copies, from its chunk, which the timeline does not
+  /// list).
   [[nodiscard]] memo_step_config step_config() const {
     const transformer_layer layer =
         gpt2_transformer_layer(config_, T_, memory_->qkv_skeletal(), attention_shape_.chunk);

@@ -26,7 +26,12 @@
 // marker ("forward i joined", "backward i joined") that waits for them: the
 // compute stream stalls when the swapper's transfers and the attention's
 // share a direction of the link for longer than the pass (MEMO eq. 2 with
-// S_qkv in the forward, the alpha LP's row (4) in the backward).
+// S_qkv in the forward, the alpha LP's row (4) in the backward). Two
+// approximations: the attention's copies queue on the swapper's in-order
+// streams (really its own copy stream shares the link with them), and a
+// layer's whole pass is the time they have (really the attention's part of
+// it): a model of the link's throughput, not of the order inside a layer.
+// A measured step's timeline (the swapper's) lists none of these ops.
 //
 // with the protocol's waits as dependencies (an action's waits attach to its
 // first op; waiting on an action means waiting on its last op). Swapped layers
@@ -246,12 +251,13 @@ inline memo_step build_memo_step(const memo_step_config& config) {
   // the marker that joins them back; returns `compute` when there are none.
   std::optional<op_id> last_compute;  // the compute stream's last op so far
   auto join_attention = [&](const std::string& pass, op_id compute, std::vector<op_id> start,
-                            std::uint64_t stored, std::uint64_t fetched, const std::string& fetch_name) {
+                            std::uint64_t stored, const std::string& store_name, std::uint64_t fetched,
+                            const std::string& fetch_name) {
     if (last_compute) start.push_back(*last_compute);
     std::vector<op_id> copies;
     if (stored > 0) {
-      copies.push_back(schedule.add_copy("attention store" + pass.substr(pass.find(' ')), config.offload_stream,
-                                         copy_kind::device_to_host, {.bytes = stored}, start));
+      copies.push_back(schedule.add_copy(store_name, config.offload_stream, copy_kind::device_to_host,
+                                         {.bytes = stored}, start));
     }
     if (fetched > 0) {
       copies.push_back(schedule.add_copy(fetch_name, config.prefetch_stream, copy_kind::host_to_device,
@@ -277,6 +283,7 @@ inline memo_step build_memo_step(const memo_step_config& config) {
             name, config.compute_stream,
             {.flops = config.layer_forward_flops, .duration_seconds = config.layer_forward_seconds}, after);
         last = add_collectives(name, join_attention(name, first, after, config.attention_store_bytes,
+                                                    "attention store " + std::to_string(layer),
                                                     config.attention_forward_fetch_bytes,
                                                     "attention fetch " + std::to_string(layer)));
         step.forward[layer] = first;
@@ -286,7 +293,7 @@ inline memo_step build_memo_step(const memo_step_config& config) {
         first = schedule.add_compute(
             name, config.compute_stream,
             {.flops = config.backward_flops(), .duration_seconds = config.layer_backward_seconds}, after);
-        last = add_collectives(name, join_attention(name, first, after, 0, config.attention_backward_fetch_bytes,
+        last = add_collectives(name, join_attention(name, first, after, 0, "", config.attention_backward_fetch_bytes,
                                                     "attention fetch back " + std::to_string(layer)));
         step.backward[layer] = first;
         last_compute = last;

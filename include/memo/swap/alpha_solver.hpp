@@ -28,22 +28,32 @@
 // key chunk at or before it) share it. With `layer_backward_seconds` set
 // the LP adds
 //
-//     (S_input + S_attn + alpha * S_others + S_fetch) / B_h2d  <=  T_backward   (4)
+//     (m * (S_input + S_attn + alpha * S_others) + S_fetch) / B_h2d  <=  T_backward   (4)
 //
-// one prefetch and one layer's fetches inside one layer's backward. The
-// first prefetch (of the first swapped layer) runs during the backward of
-// the last resident layer, which rebuilds nothing, and each later one goes
-// on the same in-order stream ahead of the fetches of the layer whose
-// rebuild it overlaps; so (4) is what keeps the backward from waiting on
-// the link (schedule/memo_step.hpp simulates it): exactly with K = 2
-// rounding buffers and two resident layers, with room to spare otherwise.
+// m prefetches and one layer's fetches inside one layer's backward, where m
+// is how many prefetches the step protocol (schedule/memo_protocol.hpp)
+// queues ahead of the first fetches that have no rebuild before them: the
+// K - u issued when the forward ends (at most the swapped layers), or, when
+// K = u, the one issued after the last layer's backward, which the last
+// resident layer's backward must cover; none when nothing is swapped. Later
+// prefetches each overlap a swapped layer's rebuild as well. So (4) is the
+// step simulator's no-stall condition (schedule/memo_step.hpp, where the
+// attention's copies share the swapper's in-order streams) for 0 < alpha <
+// 1; at alpha = 0 every layer but the last rebuilds its shared tensors,
+// which can absorb an excess. Hence (4) never makes the problem
+// infeasible: when even alpha = 0 breaks it, the answer is alpha = 0 with
+// the excess as `backward_stall_seconds_per_layer` (an upper bound on what
+// the first backward layers wait). The simulator counts a layer's whole
+// backward as the time the attention may fetch in, not only the
+// attention's part of it: a model of the link's throughput, not of the
+// order inside a layer.
 //
 // The LP is solved with lp_solve (as in the paper), each row scaled to
 // natural units (seconds, fraction of the budget) so its coefficients stay
 // near 1 for any sequence length. The result names the constraint that binds
-// and the stall the schedule should see; if even alpha = 0 breaks a
-// constraint the problem has no answer and the error says which constraint
-// and by how much. `alpha_closed_form` is the same answer by hand, which the
+// and the stall the schedule should see; if even alpha = 0 breaks (2) or
+// (3) the problem has no answer and the error says which constraint and by
+// how much. `alpha_closed_form` is the same answer by hand, which the
 // tests compare against.
 //
 // Requires the memo::lpsolve component.
@@ -65,7 +75,7 @@
 
 namespace memo {
 
-/// The numbers of equations (2) and (3), per GPU and per layer. Sizes are
+/// The numbers of equations (2), (3) and (4), per GPU and per layer. Sizes are
 /// whole bytes; a GPT layer's come from `transformer_layer` (`from_layer`),
 /// the description the trace generator and the skeletal layout also read.
 struct alpha_problem {
@@ -76,6 +86,7 @@ struct alpha_problem {
   double layer_forward_seconds = 0.0;        ///< T_layer
   int layers = 0;                            ///< n
   int resident_last_layers = 2;                  ///< u, the last layers never swapped
+  int rounding_buffers = 2;                      ///< K, for row (4)
   std::uint64_t host_budget_bytes = 0;       ///< M_cpu available to this GPU
   /// S_qkv: Q, K and V of one layer that its attention keeps in host memory
   /// itself (0: the skeletal tensors hold them, in other_bytes).
@@ -103,10 +114,17 @@ struct alpha_problem {
   }
   /// Whether row (4) is part of the problem.
   [[nodiscard]] bool has_backward_row() const { return layer_backward_seconds > 0.0; }
-  /// Seconds the link to the device is busy in one layer backward at
-  /// `alpha`: one prefetch and the attention's fetches (left side of (4)).
+  /// m of row (4): the prefetches ahead of the first unrebuilt fetches.
+  [[nodiscard]] int queued_prefetches() const {
+    const int swapped = swapped_layers();
+    if (swapped == 0) return 0;
+    return std::max(1, std::min(rounding_buffers - resident_last_layers, swapped));
+  }
+  /// Seconds the link to the device is busy in that layer backward at
+  /// `alpha`: m prefetches and the attention's fetches (left side of (4)).
   [[nodiscard]] double backward_transfer_seconds(double alpha) const {
-    return (offload_bytes(alpha) + static_cast<double>(attention_fetch_bytes)) / host_to_device_bytes_per_second;
+    return (queued_prefetches() * offload_bytes(alpha) + static_cast<double>(attention_fetch_bytes)) /
+           host_to_device_bytes_per_second;
   }
   /// Host bytes of every layer's attention store: n x S_qkv.
   [[nodiscard]] double attention_host_total() const {
@@ -154,6 +172,9 @@ struct alpha_problem {
     expects(layers >= 1 && resident_last_layers >= 0, [&] {
       return "alpha problem: need layers >= 1 and resident_last_layers >= 0, got " +
              std::to_string(layers) + " and " + std::to_string(resident_last_layers);
+    });
+    expects(rounding_buffers >= 1, [&] {
+      return "alpha problem: rounding_buffers (K) must be >= 1, got " + std::to_string(rounding_buffers);
     });
   }
 
@@ -212,9 +233,9 @@ struct alpha_solution {
   /// Compute-stream stall per forward layer, max(0, transfer - T_layer):
   /// zero at the LP's alpha by (2); see `predicted_stall_seconds`.
   double stall_seconds_per_layer = 0.0;
-  /// One layer backward's link time at alpha (a prefetch and the
-  /// attention's fetches; 0 without row (4)) and the stall it would leave,
-  /// max(0, that - T_backward): zero at the LP's alpha by (4).
+  /// Row (4)'s link time at alpha (m prefetches and the attention's
+  /// fetches; 0 without the row) and the stall it would leave, max(0, that
+  /// - T_backward): zero at the LP's alpha unless even alpha = 0 breaks (4).
   double backward_transfer_seconds = 0.0;
   double backward_stall_seconds_per_layer = 0.0;
 };
@@ -259,18 +280,6 @@ inline void check_alpha_zero_feasible(const alpha_problem& problem) {
                   : std::to_string(total - budget)) +
            " bytes";
   });
-  if (problem.has_backward_row()) {
-    const double busy = problem.backward_transfer_seconds(0.0);
-    const double section = problem.layer_backward_seconds;
-    expects(busy <= section, [&] {
-      return "alpha LP infeasible: even alpha = 0 breaks the backward row (4): prefetching the layer input "
-             "and attention output (" + std::to_string(problem.whole_bytes()) + " bytes) and the attention's "
-             "fetches (" + std::to_string(problem.attention_fetch_bytes) + " bytes) takes " + std::to_string(busy) +
-             " s at " + std::to_string(problem.host_to_device_bytes_per_second) + " bytes/s, " +
-             std::to_string(busy - section) + " s longer than the layer backward time of " +
-             std::to_string(section) + " s";
-    });
-  }
   const std::uint64_t budget = problem.host_budget_bytes - layers * problem.attention_host_bytes;
   const auto swapped = static_cast<std::uint64_t>(problem.swapped_layers());
   const std::uint64_t whole = problem.whole_bytes();
@@ -342,15 +351,19 @@ inline alpha_solution alpha_closed_form(const alpha_problem& problem) {
       alpha = std::min(alpha, (per_layer - whole) / other);
     }
     if (problem.has_backward_row()) {
+      // Where even alpha = 0 breaks it, alpha = 0 (see the header comment).
+      const double m = problem.queued_prefetches();
       const auto fetch = static_cast<double>(problem.attention_fetch_bytes);
-      alpha = std::min(alpha, (problem.host_to_device_bytes_per_second * problem.layer_backward_seconds - whole -
-                               fetch) / other);
+      if (m > 0.0) {
+        alpha = std::min(alpha, (problem.host_to_device_bytes_per_second * problem.layer_backward_seconds -
+                                 m * whole - fetch) / (m * other));
+      }
     }
   }
   return detail::finish_alpha(problem, std::clamp(alpha, 0.0, 1.0));
 }
 
-/// Solves equations (1)-(3) with lp_solve.
+/// Solves equations (1)-(4) with lp_solve.
 inline alpha_solution solve_alpha(const alpha_problem& problem) {
   problem.check();
   detail::check_alpha_zero_feasible(problem);
@@ -373,9 +386,12 @@ inline alpha_solution solve_alpha(const alpha_problem& problem) {
     const double coefficient[] = {swapped * other / scale};
     lp.add_row(column, coefficient, lp_sense::less_equal, (budget - problem.host_bytes(0.0)) / scale);
   }
-  // (4) in seconds: alpha * S_others / B_h2d <= T_b - (S_input + S_attn + S_fetch) / B_h2d.
-  if (problem.has_backward_row()) {
-    const double coefficient[] = {other / problem.host_to_device_bytes_per_second};
+  // (4) in seconds: alpha * m S_others / B_h2d <= T_b - (m (S_input + S_attn) + S_fetch) / B_h2d; where
+  // even alpha = 0 breaks it the answer is alpha = 0 (see the header comment), so the row is left out.
+  const bool backward_row_fits = !problem.has_backward_row() ||
+                                 problem.backward_transfer_seconds(0.0) <= problem.layer_backward_seconds;
+  if (problem.has_backward_row() && backward_row_fits && problem.queued_prefetches() > 0) {
+    const double coefficient[] = {problem.queued_prefetches() * other / problem.host_to_device_bytes_per_second};
     lp.add_row(column, coefficient, lp_sense::less_equal,
                problem.layer_backward_seconds - problem.backward_transfer_seconds(0.0));
   }
@@ -387,7 +403,7 @@ inline alpha_solution solve_alpha(const alpha_problem& problem) {
            " for a problem that is feasible at alpha = 0";
   });
   // lp_solve's tolerances can leave alpha a hair outside [0, 1].
-  return detail::finish_alpha(problem, std::clamp(lp.solution()[0], 0.0, 1.0));
+  return detail::finish_alpha(problem, backward_row_fits ? std::clamp(lp.solution()[0], 0.0, 1.0) : 0.0);
 }
 
 }  // namespace memo
