@@ -95,7 +95,7 @@ struct arguments {
   std::string out;
   std::string svg;
   bool json = false;
-  std::string exact_switch_given;  // the first --no-* switch, if any
+  std::string exact_switch_given;  // the first --no-* switch or --threads, if any
   bool help = false;
   memo::exact_options exact;
   std::string input;
@@ -143,7 +143,8 @@ const char* const usage_text =
     "--no-*: turn off one part of the exact search (memo::exact_options); the answers\n"
     "        stay exact, only slower to reach.\n"
     "--threads N: the exact search's threads (default 1, deterministic); N - 1 more run\n"
-    "        restarts beside it, which finds tightly packed plans sooner.\n";
+    "        restarts beside it (none with --no-restarts), which finds tightly packed plans\n"
+    "        sooner; each takes its own working memory.\n";
 
 // What the user typed, as an error message shows it: control bytes
 // escaped and long values cut, like the tokens of an input file.
@@ -207,6 +208,7 @@ arguments parse_arguments(int argc, char** argv) {
         throw usage_error("--threads '" + shown(v) + "' is not a thread count from 1 to 256");
       }
       a.exact.threads = static_cast<unsigned>(*n);
+      if (a.exact_switch_given.empty()) a.exact_switch_given = arg;
     } else if (arg == "--out") {
       a.out = need(i);
     } else if (arg == "--svg") {

@@ -101,13 +101,18 @@ class dsa_search {
     clock_.emplace(deadline, 1u << 16, cancel_);
     node_budget_end_ = saturating_add(nodes_, node_limit);
     stop_ = timed_out_ = out_of_nodes_ = reached_ = false;
-    if (clock_->expired_now()) return outcome::timed_out;
+    if (clock_->expired_now()) {
+      clock_.reset();
+      return outcome::timed_out;
+    }
     if (n_ == 0) {
       record();
+      clock_.reset();
       return outcome::found;
     }
     descend();
     w_ = nullptr;
+    clock_.reset();  // it may point at a cancel flag that dies after this call
     // The stacks are as deep as the component; give the memory back, since
     // a portfolio keeps several searches.
     std::vector<undo_record>().swap(undo_);

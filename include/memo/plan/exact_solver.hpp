@@ -21,7 +21,8 @@
 // plan (every buffer above the previous one), so that a plan exists.
 //
 // Memory: linear in the buffers (no neighbour lists; section membership
-// within a budget per buffer; one search workspace shared by all rankings).
+// within a budget per buffer; one search workspace shared by all rankings),
+// per thread: each helper thread (exact_options::threads) has its own.
 //
 // The pieces: memo/plan/exact_sections.hpp (arithmetic, time sections,
 // loads, segment trees), memo/plan/exact_greedy.hpp (the exact plan check,
@@ -41,6 +42,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -122,34 +124,45 @@ class search_portfolio {
       std::exception_ptr failure;
     };
     std::vector<helper> helpers(options_.threads - 1);
+    if (helper_index_.size() < helpers.size()) helper_index_.resize(helpers.size(), 0);
     std::atomic<bool> stop{false};
     verdict here = verdict::unknown;
     {
       std::vector<std::jthread> threads;
-      // Destroyed first, however the block is left: the helpers stop, then join.
+      // Destroyed first, however the block is left: the helpers stop, then
+      // join, and the searches forget `stop`.
       struct stop_on_exit {
         std::atomic<bool>& flag;
-        ~stop_on_exit() { flag.store(true); }
-      } guard{stop};
+        std::vector<dsa_search>& searches;
+        ~stop_on_exit() {
+          flag.store(true);
+          for (auto& search : searches) search.set_cancel(nullptr);
+        }
+      } guard{stop, searches_};
       threads.reserve(helpers.size());
       for (std::size_t h = 0; h < helpers.size(); ++h) {
-        threads.emplace_back([&, h] {
-          try {
-            restart_alone(h + 1, target, deadline, stop, helpers[h].found, helpers[h].exhausted, helpers[h].nodes);
-          } catch (...) {
-            helpers[h].failure = std::current_exception();
-          }
-          stop.store(true);
-        });
+        try {
+          threads.emplace_back([&, h] {
+            try {
+              restart_alone(h + 1, helper_index_[h], target, deadline, stop, helpers[h].found,
+                            helpers[h].exhausted, helpers[h].nodes);
+            } catch (...) {
+              helpers[h].failure = std::current_exception();
+            }
+            stop.store(true);
+          });
+        } catch (const std::system_error&) {
+          break;  // no more threads to be had: the ones started (or none) help
+        }
       }
       here = decide_here(target, deadline, &stop);
     }
-    for (auto& search : searches_) search.set_cancel(nullptr);  // `stop` dies here
+    for (auto& h : helpers) restart_nodes_ += h.nodes;
+    // A helper's failure matters only when the calling thread did not decide.
+    if (here != verdict::unknown) return here;
     for (auto& h : helpers) {
-      restart_nodes_ += h.nodes;
       if (h.failure) std::rethrow_exception(h.failure);
     }
-    if (here != verdict::unknown) return here;
     for (auto& h : helpers) {
       if (h.found || h.exhausted) ++helper_decisions_;
       if (h.found) {
@@ -239,13 +252,15 @@ class search_portfolio {
   // A helper thread's decision: restarts only, the i-th with the Luby term
   // and fit order of index i and a seed of its own (thread `h` > 0 in the
   // top bits, so no two threads shuffle alike), until one decides, the
-  // deadline passes or `stop` is set. Touches nothing of the portfolio's.
-  void restart_alone(std::uint64_t h, std::uint64_t target, clock::time_point deadline,
+  // deadline passes or `stop` is set. Reads the portfolio's constant
+  // members only; writes `index` (its own) and its outputs.
+  void restart_alone(std::uint64_t h, std::uint64_t& index, std::uint64_t target, clock::time_point deadline,
                      const std::atomic<bool>& stop, std::optional<dsa_search>& found, bool& exhausted,
                      std::uint64_t& nodes) const {
     search_workspace work;
     const bool perfect = flat_load_ == target;
-    for (std::uint64_t i = 1; !stop.load(std::memory_order_relaxed) && clock::now() < deadline; ++i) {
+    while (!stop.load(std::memory_order_relaxed) && clock::now() < deadline) {
+      const std::uint64_t i = ++index;  // carried from decision to decision, like the calling thread's seed
       std::uint64_t budget = first_limit_;
       dsa_search restart = make_dive(i, (h << 48) + i, budget, perfect);
       restart.set_cancel(&stop);
@@ -319,6 +334,7 @@ class search_portfolio {
   std::uint64_t seed_ = 0;
   std::uint64_t restart_nodes_ = 0;
   std::uint64_t helper_decisions_ = 0;
+  std::vector<std::uint64_t> helper_index_;  // [helper] its last restart's index, across decisions
   std::optional<std::uint64_t> flat_load_;  // every section's live bytes, when they are all equal
 };
 
