@@ -179,6 +179,13 @@ TEST_CASE("alpha_solver: the backward row (4), by hand") {
   CHECK(p.queued_prefetches() == 0);
   CHECK(memo::solve_alpha(p).alpha == 1.0);
   CHECK(memo::solve_alpha(p).backward_transfer_seconds == doctest::Approx(0.1));
+  // ... even when the fetches alone outlast the backward: alpha moves
+  // nothing over the link then, so (2) decides it.
+  p.attention_fetch_bytes = 900;
+  for (const auto& solved : {memo::solve_alpha(p), memo::alpha_closed_form(p)}) {
+    CHECK(solved.alpha == 1.0);
+    CHECK(solved.backward_stall_seconds_per_layer == doctest::Approx(0.2));
+  }
 
   // Even alpha = 0 breaks (4): 200 + 600 bytes take 0.8 s of a 0.5 s
   // backward. Not an error (at alpha = 0 the layers' shared rebuilds may

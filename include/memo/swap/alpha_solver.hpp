@@ -388,7 +388,8 @@ inline alpha_solution solve_alpha(const alpha_problem& problem) {
   }
   // (4) in seconds: alpha * m S_others / B_h2d <= T_b - (m (S_input + S_attn) + S_fetch) / B_h2d; where
   // even alpha = 0 breaks it the answer is alpha = 0 (see the header comment), so the row is left out.
-  const bool backward_row_fits = !problem.has_backward_row() ||
+  // With nothing swapped (m = 0) alpha moves nothing through it.
+  const bool backward_row_fits = !problem.has_backward_row() || problem.queued_prefetches() == 0 ||
                                  problem.backward_transfer_seconds(0.0) <= problem.layer_backward_seconds;
   if (problem.has_backward_row() && backward_row_fits && problem.queued_prefetches() > 0) {
     const double coefficient[] = {problem.queued_prefetches() * other / problem.host_to_device_bytes_per_second};
