@@ -15,10 +15,10 @@
 using memo::skeletal_policy;
 using memo::transformer_layer;
 
-TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand") {
-  // h 16, a 4 (head_dim 4), a_kv 2 (h_kv 8), f 24, s 32, t 2, c 2, e 2.
-  // One GPU: T = 16 tokens; the layernorm region holds T / t = 8 whole
-  // tokens, the attention / MLP region all 16 tokens at 1/t of the width.
+namespace {
+
+// h 16, a 4 (head_dim 4), a_kv 2 (h_kv 8), f 24, s 32, t 2, c 2, e 2.
+transformer_layer small_gqa_layer() {
   transformer_layer layer;
   layer.hidden = 16;
   layer.heads = 4;
@@ -28,6 +28,16 @@ TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand
   layer.tensor_parallel = 2;
   layer.context_parallel = 2;
   layer.bytes_per_element = 2;
+  return layer;
+}
+
+}  // namespace
+
+TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand") {
+  // h 16, a 4 (head_dim 4), a_kv 2 (h_kv 8), f 24, s 32, t 2, c 2, e 2.
+  // One GPU: T = 16 tokens; the layernorm region holds T / t = 8 whole
+  // tokens, the attention / MLP region all 16 tokens at 1/t of the width.
+  transformer_layer layer = small_gqa_layer();
   CHECK(layer.local_tokens() == 16);
   CHECK(layer.head_dim() == 4);
   CHECK(layer.kv_width() == 8);
@@ -79,15 +89,7 @@ TEST_CASE("transformer_layer: the skeletal tensors of a small GQA layer, by hand
 TEST_CASE("transformer_layer: the attention's host fetches, chunk pair by chunk pair") {
   // The same small GQA layer: one GPU's q is 16 tokens x 16 B (8 columns
   // of bf16 after TP 2), its k + v 16 tokens x 16 B.
-  transformer_layer layer;
-  layer.hidden = 16;
-  layer.heads = 4;
-  layer.kv_heads = 2;
-  layer.ffn_hidden = 24;
-  layer.tokens = 32;
-  layer.tensor_parallel = 2;
-  layer.context_parallel = 2;
-  layer.bytes_per_element = 2;
+  transformer_layer layer = small_gqa_layer();
   CHECK(layer.attention_fetch_bytes(false) == 0);  // the skeletal tensors hold q, k and v
   CHECK(layer.attention_fetch_bytes(true) == 0);
   layer.attention_keeps_qkv = true;

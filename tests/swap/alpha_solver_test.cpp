@@ -21,6 +21,17 @@
 
 namespace {
 
+// MEMO's 7B layer (hidden 4096, 32 heads) at 256K tokens on TP 4 x CP 2.
+memo::transformer_layer layer_7b_256k() {
+  memo::transformer_layer shape;
+  shape.hidden = 4096;
+  shape.heads = 32;
+  shape.tokens = 256 * 1024;
+  shape.tensor_parallel = 4;
+  shape.context_parallel = 2;
+  return shape;
+}
+
 memo::alpha_problem hand_problem() {
   memo::alpha_problem p;
   p.input_bytes = 100;
@@ -227,12 +238,7 @@ TEST_CASE("alpha_solver: at the LP's alpha the simulated step waits on no copy, 
   // forward (which the LP takes as given), so that row (4) binds. The step
   // simulator (schedule/memo_step.hpp) is the independent judge: it plays
   // the protocol's copies and the attention's own on in-order streams.
-  memo::transformer_layer shape;
-  shape.hidden = 4096;
-  shape.heads = 32;
-  shape.tokens = 256 * 1024;
-  shape.tensor_parallel = 4;
-  shape.context_parallel = 2;
+  memo::transformer_layer shape = layer_7b_256k();
   shape.attention_keeps_qkv = true;
   shape.attention_chunk = 16 * 1024;
   const auto cost = memo::gpt_layer_cost_of(shape);
@@ -412,12 +418,7 @@ TEST_CASE("alpha_solver: lp_solve agrees with the closed form on random problems
 }
 
 TEST_CASE("alpha_solver: a problem from the 7B layer cost on the A800 preset") {
-  memo::transformer_layer shape;
-  shape.hidden = 4096;
-  shape.heads = 32;
-  shape.tokens = 256 * 1024;
-  shape.tensor_parallel = 4;
-  shape.context_parallel = 2;
+  memo::transformer_layer shape = layer_7b_256k();
   const auto cost = memo::gpt_layer_cost_of(shape);
   const auto profile = memo::device_profile::a800_80gb();
   const auto p = memo::alpha_problem::from_layer_cost(cost, profile, 32);
