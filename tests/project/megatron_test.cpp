@@ -163,3 +163,21 @@ TEST_CASE("megatron: a TP or PP that does not divide the GPUs runs on as many as
   CHECK(r.tokens_per_gpu_per_second == doctest::Approx(all.tokens_per_gpu_per_second * 2 / 3));
   CHECK(r.mfu == doctest::Approx(all.mfu * 2 / 3));
 }
+
+TEST_CASE("megatron: MEMO's alpha also keeps the backward's prefetch on the link (row 4)") {
+  // A hand-made layer whose backward is shorter than its forward (no real
+  // Megatron layer is; the row is there so the strategy solves the library's
+  // LP): 320 whole bytes, 1920 other bytes, a 4e4 B/s link both ways.
+  const auto c = tiny_cluster(1e12);
+  mp::detail::megatron_layer l;
+  l.input = 128;
+  l.attention_output = 192;
+  l.other = 1920;
+  l.forward = 0.04;   // eq. (2) alone: 4e4 x 0.04 = 1600 = 320 + alpha 1920 -> alpha = 2/3
+  l.backward = 0.02;  // row (4), one prefetch: 4e4 x 0.02 = 800 = 320 + alpha 1920 -> alpha = 1/4
+  CHECK(mp::detail::memo_alpha(tiny, c, l, 2) == doctest::Approx(0.25));
+  l.backward = 0.08;  // a backward longer than the forward: eq. (2) binds again
+  CHECK(mp::detail::memo_alpha(tiny, c, l, 2) == doctest::Approx(2.0 / 3));
+  l.backward = 0.005;  // not even the whole tensors fit the backward: alpha 0, the excess stalls
+  CHECK(mp::detail::memo_alpha(tiny, c, l, 2) == 0.0);
+}

@@ -98,9 +98,15 @@ inline megatron_layer megatron_layer_of(const model_shape& m, const cluster& c, 
   return l;
 }
 
-/// MEMO eq. (1)-(3) for one layer: the LP's alpha, or 0 when even the
-/// whole-offloaded tensors outlast the forward (the LP has no answer; MEMO
-/// then stalls, 5.3.2) or overflow the host (the host runs out).
+/// MEMO eq. (1)-(3) and the backward's row (4) (swap/alpha_solver.hpp) for
+/// one layer: the LP's alpha, or 0 when even the whole-offloaded tensors
+/// outlast the forward (the LP has no answer; MEMO then stalls, 5.3.2) or
+/// overflow the host (the host runs out). Row (4) carries one prefetch (two
+/// rounding buffers, the last two layers resident) and no attention fetches
+/// (FlashAttention keeps nothing on the host) over the same link, within the
+/// layer's backward; it binds only where a layer's backward is shorter than
+/// its forward, which a Megatron layer's never is, so it changes no answer
+/// here but keeps the strategy on the library's LP.
 inline double memo_alpha(const model_shape& m, const cluster& c, const megatron_layer& l, int used_gpus) {
   alpha_problem lp;
   lp.input_bytes = byte_count(l.input, "a layer's input");
@@ -108,8 +114,11 @@ inline double memo_alpha(const model_shape& m, const cluster& c, const megatron_
   lp.other_bytes = byte_count(l.other, "a layer's other skeletal tensors");
   lp.bandwidth_bytes_per_second = c.profile.host_link_bytes_per_second;
   lp.layer_forward_seconds = l.forward;
+  lp.layer_backward_seconds = l.backward;
+  lp.host_to_device_bytes_per_second = c.profile.host_link_bytes_per_second;
   lp.layers = m.layers;
   lp.resident_last_layers = 2;
+  lp.rounding_buffers = 2;
   lp.host_budget_bytes = static_cast<std::uint64_t>(c.profile.host_memory_bytes / c.gpus_in_a_node(used_gpus));
   if (lp.transfer_seconds(0.0) > lp.layer_forward_seconds) return 0.0;
   if (lp.host_bytes(0.0) > static_cast<double>(lp.host_budget_bytes)) return 0.0;
