@@ -158,14 +158,11 @@ Int parse_int(std::string_view option, std::string_view text, Int low,
 }
 
 double parse_number(std::string_view option, const std::string& text) {
-  char* end = nullptr;
-  // strtod would skip leading blanks; a value is the whole token or nothing.
-  const bool blank = !text.empty() && std::isspace(static_cast<unsigned char>(text.front()));
-  const double v = blank ? 0.0 : std::strtod(text.c_str(), &end);
-  if (blank || end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0.0) {
+  const std::optional<double> v = memo::detail::parse_decimal(text);
+  if (!v || *v < 0.0) {
     throw usage_error(std::string(option) + " '" + memo::detail::quote(text) + "' is not a non-negative number");
   }
-  return v + 0.0;  // -0 is 0
+  return *v;
 }
 
 /// The ranks mpirun started this process among (1 without a launcher).

@@ -323,3 +323,152 @@ TEST_CASE("strategy: the host link is listed among the shortfalls exactly when i
   CHECK(long_one.shortfalls.empty());
   CHECK(long_one.link_needed_bytes_per_second <= 12e9);
 }
+
+TEST_CASE("strategy: pinned settings select among the strategy's settings (against a filter by hand)") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 256 * 1024;
+  const auto all = mp::project_settings(mp::strategy::recompute, small, c, s);
+  for (int tp : {1, 2, 4, 8}) {
+    mp::settings_pin pin;
+    pin.tp = tp;
+    const auto pinned = mp::project_settings(mp::strategy::recompute, small, c, s, true, pin);
+    std::size_t by_hand = 0;
+    for (const auto& r : all) by_hand += r.chosen.tp == tp ? 1 : 0;
+    CHECK(pinned.size() == by_hand);
+    CHECK(by_hand > 0);
+    for (const auto& r : pinned) CHECK(r.chosen.tp == tp);
+    // The best of them is the best of the hand-filtered ones.
+    const auto best = mp::project(mp::strategy::recompute, small, c, s, true, pin);
+    REQUIRE(best);
+    for (const auto& r : all) {
+      if (r.chosen.tp == tp && r.fits() == best->fits() && best->fits()) CHECK(r.mfu <= best->mfu);
+    }
+  }
+  mp::settings_pin both;
+  both.tp = 4;
+  both.cp = 2;
+  const auto one = mp::project_settings(mp::strategy::recompute, small, c, s, true, both);
+  REQUIRE(!one.empty());
+  for (const auto& r : one) CHECK((r.chosen.tp == 4 && r.chosen.cp == 2));
+}
+
+TEST_CASE("strategy: a pinned alpha or chunk is the projection at that value") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 512 * 1024;
+  mp::settings_pin pin;
+  pin.tp = 4;
+  pin.cp = 2;
+  pin.alpha = 0.5;
+  const auto pinned = mp::project_settings(mp::strategy::memo, small, c, s, true, pin);
+  REQUIRE(pinned.size() == 1);  // TP 4 x CP 2 uses all 8 GPUs: DP 1, one alpha
+  const auto direct = mp::detail::megatron(mp::strategy::memo, small, c, s, 4, 2, 1, 0.5);
+  CHECK(pinned.front().chosen.alpha == 0.5);
+  CHECK(pinned.front().step_seconds == direct.step_seconds);
+  CHECK(pinned.front().device.total() == direct.device.total());
+  CHECK(pinned.front().host_per_node == direct.host_per_node);
+  // Unpinned, MEMO tries the LP's alpha and 0, neither of them 0.5 here.
+  mp::settings_pin grid;
+  grid.tp = 4;
+  grid.cp = 2;
+  for (const auto& r : mp::project_settings(mp::strategy::memo, small, c, s, true, grid)) {
+    CHECK(r.chosen.alpha != 0.5);
+  }
+  // FPDT with 32K chunks instead of 64K.
+  mp::settings_pin chunk;
+  chunk.sp = 8;
+  chunk.chunk_tokens = 32768;
+  const auto fpdt = mp::project(mp::strategy::fpdt, small, c, s, true, chunk);
+  REQUIRE(fpdt);
+  const auto by_hand = mp::detail::ulysses(mp::strategy::fpdt, small, c, s, 8, 32768, false, 1);
+  CHECK(fpdt->chosen.chunk_tokens == 32768);
+  CHECK(fpdt->step_seconds == by_hand.step_seconds);
+  CHECK(fpdt->device.total() == by_hand.device.total());
+}
+
+TEST_CASE("strategy: a pinned N is taken outside section 6.1's 2K-16K tokens per subsequence") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 256 * 1024;
+  // 8 subsequences of 32K tokens: more than 6.1's 16K, so the solver never tries it.
+  for (const auto& r : mp::project_settings(mp::strategy::sppo, small, c, s)) CHECK(r.chosen.subsequences != 8);
+  mp::settings_pin pin;
+  pin.subsequences = 8;
+  const auto pinned = mp::project_settings(mp::strategy::sppo, small, c, s, true, pin);
+  REQUIRE(!pinned.empty());
+  for (const auto& r : pinned) {
+    CHECK(r.chosen.subsequences == 8);
+    CHECK(r.chosen.alpha_i.size() == 8);
+    CHECK(r.chosen.pp <= 8);
+  }
+  // N below the PP asked for: the settings with N = 2 have PP 1 and 2 only.
+  pin.subsequences = 2;
+  pin.pp = 4;
+  CHECK(mp::project_settings(mp::strategy::sppo, small, c, s, true, pin).empty());
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, s, pin) ==
+        "no setting has PP 4 N 2; the settings here have PP 1, 2");
+  // On 4 nodes every SP x PP has PP >= 4: N = 2 is below all of them.
+  const mp::cluster four_nodes{mp::load_cluster_profile("a800"), 32, 8};
+  mp::settings_pin two;
+  two.subsequences = 2;
+  CHECK(mp::project_settings(mp::strategy::sppo, small, four_nodes, s, true, two).empty());
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, four_nodes, s, two).find("N must be >= PP (SP 8 PP 4)") !=
+        std::string::npos);
+}
+
+TEST_CASE("strategy: pins that match nothing, do not apply, or are out of range") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 128 * 1024;
+  mp::settings_pin three;
+  three.tp = 3;
+  CHECK_FALSE(mp::project(mp::strategy::memo, small, c, s, true, three));
+  CHECK(mp::no_setting_reason(mp::strategy::memo, small, c, s, three) ==
+        "no setting has TP 3; the settings here have TP 1, 2, 4, 8");
+  mp::settings_pin two;
+  two.tp = 8;
+  two.cp = 2;  // TP 8 leaves one CP x DP on 8 GPUs
+  CHECK(mp::no_setting_reason(mp::strategy::recompute, small, c, s, two) ==
+        "no setting has TP 8 CP 2; the settings here have TP 1, 2, 4, 8; CP 1, 2, 4, 8");
+  CHECK(mp::no_setting_reason(mp::strategy::memo, small, c, s, mp::settings_pin{}).empty());
+
+  mp::settings_pin foreign;
+  foreign.tp = 2;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, small, c, s, true, foreign),
+                    doctest::Contains("fpdt has no setting 'tp' (its settings: sp, dp, chunk)"));
+  mp::settings_pin alpha_for_recompute;
+  alpha_for_recompute.alpha = 0.5;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::recompute, small, c, s, true, alpha_for_recompute),
+                    doctest::Contains("recompute has no setting 'alpha'"));
+  CHECK(mp::inapplicable_pins(mp::strategy::memo, alpha_for_recompute).empty());
+
+  mp::settings_pin bad;
+  bad.alpha = 1.5;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, s, true, bad),
+                    doctest::Contains("alpha must be in [0, 1], got 1.5"));
+  bad.alpha = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, s, true, bad), doctest::Contains("alpha must be in [0, 1]"));
+  mp::settings_pin zero;
+  zero.cp = 0;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, s, true, zero), doctest::Contains("cp must be >= 1, got 0"));
+  mp::settings_pin half;
+  half.chunk_tokens = 0.5;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, small, c, s, true, half),
+                    doctest::Contains("chunk must be a whole number of tokens in [1, 2^40], got 0.5"));
+}
+
+TEST_CASE("strategy: the longest sequence with a pin is the last fitting grid step of that pin (linear scan)") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double grid = 65536;
+  for (int tp : {1, 4, 8}) {
+    mp::settings_pin pin;
+    pin.tp = tp;
+    const auto found = mp::longest(mp::strategy::recompute, small, c, grid, 64 * grid, pin);
+    double scanned = 0;
+    for (double k = 1; k <= 64; ++k) {
+      const auto r = mp::project(mp::strategy::recompute, small, c, k * grid, false, pin);
+      if (r && r->fits()) scanned = k * grid;
+    }
+    REQUIRE(found);
+    CHECK_MESSAGE(found->sequence == scanned, "TP " << tp);
+    CHECK(found->chosen.tp == tp);
+    CHECK(found->sequence <= mp::longest(mp::strategy::recompute, small, c, grid, 64 * grid)->sequence);
+  }
+}

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -31,6 +32,22 @@ std::optional<Int> parse_integer(std::string_view text) {
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
   return value;
+}
+
+/// `text` as a finite double when it is exactly one decimal number (an
+/// optional sign, digits with an optional point and exponent: "0.5", "+1",
+/// "2e-3"), else nullopt: empty, blanks, hexadecimal, infinity, NaN,
+/// trailing bytes and numbers beyond a double's range all fail.
+inline std::optional<double> parse_decimal(std::string_view text) {
+  if (!text.empty() && text.front() == '+') {
+    text.remove_prefix(1);
+    if (text.empty() || text.front() == '-') return std::nullopt;
+  }
+  if (text.empty()) return std::nullopt;
+  double value = 0.0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
+  if (ec != std::errc{} || ptr != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value + 0.0;  // -0 is 0
 }
 
 /// `text` for an error message: at most `shown` characters (64 for a

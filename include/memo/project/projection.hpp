@@ -33,6 +33,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -148,6 +149,121 @@ struct settings {
   std::vector<double> alpha_i;     ///< sppo: per subsequence (SPPO 5.2)
   double chunk_tokens = 0.0;       ///< fpdt: global tokens per chunk
 };
+
+/// Settings a user fixes instead of letting the search choose them
+/// (`memo-project --tp 4 --cp 2 --alpha 0.5`). The whole-number fields
+/// select among the settings a strategy enumerates; `alpha` (memo) replaces
+/// the LP's offload fraction and `chunk_tokens` (fpdt) the 64K chunk, and a
+/// fixed `subsequences` (sppo) is taken as given, outside section 6.1's 2K
+/// to 16K tokens per subsequence, which only narrows the solver's search.
+/// Each field applies to the strategies whose settings have it
+/// (`pin_fields`); `project_settings` refuses one that does not.
+struct settings_pin {
+  std::optional<int> tp, cp, sp, pp, dp, subsequences;
+  std::optional<double> alpha, chunk_tokens;
+
+  [[nodiscard]] bool empty() const { return given().empty(); }
+  /// The names of the fields given ("tp", "cp", "sp", "pp", "dp",
+  /// "subsequences", "alpha", "chunk"), in that order.
+  [[nodiscard]] std::vector<std::string_view> given() const {
+    std::vector<std::string_view> out;
+    for (const auto& [name, value] : whole_fields()) {
+      if (value) out.push_back(name);
+    }
+    if (alpha) out.push_back("alpha");
+    if (chunk_tokens) out.push_back("chunk");
+    return out;
+  }
+  /// Whether `s` has every whole-number value given (alpha and the chunk
+  /// are inputs of the projection, not filters).
+  [[nodiscard]] bool matches(const settings& s) const {
+    const int chosen[] = {s.tp, s.cp, s.sp, s.pp, s.dp, s.subsequences};
+    int k = 0;
+    for (const auto& [name, value] : whole_fields()) {
+      if (value && *value != chosen[k]) return false;
+      ++k;
+    }
+    return true;
+  }
+  /// "TP 4 CP 2 alpha 0.5", for messages.
+  [[nodiscard]] std::string text() const {
+    std::string out;
+    auto add = [&](std::string part) { out += (out.empty() ? "" : " ") + std::move(part); };
+    for (const auto& [name, value] : whole_fields()) {
+      if (value) add(label(name) + " " + std::to_string(*value));
+    }
+    char number[64];
+    if (alpha) {
+      std::snprintf(number, sizeof number, "%g", *alpha);
+      add(std::string("alpha ") + number);
+    }
+    if (chunk_tokens) {
+      std::snprintf(number, sizeof number, "%.0f", *chunk_tokens);
+      add(std::string("chunk ") + number);
+    }
+    return out;
+  }
+  /// Whole numbers >= 1, alpha in [0, 1], the chunk a whole number of
+  /// tokens in [1, 2^40]; otherwise a memo::error naming the field and value.
+  void check() const {
+    for (const auto& [name, value] : whole_fields()) {
+      expects(!value || *value >= 1, [&] {
+        return "settings pin: " + std::string(name) + " must be >= 1, got " + std::to_string(*value);
+      });
+    }
+    expects(!alpha || (*alpha >= 0.0 && *alpha <= 1.0), [&] {
+      char text[64];
+      std::snprintf(text, sizeof text, "%g", *alpha);
+      return std::string("settings pin: alpha must be in [0, 1], got ") + text;
+    });
+    expects(!chunk_tokens || (*chunk_tokens >= 1 && *chunk_tokens <= 1099511627776.0 &&
+                              *chunk_tokens == std::floor(*chunk_tokens)),
+            [&] {
+              char text[64];
+              std::snprintf(text, sizeof text, "%g", *chunk_tokens);
+              return std::string("settings pin: chunk must be a whole number of tokens in [1, 2^40], got ") + text;
+            });
+  }
+  /// "TP" for "tp", "N" for "subsequences".
+  [[nodiscard]] static std::string label(std::string_view field) {
+    if (field == "subsequences") return "N";
+    std::string out(field);
+    for (char& ch : out) ch = static_cast<char>(ch - 'a' + 'A');
+    return out;
+  }
+
+ private:
+  [[nodiscard]] std::array<std::pair<std::string_view, std::optional<int>>, 6> whole_fields() const {
+    return {{{"tp", tp}, {"cp", cp}, {"sp", sp}, {"pp", pp}, {"dp", dp}, {"subsequences", subsequences}}};
+  }
+};
+
+/// The `settings_pin` fields a strategy's settings have: Megatron's TP,
+/// CP and DP (PP with full recomputation only; alpha for MEMO), Ulysses'
+/// SP and DP (the chunk for FPDT), SPPO's SP, PP and N.
+inline std::vector<std::string_view> pin_fields(strategy kind) {
+  switch (kind) {
+    case strategy::memo: return {"tp", "cp", "dp", "alpha"};
+    case strategy::swap_planned: return {"tp", "cp", "dp"};
+    case strategy::recompute:
+    case strategy::recompute_planned: return {"tp", "cp", "pp", "dp"};
+    case strategy::ulysses_zero3: return {"sp", "dp"};
+    case strategy::fpdt: return {"sp", "dp", "chunk"};
+    case strategy::sppo:
+    case strategy::sppo_recompute: return {"sp", "pp", "subsequences"};
+  }
+  return {};
+}
+
+/// The fields of `pin` that `kind` has no setting for (empty: all apply).
+inline std::vector<std::string_view> inapplicable_pins(strategy kind, const settings_pin& pin) {
+  const auto fields = pin_fields(kind);
+  std::vector<std::string_view> out;
+  for (const auto name : pin.given()) {
+    if (std::find(fields.begin(), fields.end(), name) == fields.end()) out.push_back(name);
+  }
+  return out;
+}
 
 /// Where one step's time goes (seconds, on the critical path).
 struct step_breakdown {

@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -220,11 +221,14 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 
 /// Every (SP, PP, N) section 6.1 allows (see the header comment); with
 /// `simulate` false, only the N needing the least memory, timed by the
-/// closed form (whether some setting fits is the same either way). When
-/// none is allowed and `why` is given, it is set to the reasons, each with
-/// the first (SP, PP) it rejected.
+/// closed form (whether some setting fits is the same either way). A given
+/// `subsequences` is the only N tried, outside the 2K-16K tokens per
+/// subsequence (still N >= PP, at least one token per GPU, and at most
+/// `sppo_max_subsequences`). When none is allowed and `why` is given, it is
+/// set to the reasons, each with the first (SP, PP) it rejected.
 inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m, const cluster& c, double s,
-                                             bool simulate = true, std::string* why = nullptr) {
+                                             bool simulate = true, std::string* why = nullptr,
+                                             std::optional<int> subsequences = std::nullopt) {
   std::vector<projection> out;
   std::vector<std::pair<std::string, std::string>> rejected;  // reason, first example
   auto reject = [&](int sp, int pp, std::string reason) {
@@ -262,7 +266,16 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
       continue;
     }
     std::vector<int> counts = sppo_subsequence_counts(s, pp);
-    if (counts.empty()) {
+    if (subsequences) {
+      counts.clear();
+      if (*subsequences > sppo_max_subsequences) {
+        char text[96];
+        std::snprintf(text, sizeof text, "N must be at most %.0f", sppo_max_subsequences);
+        reject(sp, pp, text);
+      } else {
+        counts.push_back(*subsequences);
+      }
+    } else if (counts.empty()) {
       char text[160];
       std::snprintf(text, sizeof text,
                     "no subsequence count N with %.0f to %.0f tokens each, N >= PP and N <= %.0f",
