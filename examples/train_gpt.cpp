@@ -159,7 +159,8 @@ Int parse_int(std::string_view option, std::string_view text, Int low,
 
 double parse_number(std::string_view option, const std::string& text) {
   const std::optional<double> v = memo::detail::parse_decimal(text);
-  if (!v || *v < 0.0) {
+  if (!v) throw usage_error(std::string(option) + " " + memo::detail::decimal_problem(text));
+  if (*v < 0.0) {
     throw usage_error(std::string(option) + " '" + memo::detail::quote(text) + "' is not a non-negative number");
   }
   return *v;

@@ -35,8 +35,9 @@
 // strategy and length it was projecting. The papers'
 // ablations (recompute-planned, swap-planned, sppo-recompute) are accepted
 // by name too.
-// --tp ... --chunk fix settings instead of searching them (strategy.hpp's
-// `settings_pin`): a named strategy without such a setting is a usage
+// --tp ... --chunk fix settings instead of searching them (projection.hpp's
+// `settings_pin`; a --chunk longer than the sequence is one chunk of all
+// of it): a named strategy without such a setting is a usage
 // error; `--strategy all` projects only the strategies with every setting
 // given and names the others.
 // Errors go to stderr (with --json, also as {"error": ..., "exit_status":
@@ -127,18 +128,9 @@ double parse_length(const std::string& v, const std::string& option = "--seq") {
 /// The command-line option of a settings_pin field ("--tp", "--chunk").
 std::string option_of(std::string_view field) { return "--" + std::string(field); }
 
-/// `pin` with only `field` given.
-mp::settings_pin pin_of(std::string_view field, const mp::settings_pin& pin) {
-  mp::settings_pin one;
-  if (field == "tp") one.tp = pin.tp;
-  if (field == "cp") one.cp = pin.cp;
-  if (field == "sp") one.sp = pin.sp;
-  if (field == "pp") one.pp = pin.pp;
-  if (field == "dp") one.dp = pin.dp;
-  if (field == "subsequences") one.subsequences = pin.subsequences;
-  if (field == "alpha") one.alpha = pin.alpha;
-  if (field == "chunk") one.chunk_tokens = pin.chunk_tokens;
-  return one;
+/// The settings_pin field an option sets ("--tp"), or nullptr.
+const mp::settings_pin::field* pinned_field(const std::string& arg) {
+  return arg.starts_with("--") ? mp::settings_pin::find(std::string_view(arg).substr(2)) : nullptr;
 }
 
 /// The strategies `--strategy all` projects: those with every setting pinned.
@@ -176,18 +168,20 @@ arguments parse_arguments(int argc, char** argv) {
     else if (arg == "--seq") a.seq = need(i);
     else if (arg == "--strategy") a.strategy = need(i);
     else if (arg == "--time-limit") a.time_limit_seconds = positive_int(arg, need(i), 1 << 30);
-    else if (arg == "--tp") a.pin.tp = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--cp") a.pin.cp = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--sp") a.pin.sp = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--pp") a.pin.pp = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--dp") a.pin.dp = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--subsequences") a.pin.subsequences = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--alpha") {
+    else if (const auto* f = pinned_field(arg)) {
+      // --tp, --cp, --sp, --pp, --dp, --subsequences: whole numbers; --alpha a fraction; --chunk a length.
       const std::string v = need(i);
-      const auto x = memo::detail::parse_decimal(v);
-      if (!x || *x < 0.0 || *x > 1.0) throw usage_error("--alpha '" + quote(v) + "' is not a number from 0 to 1");
-      a.pin.alpha = *x;
-    } else if (arg == "--chunk") a.pin.chunk_tokens = parse_length(need(i), arg);
+      if (f->whole) {
+        a.pin.*(f->whole) = positive_int(arg, v, 1 << 20);
+      } else if (f->name == "chunk") {
+        a.pin.chunk_tokens = parse_length(v, arg);
+      } else {
+        const auto x = memo::detail::parse_decimal(v);
+        if (!x) throw usage_error(arg + " " + memo::detail::decimal_problem(v));
+        if (*x < 0.0 || *x > 1.0) throw usage_error(arg + " '" + quote(v) + "' is not a number from 0 to 1");
+        a.pin.alpha = *x;
+      }
+    }
     else if (arg == "--json") a.json = true;
     else if (arg == "--help" || arg == "-h") a.help = true;
     else throw usage_error("unknown argument '" + quote(arg) + "'");
@@ -205,17 +199,18 @@ arguments parse_arguments(int argc, char** argv) {
     const auto kind = *mp::parse_strategy(a.strategy);
     const auto foreign = mp::inapplicable_pins(kind, a.pin);
     if (!foreign.empty()) {
-      std::string have;
+      std::string have, options;
       for (const auto f : mp::pin_fields(kind)) have += (have.empty() ? "" : ", ") + option_of(f);
-      throw usage_error(option_of(foreign.front()) + " is not a setting of " + a.strategy + " (its settings: " +
-                        have + ")");
+      for (const auto f : foreign) options += (options.empty() ? "" : ", ") + option_of(f);
+      throw usage_error(options + (foreign.size() > 1 ? " are not settings of " : " is not a setting of ") +
+                        a.strategy + " (its settings: " + have + ")");
     }
   } else if (!a.pin.empty() && pinned_strategies(a.pin).empty()) {
     std::string which;
     for (const auto f : a.pin.given()) {
       std::string strategies;
       for (auto k : mp::public_strategies()) {
-        if (mp::inapplicable_pins(k, pin_of(f, a.pin)).empty()) {
+        if (mp::inapplicable_pins(k, a.pin.only(f)).empty()) {
           strategies += (strategies.empty() ? "" : ", ") + std::string(mp::strategy_name(k));
         }
       }
@@ -370,7 +365,8 @@ void write_text(const row& r, bool best, int gpus) {
   }
   std::printf("    settings: TP %d CP %d SP %d PP %d DP %d", p.chosen.tp, p.chosen.cp, p.chosen.sp, p.chosen.pp,
               p.chosen.dp);
-  if (p.chosen.subsequences > 1) std::printf(" N %d", p.chosen.subsequences);
+  const bool pipeline = p.kind == mp::strategy::sppo || p.kind == mp::strategy::sppo_recompute;
+  if (p.chosen.subsequences > 1 || pipeline) std::printf(" N %d", p.chosen.subsequences);
   const auto [alpha_low, alpha_high] = alpha_range(p);
   if (!p.chosen.alpha_i.empty()) {
     std::printf(" alpha_i %.3f..%.3f", alpha_low, alpha_high);
@@ -530,15 +526,14 @@ int run(const arguments& a) {
     if (search) j.field("search_grid", bytes(search_grid)).field("search_limit", bytes(search_limit));
     if (!a.pin.empty()) {
       // The settings fixed on the command line, and the strategies left out for not having them.
+      // Keys as in "settings": the chunk is "chunk_tokens" there too.
       j.key("pinned").begin_object();
-      if (a.pin.tp) j.field("tp", *a.pin.tp);
-      if (a.pin.cp) j.field("cp", *a.pin.cp);
-      if (a.pin.sp) j.field("sp", *a.pin.sp);
-      if (a.pin.pp) j.field("pp", *a.pin.pp);
-      if (a.pin.dp) j.field("dp", *a.pin.dp);
-      if (a.pin.subsequences) j.field("subsequences", *a.pin.subsequences);
-      if (a.pin.alpha) j.field("alpha", *a.pin.alpha);
-      if (a.pin.chunk_tokens) j.field("chunk_tokens", bytes(*a.pin.chunk_tokens));
+      for (const auto& f : mp::settings_pin::fields) {
+        if (!f.given(a.pin)) continue;
+        if (f.whole) j.field(f.name, *(a.pin.*(f.whole)));
+        else if (f.name == "chunk") j.field("chunk_tokens", bytes(*a.pin.chunk_tokens));
+        else j.field(f.name, *(a.pin.*(f.number)));
+      }
       j.end_object();
       j.key("left_out").begin_array();
       for (auto k : left_out) j.value(std::string(mp::strategy_name(k)));

@@ -37,6 +37,8 @@ TEST_CASE("text: parse_decimal takes exactly one finite decimal number, all of t
   CHECK(parse_decimal(".5") == 0.5);
   CHECK(parse_decimal("2e-3") == 0.002);
   CHECK(parse_decimal("1E3") == 1000.0);
+  CHECK(parse_decimal("1e+3") == 1000.0);
+  CHECK(parse_decimal("1.") == 1.0);
   const auto zero = parse_decimal("-0");
   REQUIRE(zero.has_value());
   CHECK_FALSE(std::signbit(*zero));  // -0 is 0
@@ -44,6 +46,18 @@ TEST_CASE("text: parse_decimal takes exactly one finite decimal number, all of t
     CAPTURE(bad);
     CHECK_FALSE(parse_decimal(bad).has_value());
   }
+  // Out of range is told apart from malformed.
+  using memo::detail::decimal_problem;
+  using memo::detail::decimal_status;
+  using memo::detail::read_decimal;
+  CHECK(read_decimal("1e-400").status == decimal_status::out_of_range);
+  CHECK(read_decimal("-1e999").status == decimal_status::out_of_range);
+  CHECK(read_decimal("1e-400x").status == decimal_status::malformed);
+  CHECK(read_decimal("inf").status == decimal_status::malformed);
+  CHECK(read_decimal("0.25").status == decimal_status::ok);
+  CHECK(decimal_problem("1e-400") ==
+        "'1e-400' is outside the range of a double (magnitudes from about 2.2e-308 to 1.8e308)");
+  CHECK(decimal_problem("abc") == "'abc' is not a decimal number");
 }
 
 TEST_CASE("text: integer_problem tells out of range from malformed, with the type's width") {

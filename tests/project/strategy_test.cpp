@@ -404,7 +404,19 @@ TEST_CASE("strategy: a pinned N is taken outside section 6.1's 2K-16K tokens per
   pin.pp = 4;
   CHECK(mp::project_settings(mp::strategy::sppo, small, c, s, true, pin).empty());
   CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, s, pin) ==
-        "no setting has PP 4 N 2; the settings here have PP 1, 2");
+        "no setting has PP 4 N 2; the settings here have PP 1, 2; no SP x PP x N of section 6.1 on 8 GPUs "
+        "(8 per node) at 262144 tokens: N must be >= PP (SP 2 PP 4)");
+  // More subsequences than tokens per GPU, and more than the simulator is given.
+  mp::settings_pin many;
+  many.sp = 8;
+  many.subsequences = 32769;
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, s, many).find(
+            "a fixed N must be at most 16384 (the longest pipeline the simulator is given), got 32769 (SP 8 PP 1)") !=
+        std::string::npos);
+  many.subsequences = 16384;
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, 65536, many).find(
+            "N x SP must not exceed the 65536 tokens (at least one per GPU), got 16384 x 8 (SP 8 PP 1)") !=
+        std::string::npos);
   // On 4 nodes every SP x PP has PP >= 4: N = 2 is below all of them.
   const mp::cluster four_nodes{mp::load_cluster_profile("a800"), 32, 8};
   mp::settings_pin two;
@@ -426,7 +438,7 @@ TEST_CASE("strategy: pins that match nothing, do not apply, or are out of range"
   two.tp = 8;
   two.cp = 2;  // TP 8 leaves one CP x DP on 8 GPUs
   CHECK(mp::no_setting_reason(mp::strategy::recompute, small, c, s, two) ==
-        "no setting has TP 8 CP 2; the settings here have TP 1, 2, 4, 8; CP 1, 2, 4, 8");
+        "no setting has TP 8 CP 2; the settings here have TP 1, 2, 4 with CP 2; CP 1 with TP 8");
   CHECK(mp::no_setting_reason(mp::strategy::memo, small, c, s, mp::settings_pin{}).empty());
 
   mp::settings_pin foreign;
@@ -471,4 +483,59 @@ TEST_CASE("strategy: the longest sequence with a pin is the last fitting grid st
     CHECK(found->chosen.tp == tp);
     CHECK(found->sequence <= mp::longest(mp::strategy::recompute, small, c, grid, 64 * grid)->sequence);
   }
+}
+
+TEST_CASE("strategy: a pin's fields, text and parts") {
+  mp::settings_pin pin;
+  CHECK(pin.empty());
+  CHECK(pin.text().empty());
+  pin.tp = 4;
+  pin.subsequences = 16;
+  pin.alpha = 0.1;
+  pin.chunk_tokens = 1048576;
+  CHECK_FALSE(pin.empty());
+  CHECK(pin.given() == std::vector<std::string_view>{"tp", "subsequences", "alpha", "chunk"});
+  CHECK(pin.text() == "TP 4 N 16 alpha 0.1 chunk 1048576");  // the shortest exact form of 0.1
+  CHECK(pin.only("alpha").text() == "alpha 0.1");
+  CHECK(pin.without("tp").text() == "N 16 alpha 0.1 chunk 1048576");
+  CHECK(pin.only("nonsense").empty());
+  CHECK(mp::settings_pin::find("subsequences")->label == "N");
+  CHECK(mp::settings_pin::find("nonsense") == nullptr);
+  // Every field is one of some strategy's settings, and every strategy's settings are fields.
+  for (const auto& f : mp::settings_pin::fields) {
+    bool somewhere = false;
+    for (auto k : mp::all_strategies()) {
+      for (auto name : mp::pin_fields(k)) somewhere = somewhere || name == f.name;
+    }
+    CHECK_MESSAGE(somewhere, f.name);
+  }
+  for (auto k : mp::all_strategies()) {
+    for (auto name : mp::pin_fields(k)) CHECK_MESSAGE(mp::settings_pin::find(name) != nullptr, name);
+  }
+  mp::settings s;
+  s.tp = 4;
+  s.subsequences = 16;
+  CHECK(pin.matches(s));
+  s.subsequences = 8;
+  CHECK_FALSE(pin.matches(s));
+}
+
+TEST_CASE("strategy: with a pin, what runs out is searched among the pinned settings") {
+  // Full recomputation on 8 A800s at TP 1: the checkpoints and the working
+  // set grow with the length; the unpinned search may pick other TPs.
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  mp::settings_pin pin;
+  pin.tp = 1;
+  auto r = mp::project(mp::strategy::recompute, small, c, 2048.0 * 1024, true, pin);
+  REQUIRE(r);
+  REQUIRE_FALSE(r->fits());
+  mp::order_shortfalls(*r, small, c, 65536, pin);
+  REQUIRE(r->shortfalls.front().resource == mp::resource::device_memory);
+  // The shortest grid step at which TP 1's best setting runs out, by a linear scan.
+  double scanned = 0;
+  for (double k = 1; k <= 32 && scanned == 0; ++k) {
+    const auto p = mp::project(mp::strategy::recompute, small, c, k * 65536, false, pin);
+    if (p && !p->fits()) scanned = k * 65536;
+  }
+  CHECK(r->shortfalls.front().runs_out_at == scanned);
 }

@@ -92,7 +92,7 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
         break;
       case strategy::sppo:
       case strategy::sppo_recompute:
-        all = detail::sppo_settings(kind, m, c, s, simulate, nullptr, pin.subsequences);
+        all = detail::sppo_settings(kind, m, c, s, simulate, nullptr, pin);
         break;
     }
     std::erase_if(all, [&](const projection& r) { return !pin.matches(r.chosen); });
@@ -110,38 +110,50 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
 /// it has one): SPPO's stages need whole nodes, SP dividing a node and the
 /// heads, PP = GPUs / SP dividing the layers, and a subsequence count N
 /// with s/N in [2K, 16K] (or the pinned N) and N >= PP; with a `pin`, that
-/// no setting has its values, and which values the settings have.
+/// no setting has its values, and, for each value pinned, which values the
+/// settings with the other pinned values have ("the settings here have TP
+/// 1, 2, 4 with CP 2; CP 1 with TP 8"). Without a pin only SPPO can have
+/// no setting, and the other strategies answer without projecting.
 inline std::string no_setting_reason(strategy kind, const model_shape& m, const cluster& c, double s,
                                      const settings_pin& pin = {}) {
+  const bool sppo_kind = kind == strategy::sppo || kind == strategy::sppo_recompute;
+  if (pin.empty() && !sppo_kind) return {};
   if (!project_settings(kind, m, c, s, false, pin).empty()) return {};
-  std::string why;
-  if (kind == strategy::sppo || kind == strategy::sppo_recompute) {
-    if (detail::sppo_settings(kind, m, c, s, false, &why, pin.subsequences).empty()) return why;
+  // SPPO's rules, for the SP x PP the pin allows (empty when one passed them).
+  std::string rules;
+  if (sppo_kind) {
+    m.check();
+    c.check();
+    detail::sppo_settings(kind, m, c, s, false, &rules, pin);
+    if (detail::sppo_settings(kind, m, c, s, false, nullptr, pin.only("subsequences")).empty()) return rules;
   }
-  // Settings exist, but none has the pinned values: list the values they have.
+  // Settings exist, but none has the pinned values: for each whole number
+  // pinned, the values of the settings that have the other pinned ones.
   settings_pin inputs;  // what makes the settings, without what selects among them
   inputs.alpha = pin.alpha;
   inputs.chunk_tokens = pin.chunk_tokens;
   inputs.subsequences = pin.subsequences;
   const auto unpinned = project_settings(kind, m, c, s, false, inputs);
-  why = "no setting has " + pin.text() + "; the settings here have";
-  const std::pair<const char*, std::optional<int>> fields[] = {
-      {"tp", pin.tp}, {"cp", pin.cp}, {"sp", pin.sp}, {"pp", pin.pp}, {"dp", pin.dp}};
+  std::string why = "no setting has " + pin.text() + "; the settings here have";
   bool first = true;
-  for (const auto& [name, value] : fields) {
-    if (!value) continue;
+  for (const auto& f : settings_pin::fields) {
+    if (!f.whole || !f.given(pin) || f.name == "subsequences") continue;
+    const settings_pin others = pin.without(f.name);
     std::vector<int> seen;
     for (const auto& r : unpinned) {
-      const settings& x = r.chosen;
-      const std::string_view f = name;
-      const int v = f == "tp" ? x.tp : f == "cp" ? x.cp : f == "sp" ? x.sp : f == "pp" ? x.pp : x.dp;
-      if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+      const int v = r.chosen.*(f.chosen);
+      if (others.matches(r.chosen) && std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
     }
     std::sort(seen.begin(), seen.end());
-    why += std::string(first ? " " : "; ") + settings_pin::label(name);
-    for (std::size_t k = 0; k < seen.size(); ++k) why += (k ? ", " : " ") + std::to_string(seen[k]);
+    why += first ? " " : "; ";
     first = false;
+    if (seen.empty()) why += "no " + std::string(f.label);
+    else why += std::string(f.label);
+    for (std::size_t k = 0; k < seen.size(); ++k) why += (k ? ", " : " ") + std::to_string(seen[k]);
+    const settings_pin selecting = others.without("alpha").without("chunk").without("subsequences");
+    if (!selecting.empty()) why += " with " + selecting.text();
   }
+  if (!rules.empty()) why += "; " + rules;
   return why;
 }
 
