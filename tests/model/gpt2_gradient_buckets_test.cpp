@@ -106,7 +106,7 @@ TEST_CASE("gpt2_gradient_buckets: with no size threshold every piece is a bucket
   for (const auto& b : plan.buckets) CHECK_FALSE(b.packed);
 }
 
-TEST_CASE("gpt2_gradient_buckets: a gap or an overlap is not a cover; a stage without layers is refused") {
+TEST_CASE("gpt2_gradient_buckets: a gap or an overlap is not a cover, and a stage without layers is refused") {
   memo::gpt2_gradient_buckets plan;
   plan.buckets.push_back({0, false, {{0, 4}}});
   plan.buckets.push_back({-1, true, {{4, 2}, {8, 2}}});
