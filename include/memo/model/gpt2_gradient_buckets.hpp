@@ -39,8 +39,8 @@
 // the whole gradient; NCCL and MPI may choose their algorithm by message
 // size, and then agree with it to fp32 rounding.
 //
-// A pure function of the stage's parameter table: the same on every rank
-// of a stage, printable and checkable (`covers_once`).
+// A pure function of the stage's parameter table, so the same on every
+// rank of a stage (which the collectives need); `covers_once` checks it.
 #pragma once
 
 #include <algorithm>

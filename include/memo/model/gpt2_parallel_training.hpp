@@ -13,9 +13,9 @@
 // backend: a collective's whole duration, waits for peers included); the
 // gradient sums are also given alone, with the part of them the step
 // waited for after its backward ("exposed"; with the sums behind the
-// backward, only the tail; see gpt2_parallel_model.hpp). A diverged loss (the same on every rank) is an
-// error on every rank. Collective: every rank calls it with the same
-// arguments.
+// backward, only the tail; see gpt2_parallel_model.hpp). A diverged loss
+// (the same on every rank) is an error on every rank. Collective: every
+// rank calls it with the same arguments.
 #pragma once
 
 #include <chrono>
