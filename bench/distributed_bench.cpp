@@ -275,6 +275,13 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
         const auto n = static_cast<double>(b.count());
         all += n, unhidden += b.layer <= 0 ? n : 0.0;
       }
+      // The first and last stages also sum wte over the stages after their
+      // own sums: Vp x C floats behind nothing.
+      const int stage = r / s.sp;
+      if (s.pp > 1 && (stage == 0 || stage == s.pp - 1)) {
+        const double wte = static_cast<double>(m.config.padded_vocab_size) * m.config.channels;
+        all += wte, unhidden += wte;
+      }
       out.unhidden_share = all > 0 ? unhidden / all : 0.0;
       out.cores_used = (process_cpu_seconds() - cpu0) / seconds;
       out.step_seconds = seconds / static_cast<double>(m.steps);
