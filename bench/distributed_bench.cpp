@@ -53,6 +53,18 @@
 // (every layer's attention state of the whole sequence against one of the
 // longest subsequence and a larger shared scratch, and qkv out of the skeletal
 // rows for one [T / S, 3C] buffer) and the attention's host store.
+// Gradient sums after the backward against behind it
+// (gpt2_parallel_options::overlap_gradient_reduction off and on; the same
+// model with 4 layers, SP 2 and SP 2 x PP 2, interleaved, the order of the
+// two alternating between rounds): the step and the exposed sums (the
+// compute stream's wait for them after its backward, mean over ranks),
+// beside the closed form of a sum hidden behind the backward below it:
+// every layer's sum but the stage's first layer's and the tail's (the
+// embeddings, the final layernorm, wte over the stages) is hidden, so
+// exposed = the serial sums' time x the share of those two in the stage's
+// payload, and the step shrinks by the rest (a bandwidth-bound model that
+// assumes a layer's backward outlasts a layer's sum; on the thread
+// communicator a sum also waits for the slowest peer).
 //
 // Usage: distributed_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
@@ -162,6 +174,7 @@ struct model_setting {
   const char* name;
   int sp, pp, subsequences;
   bool overlap = true;
+  bool overlap_reduction = true;
 };
 
 struct model_row {
@@ -219,6 +232,10 @@ single_timing time_single(const model_shape& m, const std::vector<std::int32_t>&
 struct parallel_timing {
   double step_seconds = 0, comm_share = 0, bubble = 0, cores_used = 0;
   std::uint64_t peak_bytes = 0;
+  // Per step, mean over the ranks: the gradient sums' time and the part
+  // the compute stream waited for; the share of a stage's sum payload that
+  // cannot hide (its first layer's buckets and the tail).
+  double reduction_seconds = 0, exposed_seconds = 0, unhidden_share = 0;
 };
 
 /// The same on S x Q thread ranks: rank 0's mean step and its share inside
@@ -236,19 +253,29 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
       memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(
           backend, comm, m.config,
           {.context = m.context, .sequence_parallel = s.sp, .pipeline_stages = s.pp, .subsequences = s.subsequences,
-           .attention_chunk = 64, .overlap_exchanges = s.overlap});
+           .attention_chunk = 64, .overlap_exchanges = s.overlap, .overlap_gradient_reduction = s.overlap_reduction});
       model.initialize(1);
       model.train_step(in, tg, {});
       backend.device_memory().reset_peak();
-      double comm_seconds = 0;
+      double comm_seconds = 0, reduction_seconds = 0, exposed_seconds = 0;
       const double cpu0 = process_cpu_seconds();  // every rank's threads: the ranks step together
       const auto t0 = clock_type::now();
       for (std::int64_t k = 0; k < m.steps; ++k) {
         model.train_step(in, tg, {});
         comm_seconds += model.step_communication().seconds;
+        reduction_seconds += model.step_gradient_reduction().collectives.seconds;
+        exposed_seconds += model.step_gradient_reduction().exposed_seconds;
       }
       const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
       auto& out = per_rank[static_cast<std::size_t>(r)];
+      out.reduction_seconds = reduction_seconds / static_cast<double>(m.steps);
+      out.exposed_seconds = exposed_seconds / static_cast<double>(m.steps);
+      double all = 0, unhidden = 0;
+      for (const auto& b : model.gradient_buckets().buckets) {
+        const auto n = static_cast<double>(b.count());
+        all += n, unhidden += b.layer <= 0 ? n : 0.0;
+      }
+      out.unhidden_share = all > 0 ? unhidden / all : 0.0;
       out.cores_used = (process_cpu_seconds() - cpu0) / seconds;
       out.step_seconds = seconds / static_cast<double>(m.steps);
       out.comm_share = comm_seconds / seconds;
@@ -263,7 +290,12 @@ parallel_timing time_parallel(const model_shape& m, const model_setting& s, cons
   }
   for (auto& t : threads) t.join();
   parallel_timing out = per_rank[0];
-  for (const auto& r : per_rank) out.peak_bytes = std::max(out.peak_bytes, r.peak_bytes);
+  out.reduction_seconds = out.exposed_seconds = out.unhidden_share = 0;
+  for (const auto& r : per_rank) {
+    out.peak_bytes = std::max(out.peak_bytes, r.peak_bytes);
+    out.reduction_seconds += r.reduction_seconds / P, out.exposed_seconds += r.exposed_seconds / P;
+    out.unhidden_share += r.unhidden_share / P;
+  }
   return out;
 }
 
@@ -294,6 +326,42 @@ std::vector<model_row> model_rows(const model_shape& m, int rounds, int cores) {
     }
   }
   return rows;
+}
+
+/// One setting's gradient sums after the backward (off) and behind it (on).
+struct reduction_row {
+  model_setting setting;
+  std::vector<double> step[2], exposed[2], sums[2];  // [overlap off, on], per round
+  double unhidden_share = 0;
+};
+
+/// Interleaved rounds of every setting with the sums after and behind the
+/// backward, the order of the two alternating between rounds.
+std::vector<reduction_row> reduction_rows(const model_shape& m, int rounds) {
+  std::vector<reduction_row> rows = {{{"SP 2", 2, 1, 1}, {}, {}, {}, 0},
+                                     {{"SP 2 x PP 2, N 4", 2, 2, 4}, {}, {}, {}, 0}};
+  const auto in = tokens_of(m.context, m.config.vocab_size, 1), tg = tokens_of(m.context, m.config.vocab_size, 2);
+  for (int round = 0; round < rounds; ++round) {
+    for (auto& row : rows) {
+      for (const int k : round % 2 == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}) {
+        model_setting s = row.setting;
+        s.overlap_reduction = k == 1;
+        const parallel_timing p = time_parallel(m, s, in, tg);
+        row.step[k].push_back(p.step_seconds);
+        row.exposed[k].push_back(p.exposed_seconds);
+        row.sums[k].push_back(p.reduction_seconds);
+        row.unhidden_share = p.unhidden_share;
+      }
+    }
+  }
+  return rows;
+}
+
+/// The closed form's exposed sums and step behind the backward, from the
+/// medians after it (see the header comment).
+std::pair<double, double> reduction_prediction(const reduction_row& r) {
+  const double exposed_off = memo::spread_of(r.exposed[0]).median, step_off = memo::spread_of(r.step[0]).median;
+  return {exposed_off * r.unhidden_share, step_off - exposed_off * (1.0 - r.unhidden_share)};
 }
 
 struct offload_row {
@@ -439,6 +507,10 @@ int main(int argc, char** argv) {
   const std::vector<model_row> model_results = model_rows(model, quick ? 2 : rounds, cores);
   model_shape deeper = model;
   deeper.config.num_layers = 8;
+  model_shape reducing = model;
+  reducing.config.num_layers = 4;
+  reducing.steps = 3;
+  const std::vector<reduction_row> reductions = reduction_rows(reducing, quick ? 2 : rounds);
   std::vector<offload_row> offload_rows;
   for (const double alpha : {1.0, 0.5}) {
     offload_rows.push_back(offload_memory(deeper, {"PP 2, N 4", 1, 2, 4, alpha}));
@@ -524,6 +596,28 @@ int main(int argc, char** argv) {
       out.end_object();
     }
     out.end_array().end_object();
+    out.key("gradient_reduction").begin_object();
+    out.field("layers", reducing.config.num_layers).field("channels", reducing.config.channels);
+    out.field("context", reducing.context).field("steps", reducing.steps).field("rounds", quick ? 2 : rounds);
+    out.key("settings").begin_array();
+    for (const auto& r : reductions) {
+      const auto [exposed_predicted, step_predicted] = reduction_prediction(r);
+      out.begin_object().field("setting", r.setting.name).field("sp", r.setting.sp).field("pp", r.setting.pp);
+      out.field("subsequences", r.setting.subsequences).field("unhidden_payload_share", r.unhidden_share);
+      for (const int k : {0, 1}) {
+        const std::string mode = k == 0 ? "after_" : "behind_";
+        const auto t = memo::spread_of(r.step[k]), e = memo::spread_of(r.exposed[k]), c = memo::spread_of(r.sums[k]);
+        out.field(mode + "step_seconds_median", t.median).field(mode + "step_seconds_min", t.min);
+        out.field(mode + "step_seconds_max", t.max);
+        out.field(mode + "exposed_seconds_median", e.median).field(mode + "exposed_seconds_min", e.min);
+        out.field(mode + "exposed_seconds_max", e.max);
+        out.field(mode + "sum_seconds_median", c.median);
+      }
+      out.field("behind_exposed_seconds_predicted", exposed_predicted);
+      out.field("behind_step_seconds_predicted", step_predicted);
+      out.end_object();
+    }
+    out.end_array().end_object();
     out.key("subsequence_offload").begin_object().field("layers", deeper.config.num_layers);
     out.key("settings").begin_array();
     for (const auto& r : offload_rows) {
@@ -589,6 +683,24 @@ int main(int argc, char** argv) {
                 memo::spread_of(r.predicted_obtained).median, memo::spread_of(r.cores_used).median, r.bubble,
                 c.median, c.min, c.max,
                 static_cast<double>(r.rank_peak_bytes) / static_cast<double>(r.single_peak_bytes));
+  }
+  std::printf("Gradient sums after the backward vs behind it (L %d, C %d, T %lld; %d steps per round, %d rounds; "
+              "step: rank 0; exposed and sums: per rank, mean over ranks; ms):\n",
+              reducing.config.num_layers, reducing.config.channels, static_cast<long long>(reducing.context),
+              static_cast<int>(reducing.steps), quick ? 2 : rounds);
+  for (const auto& r : reductions) {
+    const auto [exposed_predicted, step_predicted] = reduction_prediction(r);
+    for (const int k : {0, 1}) {
+      const auto t = memo::spread_of(r.step[k]), e = memo::spread_of(r.exposed[k]), c = memo::spread_of(r.sums[k]);
+      std::printf("  %-18s %-7s step %.2f [%.2f, %.2f]  exposed sums %.2f [%.2f, %.2f]  sums %.2f", r.setting.name,
+                  k == 0 ? "after" : "behind", t.median * 1e3, t.min * 1e3, t.max * 1e3, e.median * 1e3, e.min * 1e3,
+                  e.max * 1e3, c.median * 1e3);
+      if (k == 1) {
+        std::printf("  (predicted: step %.2f, exposed %.2f; %.1f%% of the payload cannot hide)", step_predicted * 1e3,
+                    exposed_predicted * 1e3, 100.0 * r.unhidden_share);
+      }
+      std::printf("\n");
+    }
   }
   std::printf("SPPO subsequence offload, rank 0's activation bytes (L %d, C %d, T %lld; alpha_j on every "
               "subsequence):\n",

@@ -90,7 +90,8 @@ constexpr const char* usage =
     "                 [--kv-offload on|off] [--device-budget BYTES] [--timeline FILE]\n"
     "                 [--print-plan] [--json] [--help]\n"
     "                 [--sp S] [--pp Q] [--subsequences N] [--partition balanced|equal]\n"
-    "                 [--sequence-chunk c] [--comm-timeout SECONDS]   (under mpirun -np S*Q)\n"
+    "                 [--sequence-chunk c] [--comm-timeout SECONDS]\n"
+    "                 [--overlap-reduction on|off]   (under mpirun -np S*Q)\n"
     "Trains GPT-2 (fp32, batch 1) on a built-in task (recall: K keys bound to V\n"
     "values, default 4 and 4; copy: the second half repeats the first, ids below\n"
     "--copy-vocab, default 16), or on an llm.c token file with --data.\n"
@@ -107,6 +108,8 @@ constexpr const char* usage =
     "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
     "tokens (default: the largest power of two up to 64 that fits); a rank that waits\n"
     "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job.\n"
+    "--overlap-reduction on (default) sums each layer's gradients behind the backward of\n"
+    "the layers below it; off sums the whole gradient after the backward.\n"
     "Across ranks --alpha is SPPO's offload ratio of each subsequence's skeletal rows:\n"
     "X for all, a0,a1,... one per subsequence, auto from this machine's profile.\n";
 
@@ -134,6 +137,7 @@ struct options {
   bool alpha_auto = false;      // --alpha auto
   std::vector<double> alpha_list;  // --alpha a0,a1,... (across ranks: one per subsequence)
   bool kv_offload = false;
+  bool overlap_reduction = true;
   std::optional<std::uint64_t> device_budget;
   std::string timeline;
   bool print_plan = false;
@@ -158,14 +162,12 @@ Int parse_int(std::string_view option, std::string_view text, Int low,
 }
 
 double parse_number(std::string_view option, const std::string& text) {
-  char* end = nullptr;
-  // strtod would skip leading blanks; a value is the whole token or nothing.
-  const bool blank = !text.empty() && std::isspace(static_cast<unsigned char>(text.front()));
-  const double v = blank ? 0.0 : std::strtod(text.c_str(), &end);
-  if (blank || end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0.0) {
+  const std::optional<double> v = memo::detail::parse_decimal(text);
+  if (!v) throw usage_error(std::string(option) + " " + memo::detail::decimal_problem(text));
+  if (*v < 0.0) {
     throw usage_error(std::string(option) + " '" + memo::detail::quote(text) + "' is not a non-negative number");
   }
-  return v + 0.0;  // -0 is 0
+  return *v;
 }
 
 /// The ranks mpirun started this process among (1 without a launcher).
@@ -296,6 +298,12 @@ options parse(int argc, char** argv) {
       o.equal_subsequences = text == "equal";
     } else if (arg == "--sequence-chunk") {
       o.sequence_chunk = parse_int<std::int64_t>(arg, value(), 1);
+    } else if (arg == "--overlap-reduction") {
+      const std::string text(value());
+      if (text != "on" && text != "off") {
+        throw usage_error("--overlap-reduction '" + text + "' is not 'on' or 'off'");
+      }
+      o.overlap_reduction = text == "on";
     } else if (arg == "--comm-timeout") {
       o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 1 << 24);
     } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
@@ -320,7 +328,7 @@ options parse(int argc, char** argv) {
   if (o.task == builtin_task::copy) refuse({"--keys", "--values"}, "describes the recall task, not --task copy");
   if (o.task == builtin_task::recall) refuse({"--copy-vocab"}, "describes the copy task: add --task copy");
   if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1 && launched_ranks() == 1) {
-    refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout"},
+    refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout", "--overlap-reduction"},
            "applies across ranks only: start more than one rank (mpirun -np P), or add --sp or --pp above 1");
     if (!o.alpha_list.empty()) {
       throw usage_error("--alpha with a list gives one offload ratio per subsequence, which applies across ranks "
@@ -642,7 +650,8 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
                                        .balanced_subsequences = !o.equal_subsequences,
                                        .layout_chunk = o.sequence_chunk,
                                        .attention_chunk = o.attention_chunk,
-                                       .kv_offload = o.kv_offload};
+                                       .kv_offload = o.kv_offload,
+                                       .overlap_gradient_reduction = o.overlap_reduction};
   // The same check on every rank before any collective: a shape that does
   // not split is an error each rank prints; all exit once all have printed
   // (mpirun ends the whole job at the first rank that exits with an error).

@@ -188,11 +188,11 @@ arguments parse_arguments(int argc, char** argv) {
       a.capacity_bytes = *bytes;
     } else if (arg == "--time-limit") {
       const std::string v = need(i);
-      char* end = nullptr;
-      a.time_limit_seconds = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(a.time_limit_seconds >= 0.0)) {
+      const std::optional<double> seconds = memo::detail::parse_decimal(v);
+      if (!seconds || *seconds < 0.0) {
         throw usage_error("--time-limit '" + shown(v) + "' is not a non-negative number of seconds");
       }
+      a.time_limit_seconds = *seconds;
     } else if (arg == "--layers") {
       const std::string v = need(i);
       const auto n = memo::detail::parse_integer<std::int64_t>(v);

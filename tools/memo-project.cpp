@@ -5,7 +5,8 @@
 //   memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N
 //                [--gpus-per-node G] --profile a800|a100|a100x4|h100|h200|FILE
 //                --seq LEN|max [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all]
-//                [--time-limit S] [--json]
+//                [--time-limit S] [--json] [--tp N] [--cp N] [--sp N] [--pp N] [--dp N]
+//                [--subsequences N] [--alpha X] [--chunk LEN]
 //
 // LEN is a token count with an optional K (x1024) or M (x1048576) suffix.
 // For each strategy the tool prints the settings chosen (TP/CP/SP/PP/DP,
@@ -34,6 +35,11 @@
 // strategy and length it was projecting. The papers'
 // ablations (recompute-planned, swap-planned, sppo-recompute) are accepted
 // by name too.
+// --tp ... --chunk fix settings instead of searching them (projection.hpp's
+// `settings_pin`; a --chunk longer than the sequence is one chunk of all
+// of it): a named strategy without such a setting is a usage
+// error; `--strategy all` projects only the strategies with every setting
+// given and names the others.
 // Errors go to stderr (with --json, also as {"error": ..., "exit_status":
 // ...} on stdout); exit status 1 for bad input (a profile file, a model
 // shape), 2 for a bad command line, 3 when the sequence fits under no
@@ -71,11 +77,16 @@ const char* const usage_text =
     "usage: memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N [--gpus-per-node G]\n"
     "                    --profile a800|a100|a100x4|h100|h200|FILE --seq LEN|max\n"
     "                    [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all] [--time-limit S] [--json]\n"
-    "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K.\n";
+    "                    [--tp N] [--cp N] [--sp N] [--pp N] [--dp N] [--subsequences N] [--alpha X] [--chunk LEN]\n"
+    "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K.\n"
+    "--tp ... --chunk fix settings instead of searching them: TP, CP, DP (memo, recompute; PP with recompute,\n"
+    "alpha with memo), SP, DP (ulysses-zero3, fpdt; the chunk with fpdt), SP, PP, N (sppo). With --strategy all\n"
+    "only the strategies that have every setting given are projected.\n";
 
 struct arguments {
   std::string model, profile, seq, strategy = "all";
   std::optional<int> gpus, gpus_per_node;
+  mp::settings_pin pin;  ///< --tp, --cp, --sp, --pp, --dp, --subsequences, --alpha, --chunk
   int time_limit_seconds = 600;
   bool json = false, help = false;
 };
@@ -95,7 +106,9 @@ int positive_int(const std::string& option, const std::string& v, int high) {
   return static_cast<int>(*n);
 }
 
-double parse_length(const std::string& v) {
+/// A token count with an optional K or M suffix, at most 2^40; otherwise a
+/// usage error naming `option` and the value.
+double parse_length(const std::string& v, const std::string& option = "--seq") {
   std::string digits = v;
   double unit = 1;
   if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'k')) unit = 1024, digits.pop_back();
@@ -103,12 +116,30 @@ double parse_length(const std::string& v) {
   const auto n = memo::detail::parse_integer<std::int64_t>(digits);
   const bool all_digits = !digits.empty() && digits.find_first_not_of("+0123456789") == std::string::npos;
   if ((!n && all_digits) || (n && *n >= 1 && static_cast<double>(*n) * unit > max_tokens)) {
-    throw usage_error("--seq '" + quote(v) + "' is longer than 2^40 (1099511627776) tokens");
+    throw usage_error(option + " '" + quote(v) + "' is longer than 2^40 (1099511627776) tokens");
   }
   if (!n || *n < 1) {
-    throw usage_error("--seq '" + quote(v) + "' is not 'max' or a positive token count (e.g. 131072, 128K, 1M)");
+    throw usage_error(option + " '" + quote(v) + "' is not " + (option == "--seq" ? "'max' or " : "") +
+                      "a positive token count (e.g. 131072, 128K, 1M)");
   }
   return static_cast<double>(*n) * unit;
+}
+
+/// The command-line option of a settings_pin field ("--tp", "--chunk").
+std::string option_of(std::string_view field) { return "--" + std::string(field); }
+
+/// The settings_pin field an option sets ("--tp"), or nullptr.
+const mp::settings_pin::field* pinned_field(const std::string& arg) {
+  return arg.starts_with("--") ? mp::settings_pin::find(std::string_view(arg).substr(2)) : nullptr;
+}
+
+/// The strategies `--strategy all` projects: those with every setting pinned.
+std::vector<mp::strategy> pinned_strategies(const mp::settings_pin& pin) {
+  std::vector<mp::strategy> out;
+  for (auto k : mp::public_strategies()) {
+    if (mp::inapplicable_pins(k, pin).empty()) out.push_back(k);
+  }
+  return out;
 }
 
 arguments parse_arguments(int argc, char** argv) {
@@ -137,6 +168,20 @@ arguments parse_arguments(int argc, char** argv) {
     else if (arg == "--seq") a.seq = need(i);
     else if (arg == "--strategy") a.strategy = need(i);
     else if (arg == "--time-limit") a.time_limit_seconds = positive_int(arg, need(i), 1 << 30);
+    else if (const auto* f = pinned_field(arg)) {
+      // --tp, --cp, --sp, --pp, --dp, --subsequences: whole numbers; --alpha a fraction; --chunk a length.
+      const std::string v = need(i);
+      if (f->whole) {
+        a.pin.*(f->whole) = positive_int(arg, v, 1 << 20);
+      } else if (f->name == "chunk") {
+        a.pin.chunk_tokens = parse_length(v, arg);
+      } else {
+        const auto x = memo::detail::parse_decimal(v);
+        if (!x) throw usage_error(arg + " " + memo::detail::decimal_problem(v));
+        if (*x < 0.0 || *x > 1.0) throw usage_error(arg + " '" + quote(v) + "' is not a number from 0 to 1");
+        a.pin.alpha = *x;
+      }
+    }
     else if (arg == "--json") a.json = true;
     else if (arg == "--help" || arg == "-h") a.help = true;
     else throw usage_error("unknown argument '" + quote(arg) + "'");
@@ -149,6 +194,29 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.seq != "max") parse_length(a.seq);
   if (a.strategy != "all" && !mp::parse_strategy(a.strategy)) {
     throw usage_error("unknown strategy '" + quote(a.strategy) + "' (" + mp::strategy_names() + " or all)");
+  }
+  if (a.strategy != "all") {
+    const auto kind = *mp::parse_strategy(a.strategy);
+    const auto foreign = mp::inapplicable_pins(kind, a.pin);
+    if (!foreign.empty()) {
+      std::string have, options;
+      for (const auto f : mp::pin_fields(kind)) have += (have.empty() ? "" : ", ") + option_of(f);
+      for (const auto f : foreign) options += (options.empty() ? "" : ", ") + option_of(f);
+      throw usage_error(options + (foreign.size() > 1 ? " are not settings of " : " is not a setting of ") +
+                        a.strategy + " (its settings: " + have + ")");
+    }
+  } else if (!a.pin.empty() && pinned_strategies(a.pin).empty()) {
+    std::string which;
+    for (const auto f : a.pin.given()) {
+      std::string strategies;
+      for (auto k : mp::public_strategies()) {
+        if (mp::inapplicable_pins(k, a.pin.only(f)).empty()) {
+          strategies += (strategies.empty() ? "" : ", ") + std::string(mp::strategy_name(k));
+        }
+      }
+      which += (which.empty() ? "" : "; ") + option_of(f) + ": " + strategies;
+    }
+    throw usage_error("no strategy has every setting given (" + which + ")");
   }
   return a;
 }
@@ -297,7 +365,8 @@ void write_text(const row& r, bool best, int gpus) {
   }
   std::printf("    settings: TP %d CP %d SP %d PP %d DP %d", p.chosen.tp, p.chosen.cp, p.chosen.sp, p.chosen.pp,
               p.chosen.dp);
-  if (p.chosen.subsequences > 1) std::printf(" N %d", p.chosen.subsequences);
+  const bool pipeline = p.kind == mp::strategy::sppo || p.kind == mp::strategy::sppo_recompute;
+  if (p.chosen.subsequences > 1 || pipeline) std::printf(" N %d", p.chosen.subsequences);
   const auto [alpha_low, alpha_high] = alpha_range(p);
   if (!p.chosen.alpha_i.empty()) {
     std::printf(" alpha_i %.3f..%.3f", alpha_low, alpha_high);
@@ -398,12 +467,18 @@ int run(const arguments& a) {
   c.gpus_per_node = a.gpus_per_node.value_or(c.profile.gpus_per_node);
   const bool search = a.seq == "max";
   const std::vector<mp::strategy> kinds =
-      a.strategy == "all" ? mp::public_strategies() : std::vector<mp::strategy>{*mp::parse_strategy(a.strategy)};
+      a.strategy == "all" ? pinned_strategies(a.pin) : std::vector<mp::strategy>{*mp::parse_strategy(a.strategy)};
+  std::vector<mp::strategy> left_out;  // --strategy all: those without every pinned setting
+  if (a.strategy == "all") {
+    for (auto k : mp::public_strategies()) {
+      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) left_out.push_back(k);
+    }
+  }
   std::vector<row> rows;
   for (auto k : kinds) {
     auto project = [&](double s, bool simulate) {
       limit.at(k, s);
-      return mp::project(k, model, c, s, simulate);
+      return mp::project(k, model, c, s, simulate, a.pin);
     };
     row r{k, {}, {}, false};
     auto probe = [&](double s) { return project(s, false); };
@@ -425,9 +500,9 @@ int run(const arguments& a) {
     }
     if (r.result && !r.result->fits()) {
       limit.doing("finding where each resource of " + std::string(mp::strategy_name(k)) + " runs out");
-      mp::order_shortfalls(*r.result, model, c, search_grid);
+      mp::order_shortfalls(*r.result, model, c, search_grid, a.pin);
     }
-    if (!r.result) r.no_setting = mp::no_setting_reason(k, model, c, first);
+    if (!r.result) r.no_setting = mp::no_setting_reason(k, model, c, first, a.pin);
     rows.push_back(std::move(r));
   }
   limit.done();
@@ -449,6 +524,21 @@ int run(const arguments& a) {
         .field("gpus_per_node", c.gpus_per_node).field("profile", c.profile.name)
         .field("search", search);
     if (search) j.field("search_grid", bytes(search_grid)).field("search_limit", bytes(search_limit));
+    if (!a.pin.empty()) {
+      // The settings fixed on the command line, and the strategies left out for not having them.
+      // Keys as in "settings": the chunk is "chunk_tokens" there too.
+      j.key("pinned").begin_object();
+      for (const auto& f : mp::settings_pin::fields) {
+        if (!f.given(a.pin)) continue;
+        if (f.whole) j.field(f.name, *(a.pin.*(f.whole)));
+        else if (f.name == "chunk") j.field("chunk_tokens", bytes(*a.pin.chunk_tokens));
+        else j.field(f.name, *(a.pin.*(f.number)));
+      }
+      j.end_object();
+      j.key("left_out").begin_array();
+      for (auto k : left_out) j.value(std::string(mp::strategy_name(k)));
+      j.end_array();
+    }
     j.key("strategies").begin_array();
     for (const auto& r : rows) write_json(j, r, c.gpus);
     j.end_array();
@@ -460,6 +550,12 @@ int run(const arguments& a) {
     std::printf("model %s (%d layers, hidden %d, %d heads, vocab %d) on %d GPU(s), %d per node, profile %s\n",
                 model.name.c_str(), model.layers, model.hidden, model.heads, model.vocab, c.gpus, c.gpus_per_node,
                 quote(c.profile.name).c_str());
+    if (!a.pin.empty()) {
+      std::string out;
+      for (auto k : left_out) out += (out.empty() ? "" : ", ") + std::string(mp::strategy_name(k));
+      std::printf("settings fixed: %s%s%s\n", a.pin.text().c_str(),
+                  out.empty() ? "" : "; left out (no such setting): ", out.c_str());
+    }
     if (search) std::cout << "longest sequence that fits (64K grid, up to 1024M):\n";
     for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
       write_text(rows[i], i == best && rows.size() > 1, c.gpus);

@@ -86,6 +86,7 @@
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/checkpoint.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_gradient_buckets.hpp"
 #include "memo/model/gpt2_head.hpp"
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/gpt2_memory.hpp"

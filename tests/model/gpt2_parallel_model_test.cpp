@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../support/recording_backend.hpp"
 #include "gpt2_reference.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/backend/thread_communicator.hpp"
@@ -579,5 +581,248 @@ TEST_CASE("gpt2_parallel_model: bad offload ratios fail on every rank, naming th
                  {.context = context, .pipeline_stages = 2, .subsequences = 4, .subsequence_offload = c.alpha});
     }, std::chrono::milliseconds(5000));
     for (const auto& e : errors) CHECK(e.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: gradients summed behind the backward give the bits of one sum after it") {
+  // The thread communicator sums each element in rank order whatever the
+  // message, so bucketed sums on their own stream change no bit.
+  const auto params = memo_test::random_parameters(shape(), 6);
+  const auto in = memo_test::random_tokens(context, 11, 5), tg = memo_test::random_tokens(context, 11, 6);
+  struct setting {
+    int sp, pp, subsequences;
+    bool kv_offload, subsequence_offload;
+  };
+  for (const setting& s : {setting{2, 1, 1, false, false}, setting{4, 1, 1, true, false}, setting{1, 2, 4, false, true},
+                           setting{2, 2, 4, false, false}, setting{2, 2, 4, true, true}}) {
+    CAPTURE(s.sp);
+    CAPTURE(s.pp);
+    CAPTURE(s.kv_offload);
+    memo::gpt2_parallel_options options{.context = context,
+                                        .sequence_parallel = s.sp,
+                                        .pipeline_stages = s.pp,
+                                        .subsequences = s.subsequences,
+                                        .layout_chunk = 2,
+                                        .attention_chunk = 2 * s.sp,
+                                        .loss_chunk = 4,
+                                        .kv_offload = s.kv_offload};
+    if (s.subsequence_offload) options.subsequence_offload = std::vector<double>{1, 0.5, 0.25, 0};
+    REQUIRE(options.overlap_gradient_reduction);
+    const result overlapped = parallel_run(options, params, in, tg, 2);
+    options.overlap_gradient_reduction = false;
+    const result after = parallel_run(options, params, in, tg, 2);
+    CHECK(overlapped.losses == after.losses);
+    CHECK(overlapped.token_losses == after.token_losses);
+    CHECK(overlapped.gradients == after.gradients);
+    CHECK(overlapped.parameters == after.parameters);
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: a stage's gradient buckets cover it once, layers from the last, the tail last") {
+  const auto errors = on_ranks(4, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+    parallel m(backend, comm, shape(), {.context = context, .sequence_parallel = 2, .pipeline_stages = 2});
+    const memo::gpt2_gradient_buckets& plan = m.gradient_buckets();
+    // Two layers of C = 16: every piece is small, so one packed bucket per
+    // layer and one for the tail (wte and wpe, or wte and lnf).
+    REQUIRE(plan.buckets.size() == 3);
+    CHECK(plan.buckets[0].layer == 1);
+    CHECK(plan.buckets[1].layer == 0);
+    CHECK(plan.buckets[2].layer == -1);
+    const std::uint64_t C = 16;
+    CHECK(plan.buckets[0].count() == 12 * C * C + 13 * C);
+    CHECK(plan.buckets[0].pieces.size() == 12);
+    CHECK(plan.covers_once(m.parameter_state_bytes() / 16));
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+namespace {
+
+using recorder = memo::testing::recording_backend<memo::host_backend>;
+
+/// A recording backend whose `gemm` number `fail_at` (counted from the
+/// last reset) throws where it is issued, as a failing call would.
+class failing_backend : public recorder {
+ public:
+  explicit failing_backend(memo::host_backend& inner) : recorder(inner) {}
+  template <class... Args>
+  decltype(auto) gemm(Args&&... args) {
+    if (++gemms == fail_at) throw memo::error("injected failure at GEMM " + std::to_string(gemms));
+    return recorder::gemm(std::forward<Args>(args)...);
+  }
+  std::size_t gemms = 0, fail_at = 0;
+};
+
+/// A thread communicator whose streams are a recording backend's (the
+/// tasks are the thread communicator's: the recording backend passes the
+/// host backend's native streams through).
+template <class Recorder>
+class recorded_communicator : public memo::communicator_ops<recorded_communicator<Recorder>, Recorder> {
+ public:
+  using backend_type = Recorder;
+  explicit recorded_communicator(memo::thread_communicator inner) : inner_(std::move(inner)) {}
+  [[nodiscard]] int rank() const { return inner_.rank(); }
+  [[nodiscard]] int size() const { return inner_.size(); }
+  [[nodiscard]] std::string describe() const { return inner_.describe(); }
+  void check_usable() const { inner_.check_usable(); }
+  [[nodiscard]] recorded_communicator split(int color, int key) {
+    return recorded_communicator(inner_.split(color, key));
+  }
+  [[nodiscard]] auto task(const memo::comm_call& call) const { return inner_.task(call); }
+
+ private:
+  memo::thread_communicator inner_;
+};
+static_assert(memo::CommunicatorOf<recorded_communicator<recorder>, recorder>);
+static_assert(memo::CommunicatorOf<recorded_communicator<failing_backend>, failing_backend>);
+
+/// What one rank's step asked of its backend, read from the log.
+struct reduction_order {
+  std::size_t first_sum = 0, last_sum = 0, sums = 0;  // collectives on the reduction stream
+  std::size_t waited_first = 0;   // the reduction stream's first wait for the compute stream
+  std::size_t last_gemm = 0;      // the compute stream's last GEMM of the step (layer 0's backward)
+  std::size_t join = 0;           // the compute stream's wait for a mark after the last sum
+  std::size_t optimizer = 0;      // the compute stream's first work of update()
+  bool joined = false, reduction_stream = false;
+};
+
+reduction_order read_order(const recorder& backend) {
+  reduction_order out;
+  const auto& names = backend.stream_names();
+  std::size_t compute = names.size(), reduce = names.size();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == "gpt2_parallel_model") compute = i;
+    if (names[i] == "gpt2_parallel_model gradient reduction") reduce = i;
+  }
+  REQUIRE(compute < names.size());
+  out.reduction_stream = reduce < names.size();
+  const std::vector<memo::testing::recorded_call> calls = backend.calls();
+  std::map<std::size_t, std::pair<std::size_t, std::size_t>> marks;  // event -> (stream, call index)
+  bool optimizer_found = false;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const auto& c = calls[i];
+    if (c.kind == memo::testing::call_kind::record) marks[c.event] = {c.stream, i};
+    if (c.label == "update") {
+      if (c.stream == compute && c.kind == memo::testing::call_kind::enqueue && !optimizer_found) {
+        out.optimizer = i, optimizer_found = true;
+      }
+      continue;
+    }
+    if (c.stream == reduce && c.kind == memo::testing::call_kind::enqueue) {
+      if (out.sums++ == 0) out.first_sum = i;
+      out.last_sum = i;
+    }
+    if (c.stream == reduce && c.kind == memo::testing::call_kind::wait && out.waited_first == 0) {
+      const auto m = marks.find(c.event);
+      if (m != marks.end() && m->second.first == compute) out.waited_first = i;
+    }
+    if (c.stream == compute && c.kind == memo::testing::call_kind::enqueue &&
+        (c.member == "gemm" || c.member == "gemm_strided_batched")) {
+      out.last_gemm = i;
+    }
+    if (c.stream == compute && c.kind == memo::testing::call_kind::wait && out.sums > 0) {
+      const auto m = marks.find(c.event);
+      if (m != marks.end() && m->second.first == reduce && m->second.second > out.last_sum) {
+        out.join = i, out.joined = true;
+      }
+    }
+  }
+  REQUIRE(optimizer_found);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpt2_parallel_model: a layer's gradient sum is queued before the layers below it are, the optimizer waits for all") {
+  // Issue order on each rank, from the backend's log: with the sums at the
+  // end of the step the first one would follow the last GEMM of the
+  // backward (layer 0's); behind the backward it precedes it.
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  for (const bool overlap : {true, false}) {
+    for (const int pp : {1, 2}) {
+      CAPTURE(overlap);
+      CAPTURE(pp);
+      const int P = 2 * pp;
+      std::vector<reduction_order> orders(static_cast<std::size_t>(P));
+      std::vector<std::size_t> buckets(static_cast<std::size_t>(P));
+      const auto errors = on_ranks(P, [&](int r, memo::thread_communicator& comm, memo::host_backend& host) {
+        recorder backend(host);
+        recorded_communicator<recorder> world(std::move(comm));
+        memo::gpt2_parallel_model<recorded_communicator<recorder>, recorder> m(
+            backend, world, shape(),
+            {.context = context, .sequence_parallel = 2, .pipeline_stages = pp, .layout_chunk = 4,
+             .overlap_gradient_reduction = overlap});
+        m.initialize(3);
+        backend.clear_calls();
+        backend.set_label("step");
+        (void)m.forward_backward(in, tg);
+        backend.set_label("update");
+        m.update({});
+        backend.synchronize();
+        orders[static_cast<std::size_t>(r)] = read_order(backend);
+        buckets[static_cast<std::size_t>(r)] = m.gradient_buckets().buckets.size();
+        const memo::gpt2_gradient_reduction_totals& sums = m.step_gradient_reduction();
+        CHECK(sums.collectives.calls > 0);
+        CHECK(sums.collectives.seconds > 0.0);
+        CHECK(sums.exposed_seconds >= 0.0);
+        CHECK(m.step_communication().calls > sums.collectives.calls);
+      });
+      for (const auto& e : errors) REQUIRE(e == "");
+      for (int r = 0; r < P; ++r) {
+        CAPTURE(r);
+        const reduction_order& o = orders[static_cast<std::size_t>(r)];
+        CHECK(o.reduction_stream == overlap);
+        if (!overlap) {
+          CHECK(o.sums == 0);
+          continue;
+        }
+        // One collective per bucket, the tied wte's too on the first and
+        // last stage of a pipeline.
+        CHECK(o.sums == buckets[static_cast<std::size_t>(r)] + (pp > 1 ? 1 : 0));
+        // The first sum waits for the compute stream, and is queued while
+        // the backward of the layers below is still being queued.
+        CHECK(o.waited_first > 0);
+        CHECK(o.waited_first < o.first_sum);
+        CHECK(o.first_sum < o.last_gemm);
+        // The compute stream joins after the last sum, before the optimizer.
+        CHECK(o.joined);
+        CHECK(o.join < o.optimizer);
+      }
+    }
+  }
+}
+
+TEST_CASE("gpt2_parallel_model: a step that throws after its first gradient sums leaves none running, the next is clean") {
+  // Both ranks of a stage throw at the same GEMM of layer 0's backward in
+  // the last backward op (after the sums of layers 3 to 1 are queued on
+  // the reduction stream), drain, and step again: the same loss and
+  // gradients as their first clean step, with no race on the gradients or
+  // the staging buffer (ThreadSanitizer runs this too). (Across pipeline
+  // stages a throw mid-step leaves the other stage waiting for a hand-off,
+  // which fails the group instead: the test above.)
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  for (const int subsequences : {1, 4}) {
+    CAPTURE(subsequences);
+    const auto errors = on_ranks(2, [&](int, memo::thread_communicator& comm, memo::host_backend& host) {
+      failing_backend backend(host);
+      recorded_communicator<failing_backend> world(std::move(comm));
+      memo::gpt2_parallel_model<recorded_communicator<failing_backend>, failing_backend> m(
+          backend, world, shape(),
+          {.context = context, .sequence_parallel = 2, .subsequences = subsequences, .layout_chunk = 4});
+      m.initialize(3);
+      backend.gemms = 0;
+      const float clean = m.forward_backward(in, tg);
+      std::vector<float> want(m.parameter_count()), got(m.parameter_count());
+      m.get_gradients(want);
+      const std::size_t per_step = backend.gemms;
+      backend.gemms = 0, backend.fail_at = per_step - 1;
+      CHECK_THROWS_WITH_AS((void)m.forward_backward(in, tg), doctest::Contains("injected failure at GEMM"),
+                           memo::error);
+      backend.fail_at = 0;
+      CHECK(m.forward_backward(in, tg) == clean);
+      m.get_gradients(got);
+      CHECK(got == want);
+    });
+    for (const auto& e : errors) CHECK(e == "");
   }
 }

@@ -6,7 +6,8 @@
 Runs `PROGRAM ARGS --json` alone and `LAUNCH PROGRAM ARGS RANK-ARGS --json`,
 and checks that both succeed, that every step's loss agrees (to the fp32
 rounding of a different order of sums, and the JSON's six digits), and that
-the multi-rank report holds every rank's device peak and communication.
+the multi-rank report holds every rank's device peak and communication
+(the gradient sums a positive part of it, their exposed time not negative).
 Exits 0 only when every check passed.
 """
 import argparse
@@ -54,9 +55,13 @@ def main():
     for r in figures:
         if r["device_peak_bytes"] <= 0 or r["communication_bytes_per_step"] <= 0:
             sys.exit(f"FAIL: rank {r['rank']} reports no device peak or no communication: {r}")
+        sums, exposed = r["gradient_reduction_seconds_per_step"], r["gradient_reduction_exposed_seconds_per_step"]
+        if sums <= 0 or exposed < 0 or sums > r["communication_seconds_per_step"] * (1 + 1e-6) + 1e-9:
+            sys.exit(f"FAIL: rank {r['rank']}'s gradient sums are not a positive part of its communication: {r}")
         print(f"rank {r['rank']} (stage {r['stage']}): device peak {r['device_peak_bytes']} B, "
               f"communication {r['communication_seconds_per_step'] * 1e3:.2f} ms of "
-              f"{r['step_seconds'] * 1e3:.2f} ms per step")
+              f"{r['step_seconds'] * 1e3:.2f} ms per step, gradient sums {sums * 1e3:.2f} ms "
+              f"({exposed * 1e3:.2f} ms exposed)")
     print("PASS")
 
 

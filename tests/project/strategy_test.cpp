@@ -323,3 +323,219 @@ TEST_CASE("strategy: the host link is listed among the shortfalls exactly when i
   CHECK(long_one.shortfalls.empty());
   CHECK(long_one.link_needed_bytes_per_second <= 12e9);
 }
+
+TEST_CASE("strategy: pinned settings select among the strategy's settings (against a filter by hand)") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 256 * 1024;
+  const auto all = mp::project_settings(mp::strategy::recompute, small, c, s);
+  for (int tp : {1, 2, 4, 8}) {
+    mp::settings_pin pin;
+    pin.tp = tp;
+    const auto pinned = mp::project_settings(mp::strategy::recompute, small, c, s, true, pin);
+    std::size_t by_hand = 0;
+    for (const auto& r : all) by_hand += r.chosen.tp == tp ? 1 : 0;
+    CHECK(pinned.size() == by_hand);
+    CHECK(by_hand > 0);
+    for (const auto& r : pinned) CHECK(r.chosen.tp == tp);
+    // The best of them is the best of the hand-filtered ones.
+    const auto best = mp::project(mp::strategy::recompute, small, c, s, true, pin);
+    REQUIRE(best);
+    for (const auto& r : all) {
+      if (r.chosen.tp == tp && r.fits() == best->fits() && best->fits()) CHECK(r.mfu <= best->mfu);
+    }
+  }
+  mp::settings_pin both;
+  both.tp = 4;
+  both.cp = 2;
+  const auto one = mp::project_settings(mp::strategy::recompute, small, c, s, true, both);
+  REQUIRE(!one.empty());
+  for (const auto& r : one) CHECK((r.chosen.tp == 4 && r.chosen.cp == 2));
+}
+
+TEST_CASE("strategy: a pinned alpha or chunk is the projection at that value") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 512 * 1024;
+  mp::settings_pin pin;
+  pin.tp = 4;
+  pin.cp = 2;
+  pin.alpha = 0.5;
+  const auto pinned = mp::project_settings(mp::strategy::memo, small, c, s, true, pin);
+  REQUIRE(pinned.size() == 1);  // TP 4 x CP 2 uses all 8 GPUs: DP 1, one alpha
+  const auto direct = mp::detail::megatron(mp::strategy::memo, small, c, s, 4, 2, 1, 0.5);
+  CHECK(pinned.front().chosen.alpha == 0.5);
+  CHECK(pinned.front().step_seconds == direct.step_seconds);
+  CHECK(pinned.front().device.total() == direct.device.total());
+  CHECK(pinned.front().host_per_node == direct.host_per_node);
+  // Unpinned, MEMO tries the LP's alpha and 0, neither of them 0.5 here.
+  mp::settings_pin grid;
+  grid.tp = 4;
+  grid.cp = 2;
+  for (const auto& r : mp::project_settings(mp::strategy::memo, small, c, s, true, grid)) {
+    CHECK(r.chosen.alpha != 0.5);
+  }
+  // FPDT with 32K chunks instead of 64K.
+  mp::settings_pin chunk;
+  chunk.sp = 8;
+  chunk.chunk_tokens = 32768;
+  const auto fpdt = mp::project(mp::strategy::fpdt, small, c, s, true, chunk);
+  REQUIRE(fpdt);
+  const auto by_hand = mp::detail::ulysses(mp::strategy::fpdt, small, c, s, 8, 32768, false, 1);
+  CHECK(fpdt->chosen.chunk_tokens == 32768);
+  CHECK(fpdt->step_seconds == by_hand.step_seconds);
+  CHECK(fpdt->device.total() == by_hand.device.total());
+}
+
+TEST_CASE("strategy: a pinned N is taken outside section 6.1's 2K-16K tokens per subsequence") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 256 * 1024;
+  // 8 subsequences of 32K tokens: more than 6.1's 16K, so the solver never tries it.
+  for (const auto& r : mp::project_settings(mp::strategy::sppo, small, c, s)) CHECK(r.chosen.subsequences != 8);
+  mp::settings_pin pin;
+  pin.subsequences = 8;
+  const auto pinned = mp::project_settings(mp::strategy::sppo, small, c, s, true, pin);
+  REQUIRE(!pinned.empty());
+  for (const auto& r : pinned) {
+    CHECK(r.chosen.subsequences == 8);
+    CHECK(r.chosen.alpha_i.size() == 8);
+    CHECK(r.chosen.pp <= 8);
+  }
+  // N below the PP asked for: the settings with N = 2 have PP 1 and 2 only.
+  pin.subsequences = 2;
+  pin.pp = 4;
+  CHECK(mp::project_settings(mp::strategy::sppo, small, c, s, true, pin).empty());
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, s, pin) ==
+        "no setting has PP 4 N 2; the settings here have PP 1, 2; no SP x PP x N of section 6.1 on 8 GPUs "
+        "(8 per node) at 262144 tokens: N must be >= PP (SP 2 PP 4)");
+  // More subsequences than tokens per GPU, and more than the simulator is given.
+  mp::settings_pin many;
+  many.sp = 8;
+  many.subsequences = 32769;
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, s, many).find(
+            "a fixed N must be at most 16384 (the longest pipeline the simulator is given), got 32769 (SP 8 PP 1)") !=
+        std::string::npos);
+  many.subsequences = 16384;
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, 65536, many).find(
+            "N x SP must not exceed the 65536 tokens (at least one per GPU), got 16384 x 8 (SP 8 PP 1)") !=
+        std::string::npos);
+  // On 4 nodes every SP x PP has PP >= 4: N = 2 is below all of them.
+  const mp::cluster four_nodes{mp::load_cluster_profile("a800"), 32, 8};
+  mp::settings_pin two;
+  two.subsequences = 2;
+  CHECK(mp::project_settings(mp::strategy::sppo, small, four_nodes, s, true, two).empty());
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, four_nodes, s, two).find("N must be >= PP (SP 8 PP 4)") !=
+        std::string::npos);
+}
+
+TEST_CASE("strategy: pins that match nothing, do not apply, or are out of range") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double s = 128 * 1024;
+  mp::settings_pin three;
+  three.tp = 3;
+  CHECK_FALSE(mp::project(mp::strategy::memo, small, c, s, true, three));
+  CHECK(mp::no_setting_reason(mp::strategy::memo, small, c, s, three) ==
+        "no setting has TP 3; the settings here have TP 1, 2, 4, 8");
+  mp::settings_pin two;
+  two.tp = 8;
+  two.cp = 2;  // TP 8 leaves one CP x DP on 8 GPUs
+  CHECK(mp::no_setting_reason(mp::strategy::recompute, small, c, s, two) ==
+        "no setting has TP 8 CP 2; the settings here have TP 1, 2, 4 with CP 2; CP 1 with TP 8");
+  CHECK(mp::no_setting_reason(mp::strategy::memo, small, c, s, mp::settings_pin{}).empty());
+
+  mp::settings_pin foreign;
+  foreign.tp = 2;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, small, c, s, true, foreign),
+                    doctest::Contains("fpdt has no setting 'tp' (its settings: sp, dp, chunk)"));
+  mp::settings_pin alpha_for_recompute;
+  alpha_for_recompute.alpha = 0.5;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::recompute, small, c, s, true, alpha_for_recompute),
+                    doctest::Contains("recompute has no setting 'alpha'"));
+  CHECK(mp::inapplicable_pins(mp::strategy::memo, alpha_for_recompute).empty());
+
+  mp::settings_pin bad;
+  bad.alpha = 1.5;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, s, true, bad),
+                    doctest::Contains("alpha must be in [0, 1], got 1.5"));
+  bad.alpha = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, s, true, bad), doctest::Contains("alpha must be in [0, 1]"));
+  mp::settings_pin zero;
+  zero.cp = 0;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, small, c, s, true, zero), doctest::Contains("cp must be >= 1, got 0"));
+  mp::settings_pin half;
+  half.chunk_tokens = 0.5;
+  CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, small, c, s, true, half),
+                    doctest::Contains("chunk must be a whole number of tokens in [1, 2^40], got 0.5"));
+}
+
+TEST_CASE("strategy: the longest sequence with a pin is the last fitting grid step of that pin (linear scan)") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const double grid = 65536;
+  for (int tp : {1, 4, 8}) {
+    mp::settings_pin pin;
+    pin.tp = tp;
+    const auto found = mp::longest(mp::strategy::recompute, small, c, grid, 64 * grid, pin);
+    double scanned = 0;
+    for (double k = 1; k <= 64; ++k) {
+      const auto r = mp::project(mp::strategy::recompute, small, c, k * grid, false, pin);
+      if (r && r->fits()) scanned = k * grid;
+    }
+    REQUIRE(found);
+    CHECK_MESSAGE(found->sequence == scanned, "TP " << tp);
+    CHECK(found->chosen.tp == tp);
+    CHECK(found->sequence <= mp::longest(mp::strategy::recompute, small, c, grid, 64 * grid)->sequence);
+  }
+}
+
+TEST_CASE("strategy: a pin's fields, text and parts") {
+  mp::settings_pin pin;
+  CHECK(pin.empty());
+  CHECK(pin.text().empty());
+  pin.tp = 4;
+  pin.subsequences = 16;
+  pin.alpha = 0.1;
+  pin.chunk_tokens = 1048576;
+  CHECK_FALSE(pin.empty());
+  CHECK(pin.given() == std::vector<std::string_view>{"tp", "subsequences", "alpha", "chunk"});
+  CHECK(pin.text() == "TP 4 N 16 alpha 0.1 chunk 1048576");  // the shortest exact form of 0.1
+  CHECK(pin.only("alpha").text() == "alpha 0.1");
+  CHECK(pin.without("tp").text() == "N 16 alpha 0.1 chunk 1048576");
+  CHECK(pin.only("nonsense").empty());
+  CHECK(mp::settings_pin::find("subsequences")->label == "N");
+  CHECK(mp::settings_pin::find("nonsense") == nullptr);
+  // Every field is one of some strategy's settings, and every strategy's settings are fields.
+  for (const auto& f : mp::settings_pin::fields) {
+    bool somewhere = false;
+    for (auto k : mp::all_strategies()) {
+      for (auto name : mp::pin_fields(k)) somewhere = somewhere || name == f.name;
+    }
+    CHECK_MESSAGE(somewhere, f.name);
+  }
+  for (auto k : mp::all_strategies()) {
+    for (auto name : mp::pin_fields(k)) CHECK_MESSAGE(mp::settings_pin::find(name) != nullptr, name);
+  }
+  mp::settings s;
+  s.tp = 4;
+  s.subsequences = 16;
+  CHECK(pin.matches(s));
+  s.subsequences = 8;
+  CHECK_FALSE(pin.matches(s));
+}
+
+TEST_CASE("strategy: with a pin, what runs out is searched among the pinned settings") {
+  // Full recomputation on 8 A800s at TP 1: the checkpoints and the working
+  // set grow with the length; the unpinned search may pick other TPs.
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  mp::settings_pin pin;
+  pin.tp = 1;
+  auto r = mp::project(mp::strategy::recompute, small, c, 2048.0 * 1024, true, pin);
+  REQUIRE(r);
+  REQUIRE_FALSE(r->fits());
+  mp::order_shortfalls(*r, small, c, 65536, pin);
+  REQUIRE(r->shortfalls.front().resource == mp::resource::device_memory);
+  // The shortest grid step at which TP 1's best setting runs out, by a linear scan.
+  double scanned = 0;
+  for (double k = 1; k <= 32 && scanned == 0; ++k) {
+    const auto p = mp::project(mp::strategy::recompute, small, c, k * 65536, false, pin);
+    if (p && !p->fits()) scanned = k * 65536;
+  }
+  CHECK(r->shortfalls.front().runs_out_at == scanned);
+}

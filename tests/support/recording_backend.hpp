@@ -65,6 +65,9 @@ struct recorded_call {
   void* destination = nullptr;                      ///< copy
   const void* source = nullptr;                     ///< copy
   std::string label{};  ///< the backend's label when the call was made
+  /// enqueue: the backend member that queued the work ("enqueue" for work
+  /// given as a callable, e.g. a collective; "gemm", "parallel_for", ...).
+  std::string_view member{};
 };
 
 template <Backend Inner>
@@ -148,7 +151,9 @@ class recording_backend {
   }
   template <class Work>
   void enqueue(stream& on, Work&& work) {
-    log({on.id(), call_kind::enqueue});
+    recorded_call call{on.id(), call_kind::enqueue};
+    call.member = "enqueue";
+    log(std::move(call));
     inner_->enqueue(on.inner, std::forward<Work>(work));
   }
 
@@ -170,7 +175,7 @@ class recording_backend {
   template <class... Args>                                                                    \
     requires requires(Inner& b, Args&&... args) { b.member(unwrap(std::forward<Args>(args))...); } \
   decltype(auto) member(Args&&... args) {                                                     \
-    log_stream_call(args...);                                                                 \
+    log_stream_call(#member, args...);                                                        \
     return inner_->member(unwrap(std::forward<Args>(args))...);                               \
   }
   MEMO_TESTING_FORWARD_STREAM_CALL(parallel_for)
@@ -209,10 +214,13 @@ class recording_backend {
 
  private:
   template <class... Args>
-  void log_stream_call(const Args&... args) {
+  void log_stream_call(std::string_view member, const Args&... args) {
     std::size_t on = static_cast<std::size_t>(-1);
     ((on = on == static_cast<std::size_t>(-1) && is_stream(args) ? stream_id(args) : on), ...);
-    if (on != static_cast<std::size_t>(-1)) log({on, call_kind::enqueue});
+    if (on == static_cast<std::size_t>(-1)) return;
+    recorded_call call{on, call_kind::enqueue};
+    call.member = member;
+    log(std::move(call));
   }
   template <class T>
   static constexpr bool is_stream(const T&) noexcept {

@@ -33,6 +33,11 @@ struct communication_totals {
   std::uint64_t calls = 0;
   std::uint64_t payload_bytes = 0;
   double seconds = 0.0;
+
+  /// The totals of two sets of communicators together.
+  friend communication_totals operator+(const communication_totals& a, const communication_totals& b) noexcept {
+    return {a.calls + b.calls, a.payload_bytes + b.payload_bytes, a.seconds + b.seconds};
+  }
 };
 
 namespace detail {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -31,6 +32,39 @@ std::optional<Int> parse_integer(std::string_view text) {
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
   return value;
+}
+
+/// What reading a decimal number found.
+enum class decimal_status { ok, malformed, out_of_range };
+struct decimal_reading {
+  double value = 0.0;
+  decimal_status status = decimal_status::malformed;
+};
+
+/// `text` read as exactly one decimal number (an optional sign, digits
+/// with an optional point and exponent: "0.5", "+1", "2e-3", "1."):
+/// `out_of_range` for a well-formed number beyond a double's range (1e999,
+/// 1e-400), `malformed` for anything else that is not one (empty, blanks,
+/// hexadecimal, infinity, NaN, trailing bytes).
+inline decimal_reading read_decimal(std::string_view text) {
+  if (!text.empty() && text.front() == '+') {
+    text.remove_prefix(1);
+    if (text.empty() || text.front() == '-') return {};
+  }
+  if (text.empty()) return {};
+  double value = 0.0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
+  if (ptr != text.data() + text.size()) return {};
+  if (ec == std::errc::result_out_of_range) return {0.0, decimal_status::out_of_range};
+  if (ec != std::errc{} || !std::isfinite(value)) return {};
+  return {value + 0.0, decimal_status::ok};  // -0 is 0
+}
+
+/// `read_decimal`'s value when it is one, else nullopt.
+inline std::optional<double> parse_decimal(std::string_view text) {
+  const decimal_reading r = read_decimal(text);
+  if (r.status != decimal_status::ok) return std::nullopt;
+  return r.value;
 }
 
 /// `text` for an error message: at most `shown` characters (64 for a
@@ -75,6 +109,15 @@ std::string integer_problem(std::string_view text) {
   why += quote(text);
   why += std::numeric_limits<Int>::is_signed ? "' is not an integer" : "' is not a non-negative integer";
   return why;
+}
+
+/// Why `text` is not a decimal number: outside a double's range when it is
+/// a well-formed one, malformed otherwise (`read_decimal`).
+inline std::string decimal_problem(std::string_view text) {
+  if (read_decimal(text).status == decimal_status::out_of_range) {
+    return "'" + quote(text) + "' is outside the range of a double (magnitudes from about 2.2e-308 to 1.8e308)";
+  }
+  return "'" + quote(text) + "' is not a decimal number";
 }
 
 }  // namespace memo::detail

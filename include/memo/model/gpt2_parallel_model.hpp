@@ -44,8 +44,31 @@
 // receive, run the layers' backwards, send the gradients back, or add them
 // into the position embedding). Reverse order is what makes a subsequence's
 // dK/dV complete when its own backward runs: every later subsequence has
-// added its share. Then the stage's parameter gradients are summed over its
-// S ranks, wte's over the stages, and AdamW runs on every rank alike.
+// added its share. The stage's parameter gradients are summed over its S
+// ranks, wte's over the stages, and AdamW runs on every rank alike.
+//
+// Gradient reduction (`overlap_gradient_reduction`, on by default). A
+// layer's gradient is final after its backward in the stage's last
+// backward op; from there its buckets (gpt2_gradient_buckets.hpp: one to
+// five collectives a layer, small tensors packed) are summed on the model's
+// reduction stream, which waits for that point of the compute stream
+// (an event), while the compute stream goes on with the backward of the
+// layers below; the embeddings and the final layernorm (and wte over the
+// stages) last. The compute stream then waits for the reduction stream's
+// last event before the losses are gathered, so the optimizer, a gradient
+// read and the next step's zeroing come after every sum. The sums go
+// through groups of their own (split from the stage's group and from the
+// pipeline's), never used by another stream, so the attention's
+// all-to-alls and the hand-offs may run at the same time. Off, the whole
+// gradient is summed with one all_reduce on the compute stream after the
+// backward, as before. On the thread communicator both give the same bits
+// (it sums each element in rank order whatever the message); on MPI and
+// NCCL, whose algorithms depend on the message size, they agree to fp32
+// rounding. Communication time (`step_communication`) is the time of every
+// collective and hand-off, hidden or not; `step_gradient_reduction` adds the
+// sums' own time and the part of it the compute stream waited for (from the
+// end of its backward until every sum is done: with overlap the tail, off
+// the whole), measured with the backend's events.
 //
 // Memory (MEMO section 4.2, as in gpt2_model): a step's device memory is
 // the parameter state of the stage plus one planned arena, laid out by the
@@ -75,12 +98,15 @@
 // before any collective, naming the numbers. A rank that fails or leaves mid-step
 // fails its peers' collectives (what the communicator guarantees: the
 // thread communicator within its timeout, MPI by terminating the job); a
-// step that threw is abandoned so the next one starts clean.
+// step that threw is abandoned so the next one starts clean: both streams
+// are drained first, so no sum still runs against the gradients or the
+// staging buffer when the next step (or the destructor) reaches them.
 //
 // Collective calls (constructor, initialize, set/get, forward_backward,
-// update) must be made by every rank in the same order. Lifetime: the
-// backend and the world communicator must outlive the model; the groups it
-// splits are its own. Not copyable or movable.
+// update) must be made by every rank in the same order, with the same
+// options. Lifetime: the backend and the world communicator must outlive
+// the model; the groups it splits and its two streams are its own. Not
+// copyable or movable.
 #pragma once
 
 #include <algorithm>
@@ -100,6 +126,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/backend/timed_communicator.hpp"
 #include "memo/model/gpt2_config.hpp"
+#include "memo/model/gpt2_gradient_buckets.hpp"
 #include "memo/model/gpt2_head.hpp"
 #include "memo/model/gpt2_layer.hpp"
 #include "memo/model/gpt2_memory.hpp"
@@ -138,6 +165,10 @@ struct gpt2_parallel_options {
   /// (the same values; a reference for measuring the prefetch).
   bool kv_prefetch_across_layers = true;
   bool overlap_exchanges = true;    ///< all-to-alls behind the attention (distributed_attention_shape::overlap)
+  /// Gradients summed layer by layer behind the backward on a stream of
+  /// their own (gpt2_gradient_buckets.hpp); off: one all_reduce of the
+  /// whole gradient after the backward, on the compute stream.
+  bool overlap_gradient_reduction = true;
   /// SPPO's per-subsequence offload ratios alpha_j (section 5.2), one per
   /// subsequence, each in [0, 1]: round(alpha_j n_j) of subsequence j's n_j
   /// rows of every skeletal tensor go to pinned host memory between its
@@ -146,6 +177,15 @@ struct gpt2_parallel_options {
   /// place on the device.
   std::optional<std::vector<double>> subsequence_offload{};
   double plan_time_limit_seconds = 0.1;
+};
+
+/// The gradient sums of one step (gpt2_parallel_model::step_gradient_reduction).
+struct gpt2_gradient_reduction_totals {
+  /// The sums' calls, payload bytes and seconds (host backend: each
+  /// collective's whole duration, its wait for peers included).
+  communication_totals collectives{};
+  /// Seconds the compute stream waited for the sums after its backward.
+  double exposed_seconds = 0.0;
 };
 
 /// The distributed attention of one block, as the block calls it
@@ -300,12 +340,18 @@ class gpt2_parallel_model {
     // ranks across the stages (ordered by stage).
     sp_.emplace(world_->split(stage_, sp_rank_));
     pp_.emplace(world_->split(sp_rank_, stage_));
-    // The first and last stage share the tied token embedding.
-    if (shape_.pp > 1) tied_.emplace(pp_->split(first_stage() || last_stage() ? 0 : 1, stage_));
+    // The gradient sums go through groups of their own: the stage's ranks,
+    // and the first and last stage (which share the tied token embedding).
+    // Only the stream that sums uses them, so they never meet the
+    // all-to-alls or hand-offs of the other streams in one group; their
+    // counters are their own, for step_gradient_reduction.
+    grad_.emplace(sp_->inner().split(0, sp_rank_));
+    if (shape_.pp > 1) tied_.emplace(pp_->inner().split(first_stage() || last_stage() ? 0 : 1, stage_));
     stage_config_ = config_;
     stage_config_.num_layers = static_cast<std::int32_t>(shape_.stage_layers);
     full_table_ = gpt2_parameter_layout(config_);
     stage_table_ = gpt2_stage_parameter_layout(config_, shape_.stage_layers, first_stage(), last_stage());
+    gradient_buckets_ = plan_gpt2_gradient_buckets(stage_table_, shape_.stage_layers);
     layout_.emplace(shape_.sp, shape_.tokens / (shape_.sp * shape_.layout_chunk), shape_.layout_chunk);
     // The stage's program, read from the schedule the simulator times
     // (durations: each subsequence's relative cost, for projections).
@@ -333,6 +379,10 @@ class gpt2_parallel_model {
     }
     stream_.emplace(backend.make_stream("gpt2_parallel_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
+    if (options_.overlap_gradient_reduction) {
+      reduce_stream_.emplace(backend.make_stream("gpt2_parallel_model gradient reduction"));
+    }
+    for (auto* e : {&gradients_ready_, &reduced_, &backward_end_, &reduced_end_}) e->emplace(backend.make_event());
     try {  // a failed allocation must not free buffers the stream is zeroing
       state_.emplace(backend, *stream_, stage_table_);
       p_ = state_->parameters();
@@ -347,6 +397,7 @@ class gpt2_parallel_model {
   gpt2_parallel_model(const gpt2_parallel_model&) = delete;
   gpt2_parallel_model& operator=(const gpt2_parallel_model&) = delete;
   ~gpt2_parallel_model() {
+    if (reduce_stream_) drain(*backend_, *reduce_stream_);
     if (stream_) drain(*backend_, *stream_);
   }
 
@@ -400,6 +451,16 @@ class gpt2_parallel_model {
   /// Time, calls and bytes of this rank's collectives and transfers in the
   /// last forward_backward + update (host backend: including waits for peers).
   [[nodiscard]] const communication_totals& step_communication() const noexcept { return step_comm_; }
+  /// The gradient sums of the last forward_backward: their collectives
+  /// (part of step_communication) and the seconds the compute stream
+  /// waited for them after its backward (`exposed_seconds`; see the header
+  /// comment).
+  [[nodiscard]] const gpt2_gradient_reduction_totals& step_gradient_reduction() const noexcept {
+    return step_reduction_;
+  }
+  /// Which pieces of this stage's gradient are summed together, in issue order.
+  [[nodiscard]] const gpt2_gradient_buckets& gradient_buckets() const noexcept { return gradient_buckets_; }
+  [[nodiscard]] bool overlap_gradient_reduction() const noexcept { return options_.overlap_gradient_reduction; }
   [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 
   /// GPT-2's initialisation from `seed` (gpt2_initial_parameters, weights
@@ -435,13 +496,18 @@ class gpt2_parallel_model {
   float forward_backward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
     const std::int64_t distinct = take_tokens(inputs, targets);
     world_->reset_totals();
+    grad_->reset_totals();
+    if (tied_) tied_->reset_totals();
     try {
       run_step(distinct);
     } catch (...) {
       abandon();
       throw;
     }
-    step_comm_ = world_->totals();
+    communication_totals sums = grad_->totals();
+    if (tied_) sums = sums + tied_->totals();
+    step_reduction_.collectives = sums;
+    step_comm_ = world_->totals() + sums;
     double sum = 0;
     for (const float l : global_losses_) sum += l;
     return static_cast<float>(sum / static_cast<double>(shape_.tokens));
@@ -532,6 +598,10 @@ class gpt2_parallel_model {
     out.push_back({"attention state", repeated_bytes(attention.state, state_per_layer() ? layers : 1)});
     if (qkv_skeletal() == gpt2_qkv_skeletal::dropped) {  // one block's QKV output at a time
       out.push_back({"qkv", gpt2_qkv_buffer_bytes(config_, shape_.local_tokens)});
+    }
+    if (options_.overlap_gradient_reduction && gradient_buckets_.staging_floats > 0) {
+      // [largest packed bucket]: the reduction stream's, until the step's join.
+      out.push_back({"gradient staging", checked_mul(gradient_buckets_.staging_floats, sizeof(float))});
     }
     if (shape_.offload) {
       // All subsequences' kept rows coexist after the last forward (the
@@ -751,7 +821,11 @@ class gpt2_parallel_model {
   /// step held of the plan and rewinds the replay.
   void abandon() noexcept {
     if (swapper_) swapper_->abandon();
-    drain(*backend_, *stream_);  // the error is already on its way to the caller
+    // The error is already on its way to the caller. The reduction stream
+    // first: a sum it still runs reads and writes the gradients and the
+    // staging buffer that the next step zeroes and poisons.
+    if (reduce_stream_) drain(*backend_, *reduce_stream_);
+    drain(*backend_, *stream_);
     outside_->release();
     try {
       replay_->reset();
@@ -804,7 +878,12 @@ class gpt2_parallel_model {
     auto span_of = [&](gpt2_matrix m) {
       return std::span<float>(m.data(), static_cast<std::size_t>(m.extent(0) * m.extent(1)));
     };
-    for (const sppo_stage_op& op : program_) {
+    // The last backward op: each layer's gradient is final after its backward there.
+    std::size_t last_backward = 0;
+    for (std::size_t k = 0; k < program_.size(); ++k) last_backward = program_[k].forward ? last_backward : k;
+    const bool overlap = options_.overlap_gradient_reduction;
+    for (std::size_t k = 0; k < program_.size(); ++k) {
+      const sppo_stage_op& op = program_[k];
       const auto [r0, r1] = shape_.rows(op.subsequence);
       const std::int64_t n = r1 - r0;
       if (op.forward) {
@@ -850,6 +929,7 @@ class gpt2_parallel_model {
                                                                  r0 - at.row};
         gpt2_layer_backward(b, s, p_.layer(l), g_.layer(l), at.a, dx, *replay_, attention, at.row, n,
                             shape_.mlp_chunk);
+        if (overlap && k == last_backward) reduce_gradients(l);
         end_layer(l, op.subsequence, false);
         mark_section_end(*replay_, section);
       }
@@ -864,12 +944,23 @@ class gpt2_parallel_model {
     if (first_stage()) {
       detail::launch(b, s, ops::encoder_backward_tokens<float>{g_.wte, dresidual_, buckets_});
     }
-    // Gradients: summed over the stage's ranks; the tied wte over stages.
-    sp_->template all_reduce<float>(b, s, state_->gradient_span(), state_->gradient_span());
-    if (shape_.pp > 1 && (first_stage() || last_stage())) {
-      const auto wte = std::span<float>(g_.wte.data(), static_cast<std::size_t>(g_.wte.extent(0) * g_.wte.extent(1)));
-      tied_->template all_reduce<float>(b, s, wte, wte);
+    // Gradients: summed over the stage's ranks, then the tied wte over the
+    // stages; behind the backward (the layers' sums are already queued on
+    // the reduction stream: the tail now, then a join), or all here.
+    const auto wte = std::span<float>(g_.wte.data(), static_cast<std::size_t>(g_.wte.extent(0) * g_.wte.extent(1)));
+    const bool tied = shape_.pp > 1 && (first_stage() || last_stage());
+    if (overlap) {
+      reduce_gradients(-1);
+      if (tied) tied_->template all_reduce<float>(b, *reduce_stream_, wte, wte);
+      b.record(*reduced_, *reduce_stream_);
+      b.record(*backward_end_, s);
+      b.wait(s, *reduced_);
+    } else {
+      b.record(*backward_end_, s);
+      grad_->template all_reduce<float>(b, s, state_->gradient_span(), state_->gradient_span());
+      if (tied) tied_->template all_reduce<float>(b, s, wte, wte);
     }
+    b.record(*reduced_end_, s);
     // Losses: the last stage's ranks' tokens gathered (in their local order)
     // and handed to the other stages (which contribute zeros).
     const auto Tl = static_cast<std::size_t>(shape_.local_tokens), T = static_cast<std::size_t>(shape_.tokens);
@@ -882,9 +973,47 @@ class gpt2_parallel_model {
     b.copy_async(host_losses_.data(), gathered_.data(), host_losses_.size_bytes(), copy_kind::device_to_host, s);
     end_step();
     b.synchronize(s);
+    step_reduction_.exposed_seconds = std::max(0.0, b.elapsed_seconds(*backward_end_, *reduced_end_));
     for (int r = 0; r < shape_.sp; ++r) {
       layout_->unshuffle<float>(std::span<const float>(host_losses_.data() + static_cast<std::size_t>(r) * Tl, Tl), r,
                                 global_losses_);
+    }
+  }
+
+  /// Queues the sums of the buckets completed by `layer`'s backward in the
+  /// last backward op (-1: the tail) on the reduction stream, after what
+  /// the compute stream has queued so far. Packed buckets go through the
+  /// staging buffer; the others are summed in place.
+  void reduce_gradients(std::int64_t layer) {
+    B& b = *backend_;
+    auto& on = *reduce_stream_;
+    b.record(*gradients_ready_, *stream_);
+    b.wait(on, *gradients_ready_);
+    float* const g = state_->gradient_span().data();
+    for (const gpt2_gradient_bucket& bucket : gradient_buckets_.buckets) {
+      if (bucket.layer != layer) continue;
+      if (!bucket.packed) {
+        const gpt2_gradient_piece& p = bucket.pieces.front();
+        const auto piece = std::span<float>(g + p.offset, static_cast<std::size_t>(p.count));
+        grad_->template all_reduce<float>(b, on, piece, piece);
+        continue;
+      }
+      float* const staging = region("gradient staging").template as<float>();
+      auto each = [&](auto&& copy) {
+        std::uint64_t at = 0;
+        for (const gpt2_gradient_piece& p : bucket.pieces) {
+          copy(staging + at, g + p.offset, static_cast<std::size_t>(p.count) * sizeof(float));
+          at += p.count;
+        }
+      };
+      each([&](float* staged, float* piece, std::size_t bytes) {
+        b.copy_async(staged, piece, bytes, copy_kind::device_to_device, on);
+      });
+      const auto packed = std::span<float>(staging, static_cast<std::size_t>(bucket.count()));
+      grad_->template all_reduce<float>(b, on, packed, packed);
+      each([&](float* staged, float* piece, std::size_t bytes) {
+        b.copy_async(piece, staged, bytes, copy_kind::device_to_device, on);
+      });
     }
   }
 
@@ -949,10 +1078,12 @@ class gpt2_parallel_model {
   gpt2_parallel_options options_;
   gpt2_parallel_shape shape_;
   int stage_, sp_rank_;
-  // A timed copy of the world, the stage's group, the pipeline's group and
-  // the first and last stage's group (the tied embedding).
-  std::optional<comm_type> world_, sp_, pp_, tied_;
+  // A timed copy of the world, the stage's group, the pipeline's group; the
+  // gradient sums' groups (the stage's ranks; the first and last stage, for
+  // the tied embedding), counted apart.
+  std::optional<comm_type> world_, sp_, pp_, grad_, tied_;
   gpt2_parameter_table full_table_{}, stage_table_{};
+  gpt2_gradient_buckets gradient_buckets_{};
   std::optional<fpdt_layout> layout_;
   stream_schedule schedule_;
   std::vector<sppo_stage_op> program_;
@@ -964,7 +1095,13 @@ class gpt2_parallel_model {
   std::vector<float> global_losses_;                // [T]: in sequence order
   gpt2_parameter_views<float> p_{}, g_{};
   communication_totals step_comm_{};
+  gpt2_gradient_reduction_totals step_reduction_{};
   std::optional<typename B::stream> stream_;
+  std::optional<typename B::stream> reduce_stream_;  // the gradient sums (overlap_gradient_reduction)
+  // Compute stream -> reduction stream: a layer's gradients are final;
+  // back: every sum is done; on the compute stream around the join: the
+  // backward's end and the sums' end (the exposed time).
+  std::optional<typename B::event> gradients_ready_, reduced_, backward_end_, reduced_end_;
   std::optional<gpt2_parameter_state<B>> state_;  // this stage's parameters, gradients, AdamW moments
   // The plan and what is built over it (after the stream: destroyed first).
   memory_trace trace_;

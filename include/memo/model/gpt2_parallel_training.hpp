@@ -8,9 +8,14 @@
 // targets, tokens/s, step time, its device peak and time in communication); every rank prints its
 // own device peak and communication time per step at the end; with `json`
 // rank 0 prints one JSON object (through core/json.hpp) holding every
-// rank's figures instead. A diverged loss (the same on every rank) is an
-// error on every rank. Collective: every rank calls it with the same
-// arguments.
+// rank's figures instead. Communication is the time of every collective
+// and hand-off of the step, whether or not compute ran meanwhile (host
+// backend: a collective's whole duration, waits for peers included); the
+// gradient sums are also given alone, with the part of them the step
+// waited for after its backward ("exposed"; with the sums behind the
+// backward, only the tail; see gpt2_parallel_model.hpp). A diverged loss
+// (the same on every rank) is an error on every rank. Collective: every
+// rank calls it with the same arguments.
 #pragma once
 
 #include <chrono>
@@ -73,6 +78,8 @@ struct gpt2_rank_figures {
   double communication_seconds = 0.0;  ///< per step, mean
   std::uint64_t communication_bytes = 0;  ///< per step
   double step_seconds = 0.0;           ///< per step, mean
+  double reduction_seconds = 0.0;      ///< per step, mean: the gradient sums' collectives
+  double exposed_reduction_seconds = 0.0;  ///< per step, mean: the step's wait for them after the backward
 };
 
 namespace detail {
@@ -80,7 +87,7 @@ namespace detail {
 /// Every rank's figures on every rank (an all_gather of int32 words).
 template <Backend B, class Comm>
 std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, const gpt2_rank_figures& mine) {
-  constexpr std::size_t words = 14;
+  constexpr std::size_t words = 18;
   auto split = [](std::uint64_t v, std::int32_t* w) {
     w[0] = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));
     w[1] = static_cast<std::int32_t>(static_cast<std::uint32_t>(v >> 32));
@@ -97,6 +104,8 @@ std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, cons
   split(static_cast<std::uint64_t>(mine.communication_seconds * 1e9), &packed[9]);
   split(mine.communication_bytes, &packed[11]);
   packed[13] = static_cast<std::int32_t>(mine.step_seconds * 1e6);  // microseconds
+  split(static_cast<std::uint64_t>(mine.reduction_seconds * 1e9), &packed[14]);
+  split(static_cast<std::uint64_t>(mine.exposed_reduction_seconds * 1e9), &packed[16]);
   const auto P = static_cast<std::size_t>(world.size());
   using resource = std::remove_reference_t<decltype(backend.device_memory())>;
   buffer<std::int32_t, resource> send(backend.device_memory(), words), recv(backend.device_memory(), words * P);
@@ -111,7 +120,8 @@ std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, cons
   for (std::size_t r = 0; r < P; ++r) {
     const std::int32_t* w = all.data() + r * words;
     out[r] = {w[0], w[1], w[2], join(w + 3), join(w + 5), join(w + 7), static_cast<double>(join(w + 9)) * 1e-9,
-              join(w + 11), static_cast<double>(w[13]) * 1e-6};
+              join(w + 11), static_cast<double>(w[13]) * 1e-6, static_cast<double>(join(w + 14)) * 1e-9,
+              static_cast<double>(join(w + 16)) * 1e-9};
   }
   return out;
 }
@@ -179,7 +189,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
   std::vector<double> losses, copy_losses, far_losses;
   const std::int64_t log_every = run.log_every > 0 ? run.log_every : std::max<std::int64_t>(1, run.steps / 25);
   double interval_seconds = 0, interval_loss = 0, interval_copy = 0, interval_far = 0, interval_comm = 0;
-  double total_comm = 0, total_step = 0;
+  double total_comm = 0, total_step = 0, total_reduction = 0, total_exposed = 0;
   std::uint64_t total_comm_bytes = 0;
   std::int64_t interval_steps = 0;
   const auto start = clock::now();
@@ -192,6 +202,8 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     const communication_totals comm = model.step_communication();
     interval_seconds += seconds, total_step += seconds;
     interval_comm += comm.seconds, total_comm += comm.seconds, total_comm_bytes += comm.payload_bytes;
+    total_reduction += model.step_gradient_reduction().collectives.seconds;
+    total_exposed += model.step_gradient_reduction().exposed_seconds;
     losses.push_back(loss);
     if (run.predictable) copy_losses.push_back(model.mean_loss(*run.predictable));
     if (run.far) far_losses.push_back(model.mean_loss(*run.far));
@@ -233,16 +245,20 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
                                model.activation_bytes(),
                                total_comm / steps,
                                static_cast<std::uint64_t>(static_cast<double>(total_comm_bytes) / steps),
-                               total_step / steps};
+                               total_step / steps,
+                               total_reduction / steps,
+                               total_exposed / steps};
   if (!run.json) {
     std::fprintf(out,
                  "rank %d: device peak %s (parameters+gradients+AdamW %s, activations %s); communication %.2f ms "
-                 "of a %.2f ms step (%.1f%%), %s per step\n",
+                 "of a %.2f ms step (%.1f%%), %s per step; gradient sums %.2f ms of it, %.2f ms exposed (%s)\n",
                  rank, format_bytes(mine.device_peak_bytes).c_str(), format_bytes(mine.parameter_state_bytes).c_str(),
                  format_bytes(mine.activation_bytes).c_str(), mine.communication_seconds * 1e3,
                  mine.step_seconds * 1e3,
                  mine.step_seconds > 0 ? 100.0 * mine.communication_seconds / mine.step_seconds : 0.0,
-                 format_bytes(mine.communication_bytes).c_str());
+                 format_bytes(mine.communication_bytes).c_str(), mine.reduction_seconds * 1e3,
+                 mine.exposed_reduction_seconds * 1e3,
+                 model.overlap_gradient_reduction() ? "behind the backward" : "after the backward");
     std::fflush(out);
   }
   const std::vector<gpt2_rank_figures> ranks = detail::gather_rank_figures(backend, world, mine);
@@ -264,6 +280,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     j.field("layout_chunk", shape.layout_chunk).field("attention_chunk", shape.attention_chunk);
     j.field("mlp_chunk", shape.mlp_chunk).field("loss_chunk", shape.loss_chunk);
     j.field("kv_offload", model.kv_offload());
+    j.field("overlap_gradient_reduction", model.overlap_gradient_reduction());
     j.key("subsequence_offload");
     if (model.subsequence_offload_alpha().empty()) {
       j.null();
@@ -287,6 +304,8 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
       j.field("activation_bytes", r.activation_bytes);
       j.field("step_seconds", r.step_seconds).field("communication_seconds_per_step", r.communication_seconds);
       j.field("communication_bytes_per_step", r.communication_bytes);
+      j.field("gradient_reduction_seconds_per_step", r.reduction_seconds);
+      j.field("gradient_reduction_exposed_seconds_per_step", r.exposed_reduction_seconds);
       j.end_object();
     }
     j.end_array();

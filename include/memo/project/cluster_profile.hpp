@@ -68,7 +68,6 @@
 #pragma once
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -79,7 +78,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
 #include "memo/core/bytes.hpp"
@@ -269,18 +267,15 @@ inline cluster_profile parse_cluster_profile(std::string_view text, const std::s
     while (k < std::size(profile_field_ranges) && profile_field_ranges[k].field != key) ++k;
     if (k == std::size(profile_field_ranges)) throw error(where + "unknown field '" + memo::detail::quote(key) + "'");
     const auto& range = profile_field_ranges[k];
-    std::string_view digits = value;
-    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
-    double number = 0.0;
-    const auto [end, status] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
-    if (status == std::errc::result_out_of_range) {
+    const memo::detail::decimal_reading reading = memo::detail::read_decimal(value);
+    if (reading.status == memo::detail::decimal_status::out_of_range) {
       throw error(where + "field '" + std::string(key) + "' must be " + detail::range_text(range) + ", got " +
                   memo::detail::quote(value));
     }
-    if (value.empty() || digits.empty() || status != std::errc{} || end != digits.data() + digits.size() ||
-        !std::isfinite(number)) {
+    if (reading.status != memo::detail::decimal_status::ok) {
       throw error(where + "field '" + std::string(key) + "': '" + memo::detail::quote(value) + "' is not a number");
     }
+    const double number = reading.value;
     if (const auto problem = detail::profile_value_problem(range, number, value); !problem.empty()) {
       throw error(where + problem);
     }

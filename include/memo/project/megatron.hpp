@@ -182,7 +182,8 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
   return r;
 }
 
-/// Every TP x CP x DP setting (and, with full recomputation, x PP): TP a
+/// Every TP x CP x DP setting (and, with full recomputation, x PP), MEMO's
+/// at `fixed_alpha` when given (else at the LP's alpha and at 0): TP a
 /// power of two inside a node dividing heads and key/value heads, PP
 /// dividing the layers, CP x DP the rest. With `leave_idle`, a TP x PP that
 /// does not divide the GPUs also gets a setting: CP over as many of the
@@ -191,12 +192,13 @@ inline projection megatron(strategy kind, const model_shape& m, const cluster& c
 /// Adam CP x DP ways, both largest at DP 1), so a cluster with more GPUs
 /// always has a setting that fits whenever a smaller one does.
 inline std::vector<projection> megatron_settings(strategy kind, const model_shape& m, const cluster& c, double s,
-                                                 bool leave_idle = false) {
+                                                 bool leave_idle = false,
+                                                 std::optional<double> fixed_alpha = std::nullopt) {
   const bool full_recompute = kind == strategy::recompute || kind == strategy::recompute_planned;
   std::vector<projection> out;
   auto add = [&](int tp, int cp, int dp, int pp) {
-    out.push_back(megatron(kind, m, c, s, tp, cp, dp, std::nullopt, pp));
-    if (kind == strategy::memo && out.back().chosen.alpha > 0) {
+    out.push_back(megatron(kind, m, c, s, tp, cp, dp, fixed_alpha, pp));
+    if (kind == strategy::memo && !fixed_alpha && out.back().chosen.alpha > 0) {
       out.push_back(megatron(kind, m, c, s, tp, cp, dp, 0.0));  // one shared buffer (MEMO 4.1)
     }
   };

@@ -33,6 +33,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -148,6 +150,151 @@ struct settings {
   std::vector<double> alpha_i;     ///< sppo: per subsequence (SPPO 5.2)
   double chunk_tokens = 0.0;       ///< fpdt: global tokens per chunk
 };
+
+/// Settings a user fixes instead of letting the search choose them
+/// (`memo-project --tp 4 --cp 2 --alpha 0.5`). The whole-number fields
+/// select among the settings a strategy enumerates; `alpha` (memo) replaces
+/// the LP's offload fraction and `chunk_tokens` (fpdt) the 64K chunk, and a
+/// fixed `subsequences` (sppo) is taken as given, outside section 6.1's 2K
+/// to 16K tokens per subsequence, which only narrows the solver's search.
+/// Each field applies to the strategies whose settings have it
+/// (`pin_fields`); `project_settings` refuses one that does not. The fields
+/// are listed once, in `settings_pin::fields`, which everything that walks
+/// them (matching, messages, the command line, the JSON) reads.
+struct settings_pin {
+  std::optional<int> tp, cp, sp, pp, dp, subsequences;
+  std::optional<double> alpha, chunk_tokens;
+
+  /// One field: its name (also the command-line option without "--"), its
+  /// label in messages, and where it lives: a whole number that selects
+  /// (with the `settings` member it must equal) or a number that is an
+  /// input of the projection.
+  struct field {
+    std::string_view name, label;
+    std::optional<int> settings_pin::*whole = nullptr;
+    int settings::*chosen = nullptr;
+    std::optional<double> settings_pin::*number = nullptr;
+    [[nodiscard]] bool given(const settings_pin& pin) const {
+      return whole ? (pin.*whole).has_value() : (pin.*number).has_value();
+    }
+  };
+  static constexpr std::array<field, 8> fields = {{
+      {"tp", "TP", &settings_pin::tp, &settings::tp, nullptr},
+      {"cp", "CP", &settings_pin::cp, &settings::cp, nullptr},
+      {"sp", "SP", &settings_pin::sp, &settings::sp, nullptr},
+      {"pp", "PP", &settings_pin::pp, &settings::pp, nullptr},
+      {"dp", "DP", &settings_pin::dp, &settings::dp, nullptr},
+      {"subsequences", "N", &settings_pin::subsequences, &settings::subsequences, nullptr},
+      {"alpha", "alpha", nullptr, nullptr, &settings_pin::alpha},
+      {"chunk", "chunk", nullptr, nullptr, &settings_pin::chunk_tokens},
+  }};
+  /// The field named `name`; nullptr when there is none.
+  [[nodiscard]] static const field* find(std::string_view name) {
+    for (const field& f : fields) {
+      if (f.name == name) return &f;
+    }
+    return nullptr;
+  }
+
+  [[nodiscard]] bool empty() const { return given().empty(); }
+  /// The names of the fields given, in `fields` order.
+  [[nodiscard]] std::vector<std::string_view> given() const {
+    std::vector<std::string_view> out;
+    for (const field& f : fields) {
+      if (f.given(*this)) out.push_back(f.name);
+    }
+    return out;
+  }
+  /// This pin with only the field `name` (nothing when there is no such field).
+  [[nodiscard]] settings_pin only(std::string_view name) const {
+    settings_pin one;
+    if (const field* f = find(name)) {
+      if (f->whole) one.*(f->whole) = this->*(f->whole);
+      else one.*(f->number) = this->*(f->number);
+    }
+    return one;
+  }
+  /// This pin without the field `name`.
+  [[nodiscard]] settings_pin without(std::string_view name) const {
+    settings_pin rest = *this;
+    if (const field* f = find(name)) {
+      if (f->whole) (rest.*(f->whole)).reset();
+      else (rest.*(f->number)).reset();
+    }
+    return rest;
+  }
+  /// Whether `s` has every whole-number value given (alpha and the chunk
+  /// are inputs of the projection, not filters).
+  [[nodiscard]] bool matches(const settings& s) const {
+    for (const field& f : fields) {
+      if (f.whole && (this->*(f.whole)) && *(this->*(f.whole)) != s.*(f.chosen)) return false;
+    }
+    return true;
+  }
+  /// "TP 4 CP 2 alpha 0.5", for messages.
+  [[nodiscard]] std::string text() const {
+    std::string out;
+    for (const field& f : fields) {
+      if (!f.given(*this)) continue;
+      char number[64];
+      // Whole numbers as they are, the others in their shortest exact form.
+      const auto written = f.whole ? std::to_chars(number, number + sizeof number, *(this->*(f.whole)))
+                                   : std::to_chars(number, number + sizeof number, *(this->*(f.number)));
+      out += (out.empty() ? "" : " ") + std::string(f.label) + " " + std::string(number, written.ptr);
+    }
+    return out;
+  }
+  /// Whole numbers >= 1, alpha in [0, 1], the chunk a whole number of
+  /// tokens in [1, 2^40]; otherwise a memo::error naming the field and value.
+  void check() const {
+    for (const field& f : fields) {
+      if (!f.whole) continue;
+      const std::optional<int>& value = this->*(f.whole);
+      expects(!value || *value >= 1, [&] {
+        return "settings pin: " + std::string(f.name) + " must be >= 1, got " + std::to_string(*value);
+      });
+    }
+    expects(!alpha || (*alpha >= 0.0 && *alpha <= 1.0), [&] {
+      char text[64];
+      std::snprintf(text, sizeof text, "%g", *alpha);
+      return std::string("settings pin: alpha must be in [0, 1], got ") + text;
+    });
+    expects(!chunk_tokens || (*chunk_tokens >= 1 && *chunk_tokens <= 1099511627776.0 &&
+                              *chunk_tokens == std::floor(*chunk_tokens)),
+            [&] {
+              char text[64];
+              std::snprintf(text, sizeof text, "%g", *chunk_tokens);
+              return std::string("settings pin: chunk must be a whole number of tokens in [1, 2^40], got ") + text;
+            });
+  }
+};
+
+/// The `settings_pin` fields a strategy's settings have: Megatron's TP,
+/// CP and DP (PP with full recomputation only; alpha for MEMO), Ulysses'
+/// SP and DP (the chunk for FPDT), SPPO's SP, PP and N.
+inline std::vector<std::string_view> pin_fields(strategy kind) {
+  switch (kind) {
+    case strategy::memo: return {"tp", "cp", "dp", "alpha"};
+    case strategy::swap_planned: return {"tp", "cp", "dp"};
+    case strategy::recompute:
+    case strategy::recompute_planned: return {"tp", "cp", "pp", "dp"};
+    case strategy::ulysses_zero3: return {"sp", "dp"};
+    case strategy::fpdt: return {"sp", "dp", "chunk"};
+    case strategy::sppo:
+    case strategy::sppo_recompute: return {"sp", "pp", "subsequences"};
+  }
+  return {};
+}
+
+/// The fields of `pin` that `kind` has no setting for (empty: all apply).
+inline std::vector<std::string_view> inapplicable_pins(strategy kind, const settings_pin& pin) {
+  const auto fields = pin_fields(kind);
+  std::vector<std::string_view> out;
+  for (const auto name : pin.given()) {
+    if (std::find(fields.begin(), fields.end(), name) == fields.end()) out.push_back(name);
+  }
+  return out;
+}
 
 /// Where one step's time goes (seconds, on the critical path).
 struct step_breakdown {

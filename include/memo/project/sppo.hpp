@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,10 @@ inline constexpr double sppo_layer_overhead = 2e-4;  ///< seconds per layer per 
 inline constexpr double sppo_min_subsequence = 2048;  ///< SPPO 6.1, tokens per subsequence
 inline constexpr double sppo_max_subsequence = 16384;
 inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is not tried (16G tokens)
+/// The most subsequences a fixed N (`settings_pin::subsequences`) may have:
+/// the schedule simulator walks N x PP operations, and 16384 of them take
+/// tens of seconds and about a gigabyte.
+inline constexpr int sppo_max_pinned_subsequences = 16384;
 
 namespace detail {
 
@@ -220,11 +225,18 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 
 /// Every (SP, PP, N) section 6.1 allows (see the header comment); with
 /// `simulate` false, only the N needing the least memory, timed by the
-/// closed form (whether some setting fits is the same either way). When
-/// none is allowed and `why` is given, it is set to the reasons, each with
-/// the first (SP, PP) it rejected.
+/// closed form (whether some setting fits is the same either way). Only
+/// the SP and PP of `pin` are tried when it has them (so the fastest
+/// setting that prunes the simulation of slower ones is one of them); its
+/// N is the only one tried, outside the 2K-16K tokens per subsequence
+/// (still N >= PP, N x SP at most the tokens, and N at most
+/// `sppo_max_pinned_subsequences`). When none is allowed and `why` is
+/// given, it is set to the reasons, each with the first (SP, PP) it
+/// rejected.
 inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m, const cluster& c, double s,
-                                             bool simulate = true, std::string* why = nullptr) {
+                                             bool simulate = true, std::string* why = nullptr,
+                                             const settings_pin& pin = {}) {
+  const std::optional<int> subsequences = pin.subsequences;
   std::vector<projection> out;
   std::vector<std::pair<std::string, std::string>> rejected;  // reason, first example
   auto reject = [&](int sp, int pp, std::string reason) {
@@ -256,13 +268,27 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
   for (int sp = per_node; sp >= 1; --sp) {
     if (c.gpus % sp != 0) continue;
     const int pp = c.gpus / sp;
+    if ((pin.sp && *pin.sp != sp) || (pin.pp && *pin.pp != pp)) continue;
     if (m.heads % sp != 0 || m.kv_head_count() % sp != 0) {
       reject(sp, pp, "SP must divide the heads (" + std::to_string(m.heads) + ") and key/value heads (" +
                          std::to_string(m.kv_head_count()) + ")");
       continue;
     }
     std::vector<int> counts = sppo_subsequence_counts(s, pp);
-    if (counts.empty()) {
+    if (subsequences) {
+      counts.clear();
+      if (*subsequences > sppo_max_pinned_subsequences) {
+        reject(sp, pp, "a fixed N must be at most " + std::to_string(sppo_max_pinned_subsequences) +
+                           " (the longest pipeline the simulator is given), got " + std::to_string(*subsequences));
+      } else if (static_cast<double>(*subsequences) * sp > s) {
+        char text[160];
+        std::snprintf(text, sizeof text, "N x SP must not exceed the %.0f tokens (at least one per GPU), got %d x %d",
+                      s, *subsequences, sp);
+        reject(sp, pp, text);
+      } else {
+        counts.push_back(*subsequences);
+      }
+    } else if (counts.empty()) {
       char text[160];
       std::snprintf(text, sizeof text,
                     "no subsequence count N with %.0f to %.0f tokens each, N >= PP and N <= %.0f",
@@ -289,6 +315,11 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
   std::snprintf(length, sizeof length, "%.0f", s);
   std::string text = "no SP x PP x N of section 6.1 on " + std::to_string(c.gpus) + " GPUs (" +
                      std::to_string(per_node) + " per node) at " + length + " tokens: ";
+  if (rejected.empty()) {
+    return explain(text + "SP must divide the GPUs of a node (" + std::to_string(per_node) +
+                   ") and SP x PP use every GPU, which no " + pin.only("sp").text() +
+                   (pin.sp && pin.pp ? " " : "") + pin.only("pp").text() + " does");
+  }
   for (std::size_t k = 0; k < rejected.size(); ++k) {
     text += (k ? "; " : "") + rejected[k].first + " (" + rejected[k].second + ")";
   }

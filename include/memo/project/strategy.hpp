@@ -47,13 +47,22 @@ namespace memo::project {
 /// tokens per GPU count every GPU of the cluster. SPPO keeps section 6.1's
 /// rule that SP x PP is every GPU.
 ///
+/// With a `pin`, only the settings with its values (projection.hpp's
+/// `settings_pin`): its alpha and chunk replace the ones the strategy would
+/// choose, its N is the only subsequence count SPPO tries, and the rest
+/// select among the settings; every field given must be one of
+/// `pin_fields(kind)`.
+///
 /// Throws a memo::error naming the strategy, the length and the model when
 /// the model, the cluster or the length is invalid (`s` a whole number in
-/// [1, 2^40]) or a byte count of the result does not fit in 64 bits.
+/// [1, 2^40]) or a byte count of the result does not fit in 64 bits, and
+/// one naming the field when the pin is out of range or has a field the
+/// strategy has no setting for.
 inline std::vector<projection> project_settings(strategy kind, const model_shape& m, const cluster& c, double s,
-                                                bool simulate = true) {
+                                                bool simulate = true, const settings_pin& pin = {}) {
   m.check();
   c.check();
+  pin.check();
   expects(s >= 1 && s <= 1099511627776.0 && s == std::floor(s), [&] {
     char text[48];
     std::snprintf(text, sizeof text, s == std::floor(s) || !std::isfinite(s) ? "%.0f" : "%.3f", s);
@@ -63,17 +72,31 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
   expects(std::find(valid.begin(), valid.end(), kind) != valid.end(), [&] {
     return "project: unknown strategy " + std::to_string(static_cast<int>(kind)) + " (" + strategy_names() + ")";
   });
+  const auto foreign = inapplicable_pins(kind, pin);
+  expects(foreign.empty(), [&] {
+    std::string have;
+    for (const auto f : pin_fields(kind)) have += (have.empty() ? "" : ", ") + std::string(f);
+    return "settings pin: " + std::string(strategy_name(kind)) + " has no setting '" + std::string(foreign.front()) +
+           "' (its settings: " + have + ")";
+  });
   try {
+    std::vector<projection> all;
     switch (kind) {
       case strategy::memo:
       case strategy::recompute:
       case strategy::recompute_planned:
-      case strategy::swap_planned: return detail::megatron_settings(kind, m, c, s, true);
+      case strategy::swap_planned: all = detail::megatron_settings(kind, m, c, s, true, pin.alpha); break;
       case strategy::ulysses_zero3:
-      case strategy::fpdt: return detail::ulysses_settings(kind, m, c, s, true);
+      case strategy::fpdt:
+        all = detail::ulysses_settings(kind, m, c, s, true, pin.chunk_tokens.value_or(fpdt_default_chunk));
+        break;
       case strategy::sppo:
-      case strategy::sppo_recompute: return detail::sppo_settings(kind, m, c, s, simulate);
+      case strategy::sppo_recompute:
+        all = detail::sppo_settings(kind, m, c, s, simulate, nullptr, pin);
+        break;
     }
+    std::erase_if(all, [&](const projection& r) { return !pin.matches(r.chosen); });
+    return all;
   } catch (const error& e) {
     char text[48];
     std::snprintf(text, sizeof text, "%.0f", s);
@@ -86,13 +109,52 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
 /// Why `project_settings` has no setting for `kind` (an empty string when
 /// it has one): SPPO's stages need whole nodes, SP dividing a node and the
 /// heads, PP = GPUs / SP dividing the layers, and a subsequence count N
-/// with s/N in [2K, 16K] and N >= PP.
-inline std::string no_setting_reason(strategy kind, const model_shape& m, const cluster& c, double s) {
-  if (kind != strategy::sppo && kind != strategy::sppo_recompute) return {};
-  m.check();
-  c.check();
-  std::string why;
-  return detail::sppo_settings(kind, m, c, s, false, &why).empty() ? why : std::string();
+/// with s/N in [2K, 16K] (or the pinned N) and N >= PP; with a `pin`, that
+/// no setting has its values, and, for each value pinned, which values the
+/// settings with the other pinned values have ("the settings here have TP
+/// 1, 2, 4 with CP 2; CP 1 with TP 8"). Without a pin only SPPO can have
+/// no setting, and the other strategies answer without projecting.
+inline std::string no_setting_reason(strategy kind, const model_shape& m, const cluster& c, double s,
+                                     const settings_pin& pin = {}) {
+  const bool sppo_kind = kind == strategy::sppo || kind == strategy::sppo_recompute;
+  if (pin.empty() && !sppo_kind) return {};
+  if (!project_settings(kind, m, c, s, false, pin).empty()) return {};
+  // SPPO's rules, for the SP x PP the pin allows (empty when one passed them).
+  std::string rules;
+  if (sppo_kind) {
+    m.check();
+    c.check();
+    detail::sppo_settings(kind, m, c, s, false, &rules, pin);
+    if (detail::sppo_settings(kind, m, c, s, false, nullptr, pin.only("subsequences")).empty()) return rules;
+  }
+  // Settings exist, but none has the pinned values: for each whole number
+  // pinned, the values of the settings that have the other pinned ones.
+  settings_pin inputs;  // what makes the settings, without what selects among them
+  inputs.alpha = pin.alpha;
+  inputs.chunk_tokens = pin.chunk_tokens;
+  inputs.subsequences = pin.subsequences;
+  const auto unpinned = project_settings(kind, m, c, s, false, inputs);
+  std::string why = "no setting has " + pin.text() + "; the settings here have";
+  bool first = true;
+  for (const auto& f : settings_pin::fields) {
+    if (!f.whole || !f.given(pin) || f.name == "subsequences") continue;
+    const settings_pin others = pin.without(f.name);
+    std::vector<int> seen;
+    for (const auto& r : unpinned) {
+      const int v = r.chosen.*(f.chosen);
+      if (others.matches(r.chosen) && std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+    }
+    std::sort(seen.begin(), seen.end());
+    why += first ? " " : "; ";
+    first = false;
+    if (seen.empty()) why += "no " + std::string(f.label);
+    else why += std::string(f.label);
+    for (std::size_t k = 0; k < seen.size(); ++k) why += (k ? ", " : " ") + std::to_string(seen[k]);
+    const settings_pin selecting = others.without("alpha").without("chunk").without("subsequences");
+    if (!selecting.empty()) why += " with " + selecting.text();
+  }
+  if (!rules.empty()) why += "; " + rules;
+  return why;
 }
 
 /// The better of two projections: one that fits over one that does not;
@@ -104,9 +166,9 @@ inline bool better(const projection& a, const projection& b) {
 
 /// The best setting for `s` tokens; nullopt when no setting applies.
 inline std::optional<projection> project(strategy kind, const model_shape& m, const cluster& c, double s,
-                                         bool simulate = true) {
+                                         bool simulate = true, const settings_pin& pin = {}) {
   std::optional<projection> best;
-  for (auto& r : project_settings(kind, m, c, s, simulate)) {
+  for (auto& r : project_settings(kind, m, c, s, simulate, pin)) {
     if (!best || better(r, *best)) best = std::move(r);
   }
   return best;
@@ -114,8 +176,9 @@ inline std::optional<projection> project(strategy kind, const model_shape& m, co
 
 /// Orders the memories `r` (a projection of `r.kind` that does not fit)
 /// exceeds by the length at which each runs out: for each, the shortest
-/// multiple of `grid` below `r.sequence` at which the best setting (probed
-/// as the search probes) exceeds it, found by bisection, else `r.sequence`
+/// multiple of `grid` below `r.sequence` at which the best setting with
+/// `pin`'s values (the pin `r` was projected with; probed as the search
+/// probes) exceeds it, found by bisection, else `r.sequence`
 /// itself. The bisection takes each memory need to grow with the length;
 /// the best setting can change from one length to the next, so where a
 /// need does not grow with it the length found is one at which the memory
@@ -123,12 +186,13 @@ inline std::optional<projection> project(strategy kind, const model_shape& m, co
 /// becomes `r.limit`; the host link, which slows a step rather than stops
 /// it, stays listed after them. At most log2(r.sequence / grid) probes per
 /// memory exceeded.
-inline void order_shortfalls(projection& r, const model_shape& m, const cluster& c, double grid = 65536) {
+inline void order_shortfalls(projection& r, const model_shape& m, const cluster& c, double grid = 65536,
+                             const settings_pin& pin = {}) {
   expects(grid >= 1, [&] { return "order_shortfalls: grid must be >= 1, got " + std::to_string(grid); });
   for (auto& f : r.shortfalls) {
     if (!f.is_memory()) continue;
     auto exceeded = [&](double steps) {
-      const std::optional<projection> p = project(r.kind, m, c, steps * grid, false);
+      const std::optional<projection> p = project(r.kind, m, c, steps * grid, false, pin);
       if (!p) return false;
       return std::any_of(p->shortfalls.begin(), p->shortfalls.end(),
                          [&](const shortfall& g) { return g.resource == f.resource; });
@@ -232,11 +296,12 @@ std::optional<projection> longest_fitting(const Projector& projector, const Prob
 
 /// The longest sequence `kind` fits, a multiple of `grid` up to `limit`
 /// (pipelines are probed with their closed-form step, then the answer is
-/// simulated).
+/// simulated), among the settings with `pin`'s values.
 inline std::optional<projection> longest(strategy kind, const model_shape& m, const cluster& c,
-                                         double grid = 65536, double limit = 1024.0 * 1048576) {
-  return longest_fitting([&](double s) { return project(kind, m, c, s); },
-                         [&](double s) { return project(kind, m, c, s, false); }, grid, limit);
+                                         double grid = 65536, double limit = 1024.0 * 1048576,
+                                         const settings_pin& pin = {}) {
+  return longest_fitting([&](double s) { return project(kind, m, c, s, true, pin); },
+                         [&](double s) { return project(kind, m, c, s, false, pin); }, grid, limit);
 }
 
 }  // namespace memo::project

@@ -151,7 +151,8 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
   return r;
 }
 
-/// Every SP dividing the GPUs and the heads (the rest data parallel). With
+/// Every SP dividing the GPUs and the heads (the rest data parallel), FPDT's
+/// chunks of `chunk` global tokens. With
 /// `leave_idle`, also an SP dividing the heads but not the GPUs (as many
 /// data-parallel replicas as fit, the remaining GPUs idle) and, for fpdt,
 /// fewer replicas than fit while they share a node: each replica offloads
@@ -161,17 +162,17 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
 /// cluster with more GPUs always has a setting that fits whenever a smaller
 /// one does.
 inline std::vector<projection> ulysses_settings(strategy kind, const model_shape& m, const cluster& c, double s,
-                                                bool leave_idle = false) {
+                                                bool leave_idle = false, double chunk = fpdt_default_chunk) {
   std::vector<projection> out;
   for (int sp = 1; sp <= std::min(c.gpus, m.heads); ++sp) {
     if (m.heads % sp != 0) continue;
     const int replicas = c.gpus / sp;
     if (sp * replicas == c.gpus || leave_idle) {
-      out.push_back(ulysses(kind, m, c, s, sp, fpdt_default_chunk, false, replicas));
+      out.push_back(ulysses(kind, m, c, s, sp, chunk, false, replicas));
     }
     if (!leave_idle || kind != strategy::fpdt) continue;
     for (int dp = 1; dp < replicas && sp * dp < c.gpus_per_node; ++dp) {
-      out.push_back(ulysses(kind, m, c, s, sp, fpdt_default_chunk, false, dp));
+      out.push_back(ulysses(kind, m, c, s, sp, chunk, false, dp));
     }
   }
   return out;
