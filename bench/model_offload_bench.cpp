@@ -21,6 +21,9 @@
 //      reported as a ratio to the same round's no-offload step (median and
 //      min-max, core/spread.hpp), beside the ratio the simulated MEMO step
 //      predicts from T_layer, the throttle and the model's own protocol.
+//   4. Host K/V with and without the prefetch across layers (see
+//      kv_prefetch_part): the step time of each, interleaved, and their
+//      ratio beside the closed form's (each layer's first fetch hidden).
 //
 // --json prints one JSON object (memo::json_writer); --quick runs in seconds.
 #include "memo/core/config.hpp"
@@ -33,6 +36,7 @@ int main() {
 }
 #else
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -88,13 +92,15 @@ struct config_run {
   std::vector<double> step_s;
 
   config_run(std::string label, const bench_shape& shape, std::optional<double> a, double bandwidth)
-      : name(std::move(label)), alpha(a) {
-    host_backend::options options;
-    options.device_to_host_bytes_per_second = bandwidth;
-    options.host_to_device_bytes_per_second = bandwidth;
-    backend = std::make_unique<host_backend>(options);
-    model = std::make_unique<model_type>(*backend, config_of(shape),
-                                         memo::gpt2_model_options{.context = shape.context, .offload_alpha = alpha});
+      : config_run(std::move(label), shape, memo::gpt2_model_options{.context = shape.context, .offload_alpha = a},
+                   bandwidth) {}
+  config_run(std::string label, const bench_shape& shape, const memo::gpt2_model_options& options, double bandwidth)
+      : name(std::move(label)), alpha(options.offload_alpha) {
+    host_backend::options link;
+    link.device_to_host_bytes_per_second = bandwidth;
+    link.host_to_device_bytes_per_second = bandwidth;
+    backend = std::make_unique<host_backend>(link);
+    model = std::make_unique<model_type>(*backend, config_of(shape), options);
     model->initialize(1);
   }
 
@@ -116,6 +122,57 @@ void write_spread(memo::json_writer& json, std::string_view key, memo::spread s,
   json.key(key).begin_object();
   json.field("median", s.median * scale).field("min", s.min * scale).field("max", s.max * scale);
   json.end_object();
+}
+
+// Part 2: host K/V (FPDT's host-resident Q/K/V, no skeletal offload),
+// with and without the prefetch across layers. A context of four attention
+// chunks, so a layer's first backward fetch (its K/V chunk 0 and query
+// chunk 0) is a sizeable part of its fetches; copies throttled so that a
+// layer's backward fetches take half its backward (FPDT's regime: they
+// hide behind the attention inside a call). Prediction: each layer's first
+// fetch, which without the prefetch the compute waits for, is hidden, so
+// the step shortens by L x (first fetch bytes / bandwidth).
+struct kv_prefetch_result {
+  std::int64_t attention_chunk = 0;
+  double bandwidth = 0.0, first_fetch_bytes = 0.0, predicted_ratio = 0.0;
+  memo::spread across, per_call, ratio;
+};
+
+kv_prefetch_result kv_prefetch_part(const bench_shape& shape, const std::vector<std::int32_t>& in,
+                                    const std::vector<std::int32_t>& tg) {
+  kv_prefetch_result r;
+  r.attention_chunk = std::max(1, shape.context / 4);
+  const memo::gpt2_model_options across{.context = shape.context, .attention_chunk = r.attention_chunk,
+                                        .kv_offload = true};
+  memo::gpt2_model_options per_call = across;
+  per_call.kv_prefetch_across_layers = false;
+  // Profile unthrottled: a layer's backward is about 2/3 of step / L.
+  double layer_backward_s = 0.0;
+  {
+    config_run profile("profile", shape, across, 0.0);
+    for (int s = 0; s < 4; ++s) profile.step(in, tg, 1, s > 0);
+    layer_backward_s = memo::spread_of(profile.step_s).median * 2.0 / (3.0 * shape.layers);
+  }
+  const memo::gpt2_config config = config_of(shape);
+  const memo::transformer_layer layer =
+      memo::gpt2_transformer_layer(config, shape.context, memo::gpt2_qkv_skeletal::dropped, r.attention_chunk);
+  r.bandwidth = static_cast<double>(layer.attention_fetch_bytes(true)) / (0.5 * layer_backward_s);
+  // K and V of chunk 0 and the first query chunk: [chunk, C] each, fp32.
+  const auto tile = std::min<std::int64_t>(r.attention_chunk, shape.context);
+  r.first_fetch_bytes = 3.0 * static_cast<double>(tile) * config.channels * sizeof(float);
+  std::vector<std::unique_ptr<config_run>> runs;
+  runs.push_back(std::make_unique<config_run>("across layers", shape, across, r.bandwidth));
+  runs.push_back(std::make_unique<config_run>("per call", shape, per_call, r.bandwidth));
+  for (int round = 0; round <= shape.rounds; ++round) {
+    for (auto& run : runs) run->step(in, tg, shape.steps_per_round, round > 0);  // round 0 warms up
+  }
+  std::vector<double> ratios;
+  for (std::size_t k = 0; k < runs[0]->step_s.size(); ++k) ratios.push_back(runs[0]->step_s[k] / runs[1]->step_s[k]);
+  r.across = memo::spread_of(runs[0]->step_s);
+  r.per_call = memo::spread_of(runs[1]->step_s);
+  r.ratio = memo::spread_of(ratios);
+  r.predicted_ratio = 1.0 - shape.layers * (r.first_fetch_bytes / r.bandwidth) / r.per_call.median;
+  return r;
 }
 
 int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quick) {
@@ -269,6 +326,14 @@ int main(int argc, char** argv) {
       }
     }
     out.end_array();
+    const kv_prefetch_result kv = kv_prefetch_part(shape, in, tg);
+    out.key("kv_prefetch").begin_object();
+    out.field("attention_chunk", kv.attention_chunk).field("bandwidth_bytes_per_second", kv.bandwidth);
+    out.field("first_fetch_bytes", kv.first_fetch_bytes);
+    write_spread(out, "across_layers_step_ms", kv.across, 1e3);
+    write_spread(out, "per_call_step_ms", kv.per_call, 1e3);
+    write_spread(out, "ratio", kv.ratio);
+    out.field("predicted_ratio", kv.predicted_ratio).end_object();
     out.end_object();
     if (json) {
       std::printf("%s\n", out.str().c_str());
@@ -278,6 +343,20 @@ int main(int argc, char** argv) {
                   "   predicted = simulated MEMO step of the model's protocol from the profiled layer time;\n"
                   "   device peak includes the model's setup; load average %.2f)\n",
                   shape.rounds, shape.steps_per_round, load_average);
+    }
+    if (!json) {
+      std::printf("\n  host K/V (no skeletal offload), attention chunk %lld (%d chunks); copies throttled to\n"
+                  "  %.1f MB/s (a layer's backward fetches = half its backward); first fetch of a layer %s = %.2f ms\n",
+                  static_cast<long long>(kv.attention_chunk), shape.context / static_cast<int>(kv.attention_chunk),
+                  kv.bandwidth / 1e6, memo::format_bytes(static_cast<std::uint64_t>(kv.first_fetch_bytes)).c_str(),
+                  kv.first_fetch_bytes / kv.bandwidth * 1e3);
+      std::printf("  %-24s %22s\n", "prefetch", "step ms med [min-max]");
+      std::printf("  %-24s %8.2f [%5.2f-%5.2f]\n", "across layers", kv.across.median * 1e3, kv.across.min * 1e3,
+                  kv.across.max * 1e3);
+      std::printf("  %-24s %8.2f [%5.2f-%5.2f]\n", "per call (each waits)", kv.per_call.median * 1e3,
+                  kv.per_call.min * 1e3, kv.per_call.max * 1e3);
+      std::printf("  across / per call: %.3f [%.3f-%.3f], predicted %.3f (L x the first fetch hidden)\n",
+                  kv.ratio.median, kv.ratio.min, kv.ratio.max, kv.predicted_ratio);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -707,5 +709,201 @@ TEST_CASE("chunked_causal_attention: its host traffic is what the cost model cou
     CHECK(forward.first == layer.attention_fetch_bytes(false));
     CHECK(backward.first == layer.attention_fetch_bytes(true));
     CHECK(backward.second == 0);
+  }
+}
+
+namespace {
+
+using recording = memo::testing::recording_backend<memo::host_backend>;
+
+// Several layers' attentions over one chunked_attention_scratch, called as
+// a model calls them: the forward runs in order, each layer in turn, then
+// the backward runs in reverse, layers in reverse; after every call a
+// compute op (a memset) stands for the rest of its layer. Each layer has
+// its own inputs; every call and the rest ops are labelled ("forward 1 of
+// layer 0", "rest of backward 0 of layer 1").
+struct layered_run {
+  std::vector<result> results;  // [layer]
+  std::vector<memo::testing::recorded_call> calls;
+  std::size_t compute = 0, copy = 0;  // stream ids
+};
+
+layered_run run_layers(const attention_shape& s, const std::vector<inputs>& in, std::int64_t run_tokens,
+                       bool across_calls) {
+  memo::host_backend inner;
+  recording backend(inner);
+  using scratch_type = memo::chunked_attention_scratch<recording>;
+  using layer_attention = memo::chunked_causal_attention<recording>;
+  const std::int64_t T = s.tokens, H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+  const auto layers = in.size();
+  auto stream = backend.make_stream("compute");
+  owned_region device(backend.device_memory(), scratch_type::required_bytes(s));
+  scratch_type scratch(backend, s, device.region, across_calls);
+  using pinned_region = owned_region<std::remove_reference_t<decltype(backend.pinned_memory())>>;
+  std::vector<std::unique_ptr<pinned_region>> pinned;
+  std::vector<std::unique_ptr<layer_attention>> attn;
+  for (std::size_t l = 0; l < layers; ++l) {
+    pinned.push_back(std::make_unique<pinned_region>(backend.pinned_memory(), layer_attention::required_pinned_bytes(s)));
+    attn.push_back(std::make_unique<layer_attention>(scratch, pinned.back()->region));
+  }
+  owned_region rest(backend.device_memory(), 4096);
+  layered_run out;
+  for (std::size_t l = 0; l < layers; ++l) {
+    out.results.push_back({std::vector<float>(T * H * D, -7.0f), std::vector<float>(H * T, -7.0f),
+                           std::vector<float>(T * H * D, 0.0f), std::vector<float>(T * Hkv * D, 0.0f),
+                           std::vector<float>(T * Hkv * D, 0.0f)});
+  }
+  auto rows = [&](auto& x, std::int64_t heads, std::int64_t a, std::int64_t n) { return row_view(x, heads, D, a, n); };
+  auto keys = [&](auto& x, std::int64_t a, std::int64_t n) {
+    return s.host_carry ? rows(x, Hkv, a, n) : rows(x, Hkv, 0, T);
+  };
+  auto columns = [&](auto& x, std::int64_t a, std::int64_t n) { return column_view(x, H, T, a, n); };
+  auto rest_of = [&](const std::string& call) {
+    backend.set_label("rest of " + call);
+    backend.memset_async(rest.region.data, 0, rest.region.bytes, stream);
+  };
+  const std::int64_t runs = (T + run_tokens - 1) / run_tokens;
+  backend.clear_calls();
+  for (std::int64_t j = 0; j < runs; ++j) {
+    const std::int64_t a = j * run_tokens, n = std::min(run_tokens, T - a);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::string call = "forward " + std::to_string(j) + " of layer " + std::to_string(l);
+      backend.set_label(call);
+      result& r = out.results[l];
+      attn[l]->forward_queries(stream, a, rows(in[l].q, H, a, n), keys(in[l].k, a, n), keys(in[l].v, a, n),
+                               rows(r.o, H, a, n), columns(r.lse, a, n));
+      rest_of(call);
+    }
+  }
+  for (std::int64_t j = runs; j-- > 0;) {
+    const std::int64_t a = j * run_tokens, n = std::min(run_tokens, T - a);
+    for (std::size_t l = layers; l-- > 0;) {
+      const std::string call = "backward " + std::to_string(j) + " of layer " + std::to_string(l);
+      backend.set_label(call);
+      result& r = out.results[l];
+      attn[l]->backward_queries(stream, a, {}, {}, {}, rows(std::as_const(r.o), H, a, n), rows(in[l].dout, H, a, n),
+                                columns(std::as_const(r.lse), a, n), rows(r.dq, H, a, n), keys(r.dk, a, n),
+                                keys(r.dv, a, n));
+      rest_of(call);
+    }
+  }
+  backend.synchronize(stream);
+  out.calls = backend.calls();
+  const auto& names = backend.stream_names();
+  out.compute = static_cast<std::size_t>(std::find(names.begin(), names.end(), "compute") - names.begin());
+  out.copy = static_cast<std::size_t>(std::find(names.begin(), names.end(), "attention Q/K/V copy") - names.begin());
+  REQUIRE(out.copy < names.size());
+  return out;
+}
+
+// The order of a layered run's calls: each call (copy, enqueue) is one op
+// named by its index in the log, ordered by its stream and its waits.
+struct call_order {
+  const layered_run& run;
+  memo::testing::replayed_ops ops;
+  std::set<std::pair<std::string, std::string>> before;
+
+  explicit call_order(const layered_run& r)
+      : run(r), ops(memo::testing::replay(r.calls, std::max(r.compute, r.copy) + 1,
+                                          [&](const memo::testing::recorded_call& c) {
+                                            return std::to_string(&c - r.calls.data());
+                                          })),
+        before(memo::testing::happens_before(ops)) {}
+
+  // The first host-to-device copy of the call labelled `label`.
+  [[nodiscard]] std::string first_fetch(const std::string& label) const {
+    for (std::size_t i = 0; i < run.calls.size(); ++i) {
+      const auto& c = run.calls[i];
+      if (c.label == label && c.stream == run.copy && c.kind == memo::testing::call_kind::copy &&
+          c.direction == memo::copy_kind::host_to_device) {
+        return std::to_string(i);
+      }
+    }
+    FAIL("no host fetch in " << label);
+    return {};
+  }
+  // The last compute op on the compute stream labelled `label`.
+  [[nodiscard]] std::string last_compute(const std::string& label) const {
+    for (std::size_t i = run.calls.size(); i-- > 0;) {
+      const auto& c = run.calls[i];
+      if (c.label == label && c.stream == run.compute && c.kind == memo::testing::call_kind::enqueue) {
+        return std::to_string(i);
+      }
+    }
+    FAIL("no compute op in " << label);
+    return {};
+  }
+  [[nodiscard]] bool happens_before(const std::string& a, const std::string& b) const {
+    return before.contains({a, b});
+  }
+  // Whether op `op` waits directly for a compute op labelled `label`.
+  [[nodiscard]] bool waits_for_compute_of(const std::string& op, const std::string& label) const {
+    const auto found = ops.waits_on.find(op);
+    if (found == ops.waits_on.end()) return false;
+    return std::ranges::any_of(found->second, [&](const std::string& w) {
+      const auto& c = run.calls[std::stoul(w)];
+      return c.stream == run.compute && c.label == label;
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("chunked_causal_attention: over a shared scratch a call's first fetch runs during the call before") {
+  // Two layers over one scratch, as a model calls them (forward 0 of layer
+  // 0, of layer 1, ..., then backward in reverse). Each call's first host
+  // fetch must wait for the previous call's last read of its slot -- a
+  // compute op of that call -- and for nothing after it: not the previous
+  // call's last compute op, nor the rest of its layer. Without the shared
+  // ordering (prefetch_across_calls off) it waits for both. The values are
+  // the same bits either way, and the naive attention's.
+  struct config {
+    std::int64_t tokens, chunk, run;
+    bool host_carry;
+  };
+  for (const auto& c : {config{16, 4, 16, false}, config{12, 4, 12, false}, config{16, 4, 8, true},
+                        config{24, 4, 8, true}, config{16, 4, 8, false}}) {
+    CAPTURE(c.tokens);
+    CAPTURE(c.run);
+    CAPTURE(c.host_carry);
+    const attention_shape s{.tokens = c.tokens, .heads = 2, .kv_heads = 1, .head_dim = 8, .chunk = c.chunk,
+                            .offload = true, .host_carry = c.host_carry};
+    const std::vector<inputs> in{random_inputs(s, 41), random_inputs(s, 43)};
+    const layered_run across = run_layers(s, in, c.run, true);
+    const layered_run per_call = run_layers(s, in, c.run, false);
+    for (std::size_t l = 0; l < in.size(); ++l) {
+      CAPTURE(l);
+      CHECK(across.results[l].o == per_call.results[l].o);
+      CHECK(across.results[l].lse == per_call.results[l].lse);
+      CHECK(across.results[l].dq == per_call.results[l].dq);
+      CHECK(across.results[l].dk == per_call.results[l].dk);
+      CHECK(across.results[l].dv == per_call.results[l].dv);
+      check_against_naive(across.results[l], naive_attention(s, in[l]), 0.0f, 2e-5);
+    }
+    const call_order order(across), old_order(per_call);
+    // (previous call, next call): every pair of consecutive calls whose
+    // next call fetches: backwards, and forward runs after the first.
+    const std::int64_t runs = (c.tokens + c.run - 1) / c.run;
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (std::int64_t j = 1; j < runs; ++j) {
+      pairs.push_back({"forward " + std::to_string(j) + " of layer 0", "forward " + std::to_string(j) + " of layer 1"});
+    }
+    for (std::int64_t j = runs; j-- > 0;) {
+      const std::string run = std::to_string(j);
+      pairs.push_back({"backward " + run + " of layer 1", "backward " + run + " of layer 0"});
+      if (j > 0) pairs.push_back({"backward " + run + " of layer 0", "backward " + std::to_string(j - 1) + " of layer 1"});
+    }
+    pairs.push_back({"forward " + std::to_string(runs - 1) + " of layer 1",
+                     "backward " + std::to_string(runs - 1) + " of layer 1"});
+    for (const auto& [previous, next] : pairs) {
+      CAPTURE(previous);
+      CAPTURE(next);
+      const std::string fetch = order.first_fetch(next);
+      CHECK(order.waits_for_compute_of(fetch, previous));  // the slot-free dependency
+      CHECK_FALSE(order.happens_before(order.last_compute(previous), fetch));
+      CHECK_FALSE(order.happens_before(order.last_compute("rest of " + previous), fetch));
+      const std::string old_fetch = old_order.first_fetch(next);
+      CHECK(old_order.happens_before(old_order.last_compute("rest of " + previous), old_fetch));
+    }
   }
 }

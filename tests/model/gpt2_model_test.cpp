@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string_view>
@@ -345,6 +346,41 @@ TEST_CASE("gpt2_model: offload fractions, attention chunks and host K/V leave lo
           CHECK(largest_difference(r.grads, base.grads) < 5e-6);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("gpt2_model: host K/V with and without the prefetch across layers: the same bits and bytes") {
+  // The layers' attentions share one scratch whose slot events let a
+  // layer's first host fetch run during the layer before it; turning that
+  // off makes every call's copies wait for everything before the call.
+  // Only when the copies run moves: losses and gradients are the same bits,
+  // the plan the same bytes, and both match the fp64 model.
+  memo::host_backend backend{two_threads()};
+  const auto config = four_layers();
+  const std::int64_t T = 8;
+  const auto in = random_tokens(T, 11, 24);
+  const auto tg = random_tokens(T, 11, 25);
+  const auto params = random_parameters(config, 26);
+  vec p64(params.begin(), params.end());
+  const double ref = reference_loss(config, p64, in, tg);
+  for (const std::int64_t attention_chunk : {std::int64_t{8}, std::int64_t{4}, std::int64_t{3}, std::int64_t{1}}) {
+    for (const std::optional<double> alpha : {std::optional<double>{}, std::optional<double>{0.5}}) {
+      INFO("attention chunk " << attention_chunk << ", alpha " << alpha.value_or(-1));
+      memo::gpt2_model_options options{.context = T, .loss_chunk = 3, .attention_chunk = attention_chunk,
+                                       .offload_alpha = alpha, .kv_offload = true};
+      const run_result with = run_once(backend, config, options, params, in, tg);
+      options.kv_prefetch_across_layers = false;
+      const run_result without = run_once(backend, config, options, params, in, tg);
+      CHECK(with.loss == without.loss);
+      CHECK(with.token_losses == without.token_losses);
+      CHECK(with.grads == without.grads);
+      CHECK(with.loss == doctest::Approx(ref).epsilon(1e-5));
+      model on(backend, config, {.context = T, .attention_chunk = attention_chunk, .kv_offload = true});
+      model off(backend, config,
+                {.context = T, .attention_chunk = attention_chunk, .kv_offload = true, .kv_prefetch_across_layers = false});
+      CHECK(on.activation_bytes() == off.activation_bytes());
+      CHECK(on.host_offload_bytes() == off.host_offload_bytes());
     }
   }
 }

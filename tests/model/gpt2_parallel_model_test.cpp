@@ -191,6 +191,62 @@ TEST_CASE("gpt2_parallel_model: sequence parallel, pipelined and both give the s
   }
 }
 
+TEST_CASE("gpt2_parallel_model: host K/V with and without the prefetch across layers: the same bits and bytes") {
+  // The layers' attentions share one scratch whose slot events let a call's
+  // first host fetch run during the call before it (the previous layer, or
+  // the previous subsequence's last layer); off, every call's copies wait
+  // for everything before the call. Only when the copies run moves: the
+  // same bits, the same planned bytes, and the single device's values.
+  const auto params = memo_test::random_parameters(shape(), 5);
+  const auto in = memo_test::random_tokens(context, 11, 7), tg = memo_test::random_tokens(context, 11, 8);
+  struct setting {
+    int sp, pp, subsequences;
+    std::int64_t chunk;
+  };
+  for (const auto& s : {setting{1, 1, 1, 4}, setting{2, 1, 1, 4}, setting{1, 1, 4, 4}, setting{2, 1, 2, 4},
+                        setting{2, 2, 4, 2}}) {
+    CAPTURE(s.sp);
+    CAPTURE(s.pp);
+    CAPTURE(s.subsequences);
+    memo::gpt2_parallel_options options{.context = context,
+                                        .sequence_parallel = s.sp,
+                                        .pipeline_stages = s.pp,
+                                        .subsequences = s.subsequences,
+                                        .layout_chunk = s.chunk,
+                                        .attention_chunk = s.sp * s.chunk,
+                                        .loss_chunk = 3,
+                                        .kv_offload = true};
+    const result on = parallel_run(options, params, in, tg, 2);
+    options.kv_prefetch_across_layers = false;
+    const result off = parallel_run(options, params, in, tg, 2);
+    CHECK(on.losses == off.losses);
+    CHECK(on.token_losses == off.token_losses);
+    CHECK(on.gradients == off.gradients);
+    CHECK(on.parameters == off.parameters);
+    const result want = single_run(params, in, tg, 2, s.sp * s.chunk);
+    for (std::size_t k = 0; k < want.losses.size(); ++k) {
+      CHECK(on.losses[k] == doctest::Approx(want.losses[k]).epsilon(1e-6));
+    }
+    CHECK(scaled_error(on.gradients, want.gradients) < 2e-6);
+    // The same planned device bytes and host bytes on every rank.
+    const int P = s.sp * s.pp;
+    std::vector<std::size_t> device[2], host[2];
+    for (const bool across : {false, true}) {
+      device[across].resize(static_cast<std::size_t>(P));
+      host[across].resize(static_cast<std::size_t>(P));
+      options.kv_prefetch_across_layers = across;
+      const auto errors = on_ranks(P, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+        parallel m(backend, comm, shape(), options);
+        device[across][static_cast<std::size_t>(r)] = m.activation_bytes();
+        host[across][static_cast<std::size_t>(r)] = m.host_offload_bytes();
+      });
+      for (const auto& e : errors) REQUIRE(e == "");
+    }
+    CHECK(device[0] == device[1]);
+    CHECK(host[0] == host[1]);
+  }
+}
+
 TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, naming the numbers") {
   struct bad {
     int ranks;

@@ -29,10 +29,12 @@ struct step_fixture {
     grads = memo::buffer<float, memo::host_memory_resource>(backend.device_memory(), table.total);
     for (auto& v : params.span()) v = 0.0f;
   }
-  std::unique_ptr<memo::gpt2_step_memory<host_backend>> make(std::optional<double> alpha, bool kv = false) {
+  std::unique_ptr<memo::gpt2_step_memory<host_backend>> make(std::optional<double> alpha, bool kv = false,
+                                                             bool prefetch = true) {
     return std::make_unique<memo::gpt2_step_memory<host_backend>>(
               backend, stream, config, 8, 4, shape,
-              memo::gpt2_model_options{.context = 8, .offload_alpha = alpha, .kv_offload = kv},
+              memo::gpt2_model_options{.context = 8, .offload_alpha = alpha, .kv_offload = kv,
+                                       .kv_prefetch_across_layers = prefetch},
               memo::view_gpt2_parameters(config, params.span()).layer(0),
               memo::view_gpt2_parameters(config, grads.span()).layer(0));
   }
@@ -69,6 +71,24 @@ TEST_CASE("gpt2_step_memory: the rows each layer rebuilds follow alpha and the t
     CHECK(m->kv_offload());
     CHECK(m->host_offload_bytes() > 0);
     for (std::size_t l = 0; l < 4; ++l) CHECK(m->rebuild_range(l) == none);
+  }
+}
+
+TEST_CASE("gpt2_step_memory: with host K/V every layer's attention is built over one scratch of one layer's bytes") {
+  // One chunked_attention_scratch for all layers: its slot events order
+  // every layer's copies (a layer's first fetch runs during the layer
+  // before it), and it costs one attention's device bytes.
+  step_fixture f;
+  for (const bool prefetch : {true, false}) {
+    CAPTURE(prefetch);
+    auto m = f.make(std::nullopt, true, prefetch);
+    const auto& scratch = m->attention(0).device_scratch();
+    for (std::int64_t l = 1; l < 4; ++l) CHECK(&m->attention(l).device_scratch() == &scratch);
+    CHECK(scratch.prefetch_across_calls() == prefetch);
+    CHECK(scratch.shape().offload);
+    const std::size_t one = memo::chunked_causal_attention<host_backend>::required_device_bytes(scratch.shape());
+    CHECK(memo::chunked_attention_scratch<host_backend>::required_bytes(scratch.shape()) == one);
+    CHECK(scratch.region().bytes == one);
   }
 }
 

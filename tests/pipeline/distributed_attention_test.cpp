@@ -381,3 +381,39 @@ TEST_CASE("distributed_attention: a second run without keep_state, or a run off 
                        doctest::Contains("or a [2, 16] view of the run's tokens"), memo::error);
   backend.synchronize(stream);
 }
+
+TEST_CASE("distributed_attention: a shared attention scratch of another shape is an error naming both") {
+  memo::host_backend backend(memo_test::one_thread());
+  auto comms = memo::thread_communicator::create_group(1);
+  using attention = memo::distributed_attention<memo::thread_communicator, memo::host_backend>;
+  const memo::distributed_attention_shape s{.tokens = 64, .heads = 4, .kv_heads = 4, .head_dim = 8,
+                                            .layout_chunk = 8, .attention_chunk = 16, .offload = true};
+  const memo::distributed_attention_bytes bytes = attention::required_bytes(s, 1);
+  auto& device = backend.device_memory();
+  auto& pinned = backend.pinned_memory();
+  auto take = [](auto& resource, std::size_t n) {
+    return memo::memory_region{static_cast<std::byte*>(resource.allocate(std::max<std::size_t>(n, 1), 256)), n};
+  };
+  const memo::memory_region workspace = take(device, bytes.workspace), state = take(device, bytes.state),
+                            store = take(pinned, bytes.attention_pinned);
+  memo::attention_shape other = attention::local_attention_shape(s, 1);
+  CHECK(other.chunk == 16);
+  other.chunk = 8;
+  const memo::memory_region scratch_region = take(device, memo::chunked_attention_scratch<memo::host_backend>::required_bytes(other));
+  {
+    memo::chunked_attention_scratch<memo::host_backend> wrong(backend, other, scratch_region);
+    CHECK_THROWS_WITH_AS(attention(backend, comms[0], s, workspace, state, wrong, store),
+                         doctest::Contains("the attention scratch is for 64 tokens, 4 heads, 4 kv heads, chunk 8; this "
+                                           "rank's attention needs local_attention_shape(shape, 1): 64 tokens, 4 heads, "
+                                           "4 kv heads, chunk 16"),
+                         memo::error);
+  }
+  const memo::memory_region right_region =
+      take(device, memo::chunked_attention_scratch<memo::host_backend>::required_bytes(attention::local_attention_shape(s, 1)));
+  {
+    memo::chunked_attention_scratch<memo::host_backend> right(backend, attention::local_attention_shape(s, 1), right_region);
+    CHECK_NOTHROW(attention(backend, comms[0], s, workspace, state, right, store));
+  }
+  for (const auto& r : {workspace, state, scratch_region, right_region}) device.deallocate(r.data, std::max<std::size_t>(r.bytes, 1), 256);
+  pinned.deallocate(store.data, std::max<std::size_t>(store.bytes, 1), 256);
+}

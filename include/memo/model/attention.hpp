@@ -64,12 +64,39 @@
 // Memory: the object allocates nothing. required_device_bytes(shape) and
 // required_pinned_bytes(shape) size the regions (region_carver's counting
 // mode). The device region is used only inside a call (each call's copies
-// start after what the caller's stream enqueued before it, and are joined
-// back into it before the call returns), so objects called in turn on one
-// stream may share it; the pinned region holds the object's store. Both
-// grow linearly in tokens (device: the [heads, tokens] row statistics of
-// the backward, the rest chunk-sized; pinned: Q, K and V of every token,
-// only K and V with keep_queries, and dK and dV too with host_carry).
+// are joined back into the caller's stream before the call returns), so
+// objects called in turn on one stream may share it; the pinned region
+// holds the object's store. Both grow linearly in tokens (device: the
+// [heads, tokens] row statistics of the backward, the rest chunk-sized;
+// pinned: Q, K and V of every token, only K and V with keep_queries, and
+// dK and dV too with host_carry).
+//
+// Prefetch across calls. Objects sharing a device region as plain memory
+// (the first constructor) cannot see each other's events, so each call's
+// copies start after everything the stream enqueued before the call: a
+// call's first fetch (the backward's K/V chunk 0 and first query chunk,
+// a forward run's K/V chunk 0) waits for the previous call's compute and
+// is not hidden. A `chunked_attention_scratch` is the region together
+// with the copy stream and the slot and staging events; objects built
+// over it (the second constructor; a model's layers) share all three, so
+// every copy waits only for the last use of the slot it overwrites,
+// whichever object's call made that use. The next call's first fetch then
+// runs on the copy stream as soon as the previous call's last read of
+// that slot is done -- during the rest of that call and the layer work
+// between the two attentions -- and a forward run's K/V chunk 0 is issued
+// ahead of the run's first store for the same reason. No extra device
+// bytes: the scratch is one object's (required_bytes(shape) ==
+// required_device_bytes(shape)). The double-buffer slots are the prefetch
+// slots, rather than a dedicated prefetch slot or two scratch sets by
+// layer parity, because the work between two attention calls (a layer's
+// projections, MLP and norms) is far longer than one chunk's fetch, and
+// because nothing is issued ahead of a call: there is no prefetch to
+// match with the call that consumes it, so a call that does not follow,
+// or another object's call, cannot consume a wrong chunk or leave a
+// stale one -- harmless by design. Calls of objects over one scratch must
+// be made in turn on one stream (what the events order is the host's
+// enqueue order). The data and every GEMM are unchanged: only when the
+// copies run moves.
 //
 // Layouts (all fp32, all views in elements):
 //   q, o, dout, dq   [tokens, heads, head_dim]     stride(2) == 1 for q, dout
@@ -85,9 +112,10 @@
 //
 // Streams and lifetime: all work is ordered on the caller's stream; the
 // copy stream's work is joined back into it before forward/backward return,
-// so synchronising the caller's stream covers everything. The backend and
-// both regions must outlive the object; the destructor waits for the copy
-// stream. Not copyable or movable (the copy stream's events refer to it).
+// so synchronising the caller's stream covers everything. The backend, both
+// regions and a shared scratch must outlive the object; the destructor
+// waits for the copy stream. Not copyable or movable (the copy stream's
+// events refer to it).
 #pragma once
 
 #include <algorithm>
@@ -110,6 +138,9 @@
 #include "memo/model/attention_tiles.hpp"
 
 namespace memo {
+
+template <Backend B>
+class chunked_attention_scratch;
 
 namespace detail {
 
@@ -146,22 +177,21 @@ class chunked_causal_attention {
 
   /// Builds over regions of at least required_device_bytes(shape) (device)
   /// and required_pinned_bytes(shape) (pinned host) bytes, which the caller
-  /// owns. Creates the copy stream when offloading.
+  /// owns. Creates the copy stream when offloading. The device region may
+  /// be shared with other objects called in turn on one stream: each
+  /// call's copies start after what that stream enqueued before the call.
   chunked_causal_attention(B& backend, const attention_shape& shape, memory_region device,
                            memory_region pinned)
-      : backend_(backend), shape_(checked(shape)),
-        fetched_{backend.make_event(), backend.make_event()},
-        slot_free_{backend.make_event(), backend.make_event()},
-        q_fetched_{backend.make_event(), backend.make_event()},
-        q_slot_free_{backend.make_event(), backend.make_event()},
-        staged_(backend.make_event()), stage_free_(backend.make_event()),
-        carry_ready_{backend.make_event(), backend.make_event()},
-        carry_used_{backend.make_event(), backend.make_event()},
-        copy_done_(backend.make_event()), call_start_(backend.make_event()) {
-    region_carver device_carver(device, "chunked_causal_attention device scratch");
-    region_carver pinned_carver(pinned, "chunked_causal_attention pinned Q/K/V store");
-    parts_ = carve(shape_, device_carver, pinned_carver);
-    if (shape_.offload) copy_.emplace(backend_.make_stream("attention Q/K/V copy"));
+      : own_scratch_(std::in_place, backend, shape, device, false), scratch_(*own_scratch_) {
+    build(pinned);
+  }
+
+  /// Builds over `scratch` (shared with the other objects built over it:
+  /// its device region, copy stream and slot events) and a pinned region of
+  /// at least required_pinned_bytes(scratch.shape()) bytes; the shape is
+  /// the scratch's. The scratch must outlive the object.
+  chunked_causal_attention(chunked_attention_scratch<B>& scratch, memory_region pinned) : scratch_(scratch) {
+    build(pinned);
   }
 
   chunked_causal_attention(const chunked_causal_attention&) = delete;
@@ -172,6 +202,8 @@ class chunked_causal_attention {
   }
 
   [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }
+  /// The scratch the object is built over (its own with the first constructor).
+  [[nodiscard]] const chunked_attention_scratch<B>& device_scratch() const noexcept { return scratch_; }
 
   /// O and lse of causal softmax(Q K^T / sqrt(d)) V, enqueued on `on`.
   void forward(stream_type& on,
@@ -227,9 +259,12 @@ class chunked_causal_attention {
       const std::int64_t q0 = i * c;       // global token of the chunk's first query
       const std::int64_t r0 = q0 - first;  // its row in q, o and lse
       const std::int64_t rows = rows_of(i);
+      // K/V chunk 0 goes on the copy stream before chunk i's store: it waits
+      // only for slot 0's last read (the previous step's, or the previous
+      // call's over a shared scratch), not for chunk i's packing.
+      if (shape_.offload && i > 0) fetch(0);
       if (shape_.offload) store_chunk(on, q, r0, k, v, q0 - key_row0, i);
       launch(on, detail::attention_start_kernel{s, rows}, {heads, rows});
-      if (shape_.offload && i > 0) fetch(0);
       for (std::int64_t j = 0; j <= i; ++j) {
         const bool diagonal = j == i;
         kv_chunk kv = diagonal || !shape_.offload ? caller_chunk(k, v, j * c - key_row0) : slot_chunk(j);
@@ -447,6 +482,8 @@ class chunked_causal_attention {
   }
 
  private:
+  friend class chunked_attention_scratch<B>;
+
   struct parts {
     memory_region scores, dprobs, max, sum, acc, delta, dk, dv;
     std::array<memory_region, 2> slot_q, slot_k, slot_v;
@@ -477,9 +514,12 @@ class chunked_causal_attention {
     gemm_operand k, v;
   };
 
-  static attention_shape checked(const attention_shape& shape) {
-    shape.validate();
-    return shape;
+  /// Carves the parts: the device ones from the scratch's region (the same
+  /// offsets for every object over it), the host store from `pinned`.
+  void build(memory_region pinned) {
+    region_carver device_carver(scratch_.device_, "chunked_causal_attention device scratch");
+    region_carver pinned_carver(pinned, "chunked_causal_attention pinned Q/K/V store");
+    parts_ = carve(shape_, device_carver, pinned_carver);
   }
 
   static std::size_t float_bytes(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
@@ -711,11 +751,15 @@ class chunked_causal_attention {
     backend_.record(done, *copy_);
   }
 
-  /// The copy stream's work of a call starts after everything enqueued on
-  /// `on` so far: no copy touches the device region while an earlier call
-  /// (of this object or another sharing the region) may still use it.
+  /// Over a region shared as plain memory (or a scratch built with
+  /// prefetch_across_calls off), the copy stream's work of a call starts
+  /// after everything enqueued on `on` so far: no copy touches the device
+  /// region while an earlier call (of this object or another sharing the
+  /// region) may still use it. Over a shared scratch nothing is needed: the
+  /// slot events the objects share order each copy after the last use of
+  /// what it overwrites, whichever call made it.
   void begin_copies(stream_type& on) {
-    if (!copy_) return;
+    if (!copy_ || scratch_.across_calls_) return;
     backend_.record(call_start_, on);
     backend_.wait(*copy_, call_start_);
   }
@@ -747,25 +791,89 @@ class chunked_causal_attention {
     expects(lse.data() != nullptr, [&] { return std::string(call) + ": lse is a null view"; });
   }
 
-  B& backend_;
-  attention_shape shape_;
+  /// The scratch region, copy stream and events: the object's own (the
+  /// first constructor), or shared with the other objects over a scratch.
+  std::optional<chunked_attention_scratch<B>> own_scratch_;
+  chunked_attention_scratch<B>& scratch_;
+  B& backend_ = scratch_.backend_;
+  attention_shape shape_ = scratch_.shape_;
   parts parts_{};
-  std::array<event_type, 2> fetched_;    // slot s holds its chunk (recorded on the copy stream)
-  std::array<event_type, 2> slot_free_;  // slot s was last read (recorded on the compute stream)
-  std::array<event_type, 2> q_fetched_;    // query slot s holds its chunk (copy stream)
-  std::array<event_type, 2> q_slot_free_;  // query slot s was last read (compute stream)
-  event_type staged_;                    // the staging buffers hold chunk i
-  event_type stage_free_;                // the staging buffers were copied out
-  std::array<event_type, 2> carry_ready_;  // the copy stream's last use of carry slot s is done
-  std::array<event_type, 2> carry_used_;   // the compute's last use of carry slot s is done
-  event_type copy_done_;                 // everything issued on the copy stream
-  event_type call_start_;                // what the caller's stream enqueued before a call
-  std::optional<stream_type> copy_;
+  std::array<event_type, 2>& fetched_ = scratch_.fetched_;      // slot s holds its chunk (copy stream)
+  std::array<event_type, 2>& slot_free_ = scratch_.slot_free_;  // slot s was last read (compute stream)
+  std::array<event_type, 2>& q_fetched_ = scratch_.q_fetched_;      // query slot s holds its chunk (copy stream)
+  std::array<event_type, 2>& q_slot_free_ = scratch_.q_slot_free_;  // query slot s was last read (compute stream)
+  event_type& staged_ = scratch_.staged_;          // the staging buffers hold chunk i
+  event_type& stage_free_ = scratch_.stage_free_;  // the staging buffers were copied out
+  std::array<event_type, 2>& carry_ready_ = scratch_.carry_ready_;  // the copy stream's last use of carry slot s is done
+  std::array<event_type, 2>& carry_used_ = scratch_.carry_used_;    // the compute's last use of carry slot s is done
+  event_type& copy_done_ = scratch_.copy_done_;    // everything issued on the copy stream
+  event_type& call_start_ = scratch_.call_start_;  // what the caller's stream enqueued before a call
+  std::optional<stream_type>& copy_ = scratch_.copy_;
   std::int64_t stored_ = 0;  // chunks [0, stored_) of this sequence are in the host store (offload)
   // host_carry: chunks [0, carried_below_) hold a dK/dV carry on the host,
   // and the next backward run must end there; -1: no backward run yet.
   std::int64_t carried_below_ = -1;
   bool carry_broken_ = false;  // a backward run with host_carry began and did not complete
+};
+
+/// The device scratch of chunked_causal_attention objects that are called
+/// in turn on one stream (a model's layers with host K/V), and what orders
+/// every use of it: the copy stream and the events of its slots and
+/// staging buffers, which the objects built over it share. See the header.
+template <Backend B>
+class chunked_attention_scratch {
+ public:
+  using stream_type = typename B::stream;
+  using event_type = typename B::event;
+
+  /// Device bytes of the scratch for objects of `shape` (what one object's
+  /// required_device_bytes is: sharing adds nothing).
+  [[nodiscard]] static std::size_t required_bytes(const attention_shape& shape) {
+    return chunked_causal_attention<B>::required_device_bytes(shape);
+  }
+
+  /// Over a device region of at least required_bytes(shape), which the
+  /// caller owns; creates the copy stream when offloading. With
+  /// `prefetch_across_calls` off every call's copies start after what the
+  /// stream enqueued before the call, as over a region shared as plain
+  /// memory (the same values; a reference for measuring the prefetch).
+  chunked_attention_scratch(B& backend, const attention_shape& shape, memory_region device,
+                            bool prefetch_across_calls = true)
+      : backend_(backend), shape_(shape), device_(device), across_calls_(prefetch_across_calls) {
+    shape_.validate();
+    region_carver device_carver(device, "chunked_causal_attention device scratch");
+    region_carver pinned_counting;
+    (void)chunked_causal_attention<B>::carve(shape_, device_carver, pinned_counting);  // throws naming the part
+    if (shape_.offload) copy_.emplace(backend_.make_stream("attention Q/K/V copy"));
+  }
+  chunked_attention_scratch(const chunked_attention_scratch&) = delete;
+  chunked_attention_scratch& operator=(const chunked_attention_scratch&) = delete;
+  ~chunked_attention_scratch() {
+    if (copy_) drain(backend_, *copy_);  // its error also reached the callers' stream
+  }
+
+  [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] memory_region region() const noexcept { return device_; }
+  [[nodiscard]] bool prefetch_across_calls() const noexcept { return across_calls_; }
+
+ private:
+  friend class chunked_causal_attention<B>;
+
+  B& backend_;
+  attention_shape shape_;
+  memory_region device_;
+  bool across_calls_;
+  std::array<event_type, 2> fetched_{backend_.make_event(), backend_.make_event()};
+  std::array<event_type, 2> slot_free_{backend_.make_event(), backend_.make_event()};
+  std::array<event_type, 2> q_fetched_{backend_.make_event(), backend_.make_event()};
+  std::array<event_type, 2> q_slot_free_{backend_.make_event(), backend_.make_event()};
+  event_type staged_ = backend_.make_event();
+  event_type stage_free_ = backend_.make_event();
+  std::array<event_type, 2> carry_ready_{backend_.make_event(), backend_.make_event()};
+  std::array<event_type, 2> carry_used_{backend_.make_event(), backend_.make_event()};
+  event_type copy_done_ = backend_.make_event();
+  event_type call_start_ = backend_.make_event();
+  std::optional<stream_type> copy_;
 };
 
 }  // namespace memo

@@ -26,8 +26,11 @@
 // attention with host-resident Q, K and V (FPDT), whose pinned memory is
 // also allocated here; its backward reads them from there, so the blocks
 // leave qkv out of their skeletal tensors and share one [T, 3C] buffer from
-// each QKV projection to its attention. The model trains one sequence of
-// `context` tokens per step (batch 1).
+// each QKV projection to its attention. The layers' attentions share one
+// device scratch (chunked_attention_scratch, one layer's bytes) and its
+// slot events, so a layer's first host fetch in the backward runs while
+// the layer after it still computes (`kv_prefetch_across_layers`). The
+// model trains one sequence of `context` tokens per step (batch 1).
 //
 // Chunked loss (FPDT section 5.4). The logits of the whole sequence, [T, Vp],
 // never exist: the head's GEMM writes `loss_chunk` rows at a time into one

@@ -27,7 +27,11 @@
 // on the stage between runs (SPPO's two-level management keeps K/V on the
 // device), or with `kv_offload` in pinned host memory (FPDT's host K/V,
 // with the dK/dV carry beside it: the device then holds one
-// subsequence's K/V per call, not every layer's of the sequence). The
+// subsequence's K/V per call, not every layer's of the sequence). Every
+// layer's attention is built over one chunked_attention_scratch (one
+// layer's bytes), whose shared slot events let a call's first host fetch
+// run while the call before it (the layer before, or the last layer of
+// the subsequence before) still computes. The
 // MLP's backward runs in chunks of c / 2 rows (twice as many chunks as the
 // attention's, no offload) and the loss in chunks (FPDT section 5.4).
 //
@@ -154,6 +158,12 @@ struct gpt2_parallel_options {
   std::int64_t mlp_chunk = 0;       ///< rows of an MLP backward chunk; 0 = c / 2
   std::int64_t loss_chunk = 0;      ///< rows of the logits buffer; 0 = min(T / S, 64)
   bool kv_offload = false;          ///< FPDT's host-resident K/V (and dK/dV carry between subsequences)
+  /// With kv_offload: the layers' attentions share one scratch with its
+  /// copy stream and slot events (chunked_attention_scratch), so an
+  /// attention call's first host fetch runs during the call before it.
+  /// false: each call's copies start after everything enqueued before it
+  /// (the same values; a reference for measuring the prefetch).
+  bool kv_prefetch_across_layers = true;
   bool overlap_exchanges = true;    ///< all-to-alls behind the attention (distributed_attention_shape::overlap)
   /// Gradients summed layer by layer behind the backward on a stream of
   /// their own (gpt2_gradient_buckets.hpp); off: one all_reduce of the
@@ -681,16 +691,19 @@ class gpt2_parallel_model {
     region_carver scratches(region("attention scratch"), "gpt2 parallel attention scratch");
     region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
                          "gpt2 parallel host K/V");
-    memory_region state, scratch;
+    // One scratch for all layers (used only inside a call), with the copy
+    // stream and slot events the layers share: a call's first host fetch
+    // waits only for the previous call's last read of its slot.
+    attention_scratch_.emplace(b, attention_type::local_attention_shape(ashape, shape_.sp),
+                               scratches.take(abytes.attention_device, "all layers"),
+                               options_.kv_prefetch_across_layers);
+    memory_region state;
     for (std::size_t l = 0; l < layers; ++l) {
-      // One state per layer when it lives between calls, otherwise shared;
-      // one scratch for all (used only inside a call, whose copies begin
-      // after what the stream enqueued before it).
+      // One state per layer when it lives between calls, otherwise shared.
       const std::string part = "layer " + std::to_string(l);
       if (l == 0 || state_per_layer()) state = states.take(abytes.state, part);
-      if (l == 0) scratch = scratches.take(abytes.attention_device, part);
       attention_.push_back(std::make_unique<attention_type>(
-          b, *sp_, ashape, region("attention workspace"), state, scratch,
+          b, *sp_, ashape, region("attention workspace"), state, *attention_scratch_,
           options_.kv_offload ? pinned.take(abytes.attention_pinned, part) : memory_region{}));
     }
   }
@@ -1103,7 +1116,8 @@ class gpt2_parallel_model {
   gpt2_head_views head_{};
   ops::token_buckets buckets_{};
   std::vector<gpt2_layer_activations> activations_;           // [stage layers], without subsequence offload
-  std::vector<std::unique_ptr<attention_type>> attention_;    // [stage layers]
+  std::optional<chunked_attention_scratch<B>> attention_scratch_;  // shared by the layers' attentions
+  std::vector<std::unique_ptr<attention_type>> attention_;         // [stage layers]
   std::optional<skeletal_swapper> swapper_;                   // with subsequence offload
 };
 

@@ -3,7 +3,8 @@
 // The device memory of one GPT-2 training step (MEMO sections 4.1-4.3), as
 // the reference model (gpt2_model.hpp) owns it: the rounding buffers and
 // the token-fraction swapper for the skeletal tensors, the attention
-// objects (one per layer with host K/V, over one shared device scratch),
+// objects (one per layer with host K/V, over one shared scratch whose slot
+// events let a layer's first host fetch run during the layer before it),
 // and one planned arena for
 // everything else, laid out by the bi-level plan of the step's trace and
 // replayed every step (gpt2_memory.hpp says what the trace holds).
@@ -69,6 +70,12 @@ struct gpt2_model_options {
   std::optional<std::int64_t> resident_last_layers{};
   /// FPDT's host-resident K/V in the chunked attention (attention.hpp).
   bool kv_offload = false;
+  /// With kv_offload: the layers' attentions share one scratch with its
+  /// copy stream and slot events (chunked_attention_scratch), so a layer's
+  /// first host fetch runs while the layer before it still computes.
+  /// false: each attention call's copies start after everything enqueued
+  /// before it (the same values; a reference for measuring the prefetch).
+  bool kv_prefetch_across_layers = true;
   /// Time the bi-level planner may take (level 2 of a small model is solved
   /// well before it, but the exact search may not prove optimality).
   double plan_time_limit_seconds = 0.1;
@@ -244,7 +251,6 @@ class gpt2_step_memory {
     store_.emplace(backend, host_store<B>::required_bytes(slots));
     swapper_.emplace(backend, *stream_, *rounding_, *store_, swap);
     const std::size_t attentions = attention_count();
-    const std::size_t device_each = chunked_causal_attention<B>::required_device_bytes(attention_shape_);
     const std::size_t pinned_each = chunked_causal_attention<B>::required_pinned_bytes(attention_shape_);
     region_carver pinned_sizing;
     for (std::size_t l = 0; l < attentions; ++l) (void)pinned_sizing.take(pinned_each, "host Q/K/V");
@@ -253,13 +259,12 @@ class gpt2_step_memory {
     }
     region_carver pinned(memory_region{attention_pinned_.data(), attention_pinned_.size_bytes()},
                          "gpt2 step host Q/K/V");
-    region_carver device(outside_->region("attention scratch"), "gpt2 step attention scratch");
-    const memory_region scratch = device.take(device_each, "attention scratch");
+    attention_scratch_.emplace(backend, attention_shape_, outside_->region("attention scratch"),
+                               options.kv_prefetch_across_layers);
     for (std::size_t l = 0; l < attentions; ++l) {
       const std::string part = "attention of layer " + std::to_string(l);
       attention_.push_back(std::make_unique<chunked_causal_attention<B>>(
-          backend, attention_shape_, scratch,
-          pinned_each > 0 ? pinned.take(pinned_each, part) : memory_region{}));
+          *attention_scratch_, pinned_each > 0 ? pinned.take(pinned_each, part) : memory_region{}));
     }
   }
   gpt2_step_memory(const gpt2_step_memory&) = delete;
@@ -361,11 +366,12 @@ class gpt2_step_memory {
     return attention_shape_.offload ? static_cast<std::size_t>(config_.num_layers) : 1;
   }
 
-  /// Device scratch of the attention objects: one region, which they
-  /// share (each is called in turn on the compute stream, and its copies
-  /// begin after what that stream enqueued before the call).
+  /// Device scratch of the attention objects: one chunked_attention_scratch,
+  /// which they share (each is called in turn on the compute stream; the
+  /// scratch's slot events order their copies, so a layer's first fetch
+  /// runs during the layer before it). One object's bytes: sharing adds none.
   [[nodiscard]] std::size_t attention_scratch_bytes() const {
-    return chunked_causal_attention<B>::required_device_bytes(attention_shape_);
+    return chunked_attention_scratch<B>::required_bytes(attention_shape_);
   }
 
   /// Views of the outside buffers at their planned addresses: the same
@@ -411,14 +417,15 @@ class gpt2_step_memory {
   memory_trace step_trace_;
   bilevel_result plan_;
   pinned_bytes_buffer attention_pinned_;  // the attention's host Q/K/V when kv_offload
-  // Destroyed in reverse: attention, swapper, store, rounding buffers,
-  // replay, arena.
+  // Destroyed in reverse: attention, its scratch, swapper, store, rounding
+  // buffers, replay, arena.
   std::optional<planned_arena> arena_;
   std::optional<planned_replay_resource> replay_;
   std::optional<gpt2_outside_buffers> outside_;
   std::optional<rounding_buffers<B>> rounding_;
   std::optional<host_store<B>> store_;
   std::optional<token_fraction_swapper<B>> swapper_;
+  std::optional<chunked_attention_scratch<B>> attention_scratch_;      // the attentions' shared scratch
   std::vector<std::unique_ptr<chunked_causal_attention<B>>> attention_;  // [1] or [L] with host K/V
 };
 

@@ -59,10 +59,14 @@
 // objects called in turn on one stream may share it; the state (sharded
 // K, V, dK, dV of the whole sequence, or of the longest run with the host
 // carry) may be shared the same way unless `keep_state` without it; so may
-// the attention's device scratch (Q/K/V and carry slots with offload: its
-// copies start after what the stream enqueued before the call); the pinned
-// Q/K/V/dK/dV store belongs to one object. The owning constructor allocates
-// the four itself. forward and backward allocate nothing.
+// the attention's device scratch (Q/K/V and carry slots with offload): as
+// a plain region (its copies start after what the stream enqueued before
+// the call), or as a `chunked_attention_scratch` built for
+// `local_attention_shape(shape, P)`, whose shared slot events let a call's
+// first host fetch run during the call before it (model/attention.hpp,
+// "Prefetch across calls"; a model's layers); the pinned Q/K/V/dK/dV store
+// belongs to one object. The owning constructor allocates the four itself.
+// forward and backward allocate nothing.
 //
 // Lifetime: the backend and the communicator must outlive the object; the
 // regions too. All work, collectives included, is issued on the caller's
@@ -154,10 +158,24 @@ class distributed_attention {
     const fpdt_layout layout = check(shape, ranks);
     region_carver workspace, state;
     (void)carve(shape, layout, workspace, state);
-    const attention_shape local = local_shape(shape, ranks);
+    const attention_shape local = local_attention_shape(shape, ranks);
     return {workspace.required_bytes(), state.required_bytes(),
             chunked_causal_attention<B>::required_device_bytes(local),
             chunked_causal_attention<B>::required_pinned_bytes(local)};
+  }
+
+  /// The shape of this rank's chunked attention on `ranks` ranks (what a
+  /// chunked_attention_scratch shared by several objects is built for).
+  [[nodiscard]] static attention_shape local_attention_shape(const distributed_attention_shape& s, int ranks) {
+    (void)check(s, ranks);
+    const int P = ranks;
+    return {.tokens = s.tokens,
+            .heads = s.heads / P,
+            .kv_heads = s.kv_heads >= P ? s.kv_heads / P : 1,
+            .head_dim = s.head_dim,
+            .chunk = s.attention_chunk,
+            .offload = s.offload,
+            .host_carry = host_carry(s)};
   }
 
   /// Owns its memory: the four regions allocated here.
@@ -168,7 +186,34 @@ class distributed_attention {
   distributed_attention(B& backend, C& comm, const distributed_attention_shape& shape, memory_region workspace,
                         memory_region state, memory_region attention_device, memory_region attention_pinned)
       : backend_(backend), comm_(comm), shape_(shape), P_(comm.size()), layout_(check(shape, comm.size())) {
-    build(workspace, state, attention_device, attention_pinned);
+    build(workspace, state);
+    attention_.emplace(backend_, local_attention_shape(shape_, P_), attention_device, attention_pinned);
+  }
+
+  /// The same, with the local attention over `attention_scratch` (built
+  /// for local_attention_shape(shape, P); shared with the other objects
+  /// over it, whose calls come in turn on one stream): the first host
+  /// fetch of a call then runs during the previous call (attention.hpp,
+  /// "Prefetch across calls"). The scratch must outlive the object.
+  distributed_attention(B& backend, C& comm, const distributed_attention_shape& shape, memory_region workspace,
+                        memory_region state, chunked_attention_scratch<B>& attention_scratch,
+                        memory_region attention_pinned)
+      : backend_(backend), comm_(comm), shape_(shape), P_(comm.size()), layout_(check(shape, comm.size())) {
+    const attention_shape want = local_attention_shape(shape_, P_), has = attention_scratch.shape();
+    expects(has.tokens == want.tokens && has.heads == want.heads && has.kv_heads == want.kv_heads &&
+                has.head_dim == want.head_dim && has.chunk == want.chunk && has.offload == want.offload &&
+                has.keep_queries == want.keep_queries && has.host_carry == want.host_carry,
+            [&] {
+              return "distributed attention: the attention scratch is for " + std::to_string(has.tokens) +
+                     " tokens, " + std::to_string(has.heads) + " heads, " + std::to_string(has.kv_heads) +
+                     " kv heads, chunk " + std::to_string(has.chunk) +
+                     "; this rank's attention needs local_attention_shape(shape, " + std::to_string(P_) +
+                     "): " + std::to_string(want.tokens) + " tokens, " + std::to_string(want.heads) + " heads, " +
+                     std::to_string(want.kv_heads) + " kv heads, chunk " + std::to_string(want.chunk) +
+                     " (and the same offload, keep_queries and host_carry)";
+            });
+    build(workspace, state);
+    attention_.emplace(attention_scratch, attention_pinned);
   }
 
   distributed_attention(const distributed_attention&) = delete;
@@ -342,7 +387,8 @@ class distributed_attention {
       : backend_(backend), comm_(comm), shape_(shape), P_(comm.size()), layout_(check(shape, comm.size())),
         owned_(std::move(memory)) {
     auto region = [](auto& b) { return memory_region{b.data(), b.size_bytes()}; };
-    build(region(owned_->workspace), region(owned_->state), region(owned_->device), region(owned_->pinned));
+    build(region(owned_->workspace), region(owned_->state));
+    attention_.emplace(backend_, local_attention_shape(shape_, P_), region(owned_->device), region(owned_->pinned));
   }
 
   static owned owned_memory(B& backend, const distributed_attention_shape& shape, int ranks) {
@@ -380,16 +426,6 @@ class distributed_attention {
     return layout;
   }
 
-  static attention_shape local_shape(const distributed_attention_shape& s, int P) {
-    return {.tokens = s.tokens,
-            .heads = s.heads / P,
-            .kv_heads = s.kv_heads >= P ? s.kv_heads / P : 1,
-            .head_dim = s.head_dim,
-            .chunk = s.attention_chunk,
-            .offload = s.offload,
-            .host_carry = host_carry(s)};
-  }
-
   static std::size_t floats(std::int64_t a, std::int64_t b, std::int64_t c) {
     return checked_mul(checked_mul(checked_mul(static_cast<std::uint64_t>(a), static_cast<std::uint64_t>(b)),
                                    static_cast<std::uint64_t>(c)),
@@ -421,15 +457,15 @@ class distributed_attention {
     return p;
   }
 
-  void build(memory_region workspace, memory_region state, memory_region attention_device,
-             memory_region attention_pinned) {
+  /// Carves the workspace and the state and makes the exchange stream;
+  /// the constructor then builds the local attention.
+  void build(memory_region workspace, memory_region state) {
     Hr_ = shape_.heads / P_;
     Kr_ = shape_.kv_heads >= P_ ? shape_.kv_heads / P_ : 1;
     run_capacity_ = shape_.max_run_tokens == 0 ? shape_.tokens : shape_.max_run_tokens;
     region_carver w(workspace, "distributed attention workspace");
     region_carver s(state, "distributed attention state");
     parts_ = carve(shape_, layout_, w, s);
-    attention_.emplace(backend_, local_shape(shape_, P_), attention_device, attention_pinned);
     exchange_.emplace(backend_.make_stream("distributed attention all-to-all"));
   }
 
