@@ -16,6 +16,7 @@
 
 #include "gpt2_reference.hpp"
 #include "io_test_support.hpp"
+#include "../support/recording_backend.hpp"
 #include "memo/backend/host_backend.hpp"
 #include "memo/model/checkpoint.hpp"
 #include "memo/schedule/memo_step.hpp"
@@ -381,6 +382,62 @@ TEST_CASE("gpt2_model: host K/V with and without the prefetch across layers: the
                 {.context = T, .attention_chunk = attention_chunk, .kv_offload = true, .kv_prefetch_across_layers = false});
       CHECK(on.activation_bytes() == off.activation_bytes());
       CHECK(on.host_offload_bytes() == off.host_offload_bytes());
+    }
+  }
+}
+
+namespace {
+
+/// A host backend (through the recording wrapper) whose GEMM number
+/// `fail_at`, counted from the last reset, fails where it runs: a task on
+/// the stream that throws, as a faulting kernel would. Streams that wait
+/// for that stream afterwards carry the failure too.
+class faulting_backend : public memo::testing::recording_backend<memo::host_backend> {
+ public:
+  using recording_backend::recording_backend;
+  template <class Stream, class... Args>
+  void gemm(Stream& on, Args&&... args) {
+    if (++gemms == fail_at) {
+      enqueue(on, [n = gemms] { throw memo::error("injected fault in GEMM " + std::to_string(n)); });
+      return;
+    }
+    recording_backend::gemm(on, std::forward<Args>(args)...);
+  }
+  std::size_t gemms = 0, fail_at = 0;
+};
+
+}  // namespace
+
+TEST_CASE("gpt2_model: a step that faults anywhere is abandoned, and the next step is clean") {
+  // A fault on the compute stream reaches every stream that waits for it
+  // after it: the attention's shared copy stream with host K/V, the
+  // swapper's. The model drains them all, so whichever GEMM faults, the
+  // next step has the clean step's loss and gradients.
+  memo::host_backend host{two_threads()};
+  faulting_backend backend(host);
+  const auto config = four_layers();
+  const std::int64_t T = 8;
+  const auto in = random_tokens(T, 11, 41), tg = random_tokens(T, 11, 42);
+  const auto params = random_parameters(config, 43);
+  for (const std::optional<double> alpha : {std::optional<double>{}, std::optional<double>{0.5}}) {
+    CAPTURE(alpha.value_or(-1));
+    memo::gpt2_model<faulting_backend> m(
+        backend, config, {.context = T, .loss_chunk = 3, .attention_chunk = 3, .offload_alpha = alpha, .kv_offload = true});
+    m.set_parameters(params);
+    backend.gemms = 0;
+    const float clean = m.forward_backward(in, tg);
+    std::vector<float> want(m.parameter_count()), got(m.parameter_count());
+    m.get_gradients(want);
+    const std::size_t per_step = backend.gemms;
+    REQUIRE(per_step > 8);
+    for (std::size_t at = 1; at <= per_step; ++at) {
+      CAPTURE(at);
+      backend.gemms = 0, backend.fail_at = at;
+      CHECK_THROWS_WITH_AS((void)m.forward_backward(in, tg), doctest::Contains("injected fault in GEMM"), memo::error);
+      backend.fail_at = 0;
+      CHECK(m.forward_backward(in, tg) == clean);
+      m.get_gradients(got);
+      CHECK(got == want);
     }
   }
 }

@@ -641,16 +641,25 @@ namespace {
 using recorder = memo::testing::recording_backend<memo::host_backend>;
 
 /// A recording backend whose `gemm` number `fail_at` (counted from the
-/// last reset) throws where it is issued, as a failing call would.
+/// last reset) throws where it is issued, as a failing call would, or with
+/// `on_stream` fails where it runs (a task on the stream that throws, as a
+/// faulting kernel would: the streams that wait for it afterwards carry the
+/// failure too).
 class failing_backend : public recorder {
  public:
   explicit failing_backend(memo::host_backend& inner) : recorder(inner) {}
-  template <class... Args>
-  decltype(auto) gemm(Args&&... args) {
-    if (++gemms == fail_at) throw memo::error("injected failure at GEMM " + std::to_string(gemms));
-    return recorder::gemm(std::forward<Args>(args)...);
+  template <class Stream, class... Args>
+  void gemm(Stream& on, Args&&... args) {
+    if (++gemms == fail_at) {
+      const std::string what = "injected failure at GEMM " + std::to_string(gemms);
+      if (!on_stream) throw memo::error(what);
+      enqueue(on, [what] { throw memo::error(what); });
+      return;
+    }
+    recorder::gemm(on, std::forward<Args>(args)...);
   }
   std::size_t gemms = 0, fail_at = 0;
+  bool on_stream = false;
 };
 
 /// A thread communicator whose streams are a recording backend's (the
@@ -800,29 +809,46 @@ TEST_CASE("gpt2_parallel_model: a step that throws after its first gradient sums
   // the staging buffer (ThreadSanitizer runs this too). (Across pipeline
   // stages a throw mid-step leaves the other stage waiting for a hand-off,
   // which fails the group instead: the test above.)
+  // With `on_stream` the failure happens where the GEMM runs instead, and
+  // reaches the exchange, copy and reduction streams and the events they
+  // record: wherever it happens, the next step is clean.
   const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
-  for (const int subsequences : {1, 4}) {
-    CAPTURE(subsequences);
-    const auto errors = on_ranks(2, [&](int, memo::thread_communicator& comm, memo::host_backend& host) {
-      failing_backend backend(host);
-      recorded_communicator<failing_backend> world(std::move(comm));
-      memo::gpt2_parallel_model<recorded_communicator<failing_backend>, failing_backend> m(
-          backend, world, shape(),
-          {.context = context, .sequence_parallel = 2, .subsequences = subsequences, .layout_chunk = 4});
-      m.initialize(3);
-      backend.gemms = 0;
-      const float clean = m.forward_backward(in, tg);
-      std::vector<float> want(m.parameter_count()), got(m.parameter_count());
-      m.get_gradients(want);
-      const std::size_t per_step = backend.gemms;
-      backend.gemms = 0, backend.fail_at = per_step - 1;
-      CHECK_THROWS_WITH_AS((void)m.forward_backward(in, tg), doctest::Contains("injected failure at GEMM"),
-                           memo::error);
-      backend.fail_at = 0;
-      CHECK(m.forward_backward(in, tg) == clean);
-      m.get_gradients(got);
-      CHECK(got == want);
-    });
-    for (const auto& e : errors) CHECK(e == "");
+  for (const bool on_stream : {false, true}) {
+    for (const bool kv_offload : {false, true}) {
+      for (const int subsequences : {1, 4}) {
+        CAPTURE(on_stream);
+        CAPTURE(kv_offload);
+        CAPTURE(subsequences);
+        const auto errors = on_ranks(2, [&](int, memo::thread_communicator& comm, memo::host_backend& host) {
+          failing_backend backend(host);
+          backend.on_stream = on_stream;
+          recorded_communicator<failing_backend> world(std::move(comm));
+          memo::gpt2_parallel_model<recorded_communicator<failing_backend>, failing_backend> m(
+              backend, world, shape(),
+              {.context = context, .sequence_parallel = 2, .subsequences = subsequences, .layout_chunk = 4,
+               .kv_offload = kv_offload});
+          m.initialize(3);
+          backend.gemms = 0;
+          const float clean = m.forward_backward(in, tg);
+          std::vector<float> want(m.parameter_count()), got(m.parameter_count());
+          m.get_gradients(want);
+          const std::size_t per_step = backend.gemms;
+          const std::vector<std::size_t> where =
+              on_stream ? std::vector<std::size_t>{1, per_step / 3, per_step / 2, per_step - 1}
+                        : std::vector<std::size_t>{per_step - 1};
+          for (const std::size_t at : where) {
+            CAPTURE(at);
+            backend.gemms = 0, backend.fail_at = at;
+            CHECK_THROWS_WITH_AS((void)m.forward_backward(in, tg), doctest::Contains("injected failure at GEMM"),
+                                 memo::error);
+            backend.fail_at = 0;
+            CHECK(m.forward_backward(in, tg) == clean);
+            m.get_gradients(got);
+            CHECK(got == want);
+          }
+        });
+        for (const auto& e : errors) CHECK(e == "");
+      }
+    }
   }
 }

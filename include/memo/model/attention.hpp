@@ -198,8 +198,13 @@ class chunked_causal_attention {
   chunked_causal_attention& operator=(const chunked_causal_attention&) = delete;
 
   ~chunked_causal_attention() {
-    if (copy_) drain(backend_, *copy_);  // its error also reached the caller's stream
+    if (copy_) memo::drain(backend_, *copy_);  // its error also reached the caller's stream
   }
+
+  /// Waits for the copies queued so far and drops their error (the copy
+  /// stream's, shared with the other objects over the scratch): see
+  /// chunked_attention_scratch::drain.
+  void drain() noexcept { scratch_.drain(); }
 
   [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }
   /// The scratch the object is built over (its own with the first constructor).
@@ -849,7 +854,21 @@ class chunked_attention_scratch {
   chunked_attention_scratch(const chunked_attention_scratch&) = delete;
   chunked_attention_scratch& operator=(const chunked_attention_scratch&) = delete;
   ~chunked_attention_scratch() {
-    if (copy_) drain(backend_, *copy_);  // its error also reached the callers' stream
+    if (copy_) memo::drain(backend_, *copy_);  // its error also reached the callers' stream
+  }
+
+  /// Waits for the copies queued so far and drops their error, and forgets
+  /// the marks the calls left for the next one: for a step abandoned
+  /// part-way, whose failure reached the copy stream and those marks
+  /// through the events the copies wait for (else the next step's copies,
+  /// which wait for the last step's marks, would inherit it). The callers'
+  /// streams must be drained first.
+  void drain() noexcept {
+    if (copy_) memo::drain(backend_, *copy_);
+    try {
+      for (event_type* marker : marks()) *marker = backend_.make_event();  // never recorded: waits for nothing
+    } catch (...) {  // no event to be had: the next call reports it
+    }
   }
 
   [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }
@@ -874,6 +893,13 @@ class chunked_attention_scratch {
   event_type copy_done_ = backend_.make_event();
   event_type call_start_ = backend_.make_event();
   std::optional<stream_type> copy_;
+
+  /// Every event above.
+  std::array<event_type*, 16> marks() noexcept {
+    return {&fetched_[0],   &fetched_[1],     &slot_free_[0],   &slot_free_[1],   &q_fetched_[0], &q_fetched_[1],
+            &q_slot_free_[0], &q_slot_free_[1], &staged_,         &stage_free_,     &carry_ready_[0], &carry_ready_[1],
+            &carry_used_[0], &carry_used_[1],  &copy_done_,      &call_start_};
+  }
 };
 
 }  // namespace memo

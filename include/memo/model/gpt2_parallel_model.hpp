@@ -817,8 +817,9 @@ class gpt2_parallel_model {
     replay_->end_step();
   }
 
-  /// Resets a step that threw part-way: drains the stream, returns what the
-  /// step held of the plan and rewinds the replay.
+  /// Resets a step that threw part-way: drains the streams (a failure on
+  /// the compute stream reaches every stream that waited for it), returns
+  /// what the step held of the plan and rewinds the replay.
   void abandon() noexcept {
     if (swapper_) swapper_->abandon();
     // The error is already on its way to the caller. The reduction stream
@@ -826,6 +827,7 @@ class gpt2_parallel_model {
     // staging buffer that the next step zeroes and poisons.
     if (reduce_stream_) drain(*backend_, *reduce_stream_);
     drain(*backend_, *stream_);
+    for (auto& attention : attention_) attention->drain();  // the exchange streams and the shared copy stream
     outside_->release();
     try {
       replay_->reset();

@@ -342,7 +342,8 @@ class gpt2_step_memory {
   }
 
   /// Resets a step that threw part-way, so the next one starts clean:
-  /// drains the streams, returns what the step held of the plan and
+  /// drains the streams (the swapper's, the compute stream and the
+  /// attentions' copy stream, which a failure reaches through its waits), returns what the step held of the plan and
   /// rewinds the replay.
   void abandon() noexcept {
     try {
@@ -351,6 +352,7 @@ class gpt2_step_memory {
     }
     outside_->release();
     drain(*backend_, *stream_);
+    if (attention_scratch_) attention_scratch_->drain();
     try {
       replay_->reset();
     } catch (...) {

@@ -219,7 +219,16 @@ class distributed_attention {
   distributed_attention(const distributed_attention&) = delete;
   distributed_attention& operator=(const distributed_attention&) = delete;
   ~distributed_attention() {
-    if (exchange_) drain(backend_, *exchange_);  // its error reached the caller's stream, which waits for it
+    if (exchange_) memo::drain(backend_, *exchange_);  // its error reached the caller's stream, which waits for it
+  }
+
+  /// Waits for the exchanges and copies queued so far and drops their
+  /// error: for a step abandoned part-way, whose failure reached these
+  /// streams through the events they wait for (else the next step's
+  /// exchanges and copies would inherit it).
+  void drain() noexcept {
+    if (exchange_) memo::drain(backend_, *exchange_);
+    if (attention_) attention_->drain();
   }
 
   [[nodiscard]] const fpdt_layout& layout() const noexcept { return layout_; }
