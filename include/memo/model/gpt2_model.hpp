@@ -43,8 +43,10 @@
 // swapper's offload and prefetch streams and, with host K/V, the attention's
 // copy streams, all joined back into it); the calls that return host values
 // (`forward_backward`, `get_parameters`, `get_gradients`) synchronise it. A
-// step that throws part-way is abandoned (streams drained, the replay
-// rewound), so the next step starts clean. The backend must outlive the
+// step that throws part-way is abandoned (every stream drained, the
+// attentions' marks for their next call forgotten, the replay rewound), so
+// the next step starts clean, whether the failure was raised where work was
+// issued or where it ran. The backend must outlive the
 // model.
 #pragma once
 
