@@ -303,6 +303,28 @@ void check_group_outliving_parent(C& comm, memo::host_backend& backend, rank_rep
 }
 
 /// Everything above, in one order every rank follows.
+/// gather_host_values: rank r's values (r + 1) x 2^32 + k, 2^64 - 1 - r and
+/// 0, for k = 0..n-1 of a few, land at block r on every rank, whole: both
+/// 32-bit halves and the top bit.
+template <class C>
+void check_gather_host_values(C& comm, memo::host_backend& backend, rank_report& report) {
+  auto value = [](std::uint64_t r, std::uint64_t k) {
+    return k == 0 ? 0 : k == 1 ? ~std::uint64_t{0} - r : ((r + 1) << 32) + k;
+  };
+  const std::size_t n = 5;
+  std::vector<std::uint64_t> mine(n);
+  for (std::size_t k = 0; k < n; ++k) mine[k] = value(static_cast<std::uint64_t>(comm.rank()), k);
+  const std::vector<std::uint64_t> all = memo::gather_host_values(backend, comm, std::span<const std::uint64_t>(mine));
+  report.expect(all.size() == n * static_cast<std::size_t>(comm.size()), "gather_host_values: " +
+                                                                              std::to_string(all.size()) + " values");
+  for (std::size_t r = 0; r < static_cast<std::size_t>(comm.size()) && all.size() == n * static_cast<std::size_t>(comm.size()); ++r) {
+    for (std::size_t k = 0; k < n; ++k) {
+      report.expect(all[r * n + k] == value(r, k), "gather_host_values: rank " + std::to_string(r) + " value " +
+                                                       std::to_string(k) + " is " + std::to_string(all[r * n + k]));
+    }
+  }
+}
+
 template <class C>
 rank_report run_conformance(C& comm, memo::host_backend& backend) {
   rank_report report;
@@ -323,6 +345,7 @@ rank_report run_conformance(C& comm, memo::host_backend& backend) {
     check_all_gather<float>(comm, backend, report, 0);
     check_stream_order(comm, backend, report);
     check_barrier(comm, backend, report);
+    check_gather_host_values(comm, backend, report);
     check_split(comm, backend, report);
     check_refused_calls(comm, backend, report);
     check_group_outliving_parent(comm, backend, report);

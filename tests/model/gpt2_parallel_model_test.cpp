@@ -274,6 +274,64 @@ TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, nam
   }
 }
 
+TEST_CASE("gpt2_parallel_model: ranks given different configs or options fail on every rank, naming each difference") {
+  // Each case: what rank r is given, and the message every rank must
+  // throw, written out by hand (a field per difference, in the order of
+  // gpt2_parallel_agreement, each value with the ranks that hold it).
+  struct mismatch {
+    int ranks;
+    std::function<void(int, memo::gpt2_config&, memo::gpt2_parallel_options&)> give;
+    std::string message;
+  };
+  const memo::gpt2_parallel_options base{.context = context, .sequence_parallel = 2, .layout_chunk = 4};
+  const mismatch cases[] = {
+      {2,
+       [](int r, memo::gpt2_config&, memo::gpt2_parallel_options& o) {
+         if (r == 1) o.kv_offload = true, o.layout_chunk = 2;
+       },
+       "layout_chunk: 4 on rank 0; 2 on rank 1; and kv_offload: false on rank 0; true on rank 1"},
+      {4,
+       [](int r, memo::gpt2_config&, memo::gpt2_parallel_options& o) {
+         o.sequence_parallel = r == 2 ? 4 : 2, o.pipeline_stages = 2;
+       },
+       "sequence_parallel: 2 on ranks 0, 1, 3; 4 on rank 2"},
+      {3,
+       [](int r, memo::gpt2_config& c, memo::gpt2_parallel_options& o) {
+         o.sequence_parallel = 1, o.pipeline_stages = 1, o.context = r == 0 ? 16 : 32;
+         if (r == 2) c.channels = 32;
+       },
+       "config.channels: 16 on ranks 0, 1; 32 on rank 2; and context: 16 on rank 0; 32 on ranks 1, 2"},
+      {2,
+       [](int r, memo::gpt2_config&, memo::gpt2_parallel_options& o) {
+         o.sequence_parallel = 1, o.pipeline_stages = 2, o.subsequences = 2;
+         o.subsequence_offload = std::vector<double>{0.5, r == 0 ? 0.5 : 0.25};
+       },
+       "subsequence_offload values: one set on rank 0; another on rank 1"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    const auto errors = on_ranks(c.ranks, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+      memo::gpt2_config config = shape();
+      memo::gpt2_parallel_options options = base;
+      c.give(r, config, options);
+      parallel m(backend, comm, config, options);
+    }, std::chrono::milliseconds(5000));
+    const std::string want = "the ranks were given different configs or options (every rank must be given the same): " +
+                             c.message;
+    for (const auto& e : errors) {
+      CHECK(e.find(want) != std::string::npos);
+      CHECK(e.substr(e.find(want)) == want);  // nothing after: no other difference named
+    }
+  }
+  // The planner's time limit is each rank's own.
+  const auto errors = on_ranks(2, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+    memo::gpt2_parallel_options options = base;
+    options.plan_time_limit_seconds = r == 0 ? 0.1 : 0.2;
+    parallel m(backend, comm, shape(), options);
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
 TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails its peers instead of hanging") {
   const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
   for (const bool pipeline : {false, true}) {

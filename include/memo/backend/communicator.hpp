@@ -51,7 +51,9 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
 #include "memo/core/error.hpp"
 
@@ -320,5 +322,36 @@ concept Communicator =
 /// A communicator whose streams belong to backend `B`.
 template <class C, class B>
 concept CommunicatorOf = Communicator<C> && std::same_as<typename C::backend_type, B>;
+
+/// Every rank's `mine` on every rank, rank by rank (size() x mine.size()
+/// values; `mine.size()` must be the same on every rank): an all_gather of
+/// the values' 32-bit halves through device buffers, on a stream of its
+/// own, waited for. For the few host values ranks compare or report
+/// (options, figures), not for data on a step's path.
+template <Backend B, CommunicatorOf<B> C>
+std::vector<std::uint64_t> gather_host_values(B& backend, C& comm, std::span<const std::uint64_t> mine) {
+  const std::size_t words = 2 * mine.size();
+  const auto P = static_cast<std::size_t>(comm.size());
+  std::vector<std::int32_t> packed(words);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    packed[2 * i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(mine[i]));
+    packed[2 * i + 1] = static_cast<std::int32_t>(static_cast<std::uint32_t>(mine[i] >> 32));
+  }
+  using resource = std::remove_reference_t<decltype(backend.device_memory())>;
+  buffer<std::int32_t, resource> send(backend.device_memory(), words), recv(backend.device_memory(), words * P);
+  auto stream = backend.make_stream("gather_host_values");
+  backend.copy_async(send.data(), packed.data(), send.size_bytes(), copy_kind::host_to_device, stream);
+  comm.template all_gather<std::int32_t>(backend, stream, std::span<const std::int32_t>(send.data(), words),
+                                         std::span<std::int32_t>(recv.data(), words * P));
+  std::vector<std::int32_t> all(words * P);
+  backend.copy_async(all.data(), recv.data(), recv.size_bytes(), copy_kind::device_to_host, stream);
+  backend.synchronize(stream);
+  std::vector<std::uint64_t> out(mine.size() * P);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<std::uint64_t>(static_cast<std::uint32_t>(all[2 * i])) |
+             (static_cast<std::uint64_t>(static_cast<std::uint32_t>(all[2 * i + 1])) << 32);
+  }
+  return out;
+}
 
 }  // namespace memo

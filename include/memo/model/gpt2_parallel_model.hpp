@@ -92,15 +92,19 @@
 // skeletal rows instead of layers x sum_j n_j; losses and gradients are
 // the same bits.
 //
-// Errors. Every shape that does not split (ranks, heads, layers, context,
-// chunks, subsequences) and every offload ratio outside [0, 1] (or a count
-// other than one per subsequence) is a memo::error raised on every rank
-// before any collective, naming the numbers. A rank that fails or leaves mid-step
+// Errors. Ranks given different configs or options fail on every rank at
+// the constructor's first collective, which gathers them
+// (gpt2_parallel_agreement), naming each difference. Every shape that does
+// not split (ranks, heads, layers, context, chunks, subsequences) and every
+// offload ratio outside [0, 1] (or a count other than one per subsequence)
+// is a memo::error raised on every rank before any other collective,
+// naming the numbers. A rank that fails or leaves mid-step
 // fails its peers' collectives (what the communicator guarantees: the
 // thread communicator within its timeout, MPI by terminating the job); a
-// step that threw is abandoned so the next one starts clean: both streams
-// are drained first, so no sum still runs against the gradients or the
-// staging buffer when the next step (or the destructor) reaches them.
+// step that threw is abandoned so the next one starts clean: every stream
+// is drained first (the reduction stream before the others), so no sum
+// still runs against the gradients or the staging buffer when the next
+// step (or the destructor) reaches them, and no failure is inherited.
 //
 // Collective calls (constructor, initialize, set/get, forward_backward,
 // update) must be made by every rank in the same order, with the same
@@ -110,6 +114,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -320,6 +325,63 @@ struct gpt2_parallel_shape {
   }
 };
 
+/// One value every rank of a gpt2_parallel_model must be built with.
+struct gpt2_parallel_agreed_value {
+  enum class kind { integer, boolean, hash };
+  const char* name;
+  std::uint64_t value;
+  kind is = kind::integer;
+
+  /// How a message shows `v`, the `k`th distinct value of this field.
+  [[nodiscard]] std::string show(std::uint64_t v, std::size_t k) const {
+    switch (is) {
+      case kind::boolean: return v ? "true" : "false";
+      case kind::hash: return k == 0 ? "one set" : "another";
+      case kind::integer: break;
+    }
+    return std::to_string(static_cast<std::int64_t>(v));
+  }
+};
+
+/// What every rank must agree on: the model's shape and every option but
+/// the planner's time limit (each rank plans its own memory), in a fixed
+/// number of values. The offload ratios count as their number and a hash
+/// of their bits.
+inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt2_config& c,
+                                                                       const gpt2_parallel_options& o) {
+  auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  constexpr auto boolean = gpt2_parallel_agreed_value::kind::boolean;
+  static const std::vector<double> none;
+  const std::vector<double>& ratios = o.subsequence_offload ? *o.subsequence_offload : none;
+  std::uint64_t ratios_hash = 1469598103934665603ull;  // FNV-1a over the ratios' bits
+  for (const double alpha : ratios) {
+    const auto bits = std::bit_cast<std::uint64_t>(alpha);
+    for (int byte = 0; byte < 8; ++byte) ratios_hash = (ratios_hash ^ ((bits >> (8 * byte)) & 0xff)) * 1099511628211ull;
+  }
+  return {{"config.max_seq_len", u(c.max_seq_len)},
+          {"config.vocab_size", u(c.vocab_size)},
+          {"config.padded_vocab_size", u(c.padded_vocab_size)},
+          {"config.num_layers", u(c.num_layers)},
+          {"config.num_heads", u(c.num_heads)},
+          {"config.channels", u(c.channels)},
+          {"context", u(o.context)},
+          {"sequence_parallel", u(o.sequence_parallel)},
+          {"pipeline_stages", u(o.pipeline_stages)},
+          {"subsequences", u(o.subsequences)},
+          {"balanced_subsequences", o.balanced_subsequences, boolean},
+          {"layout_chunk", u(o.layout_chunk)},
+          {"attention_chunk", u(o.attention_chunk)},
+          {"mlp_chunk", u(o.mlp_chunk)},
+          {"loss_chunk", u(o.loss_chunk)},
+          {"kv_offload", o.kv_offload, boolean},
+          {"kv_prefetch_across_layers", o.kv_prefetch_across_layers, boolean},
+          {"overlap_exchanges", o.overlap_exchanges, boolean},
+          {"overlap_gradient_reduction", o.overlap_gradient_reduction, boolean},
+          {"subsequence_offload given", o.subsequence_offload.has_value(), boolean},
+          {"subsequence_offload ratios", ratios.size()},
+          {"subsequence_offload values", ratios_hash, gpt2_parallel_agreed_value::kind::hash}};
+}
+
 template <class Comm, Backend B>
   requires CommunicatorOf<Comm, B>
 class gpt2_parallel_model {
@@ -329,11 +391,12 @@ class gpt2_parallel_model {
  public:
   using comm_type = timed_communicator<Comm>;
 
-  /// Collective over `world`: checks the shape (the same error on every
-  /// rank), splits the groups, plans and builds the step.
+  /// Collective over `world`: checks that every rank was given the same
+  /// config and options (gpt2_parallel_agreement) and the shape (the same
+  /// error on every rank), splits the groups, plans and builds the step.
   gpt2_parallel_model(B& backend, Comm& world, const gpt2_config& config, const gpt2_parallel_options& options)
-      : backend_(&backend), config_(config), options_(options),
-        shape_(gpt2_parallel_shape::resolve(config, options, world.size())),
+      : backend_(&backend), config_(config), options_(agreed(backend, world, config, options)),
+        shape_(gpt2_parallel_shape::resolve(config_, options_, world.size())),
         stage_(world.rank() / shape_.sp), sp_rank_(world.rank() % shape_.sp),
         world_(std::in_place, world.split(0, world.rank())) {
     // Groups: the ranks of this stage, and this sequence-parallel rank's
@@ -1073,6 +1136,45 @@ class gpt2_parallel_model {
     b.copy_async(host.data(), full.data(), full.size_bytes(), copy_kind::device_to_host, s);
     b.synchronize(s);
     std::copy_n(host.data(), out.size(), out.data());
+  }
+
+  /// `options`, once every rank of `world` is known to have been given the
+  /// same config and options; otherwise the same error on every rank,
+  /// naming each value that differs and the ranks that hold each.
+  static const gpt2_parallel_options& agreed(B& backend, Comm& world, const gpt2_config& config,
+                                             const gpt2_parallel_options& options) {
+    const std::vector<gpt2_parallel_agreed_value> mine = gpt2_parallel_agreement(config, options);
+    std::vector<std::uint64_t> values;
+    for (const auto& v : mine) values.push_back(v.value);
+    const std::vector<std::uint64_t> all = gather_host_values(backend, world, std::span<const std::uint64_t>(values));
+    const std::size_t n = mine.size();
+    const auto P = static_cast<std::size_t>(world.size());
+    std::string differences;
+    for (std::size_t i = 0; i < n; ++i) {
+      // The distinct values in order of their first rank, each with its ranks.
+      std::vector<std::pair<std::uint64_t, std::vector<std::size_t>>> held;
+      for (std::size_t r = 0; r < P; ++r) {
+        const std::uint64_t v = all[r * n + i];
+        auto at = std::find_if(held.begin(), held.end(), [&](const auto& h) { return h.first == v; });
+        if (at == held.end()) at = held.insert(held.end(), {v, {}});
+        at->second.push_back(r);
+      }
+      if (held.size() == 1) continue;
+      std::string line = std::string(mine[i].name) + ": ";
+      for (std::size_t k = 0; k < held.size(); ++k) {
+        const auto& ranks = held[k].second;
+        line += k == 0 ? "" : "; ";
+        line += mine[i].show(held[k].first, k);
+        line += ranks.size() == 1 ? " on rank " : " on ranks ";
+        for (std::size_t j = 0; j < ranks.size(); ++j) line += (j ? ", " : "") + std::to_string(ranks[j]);
+      }
+      differences += (differences.empty() ? "" : "; and ") + line;
+    }
+    expects(differences.empty(), [&] {
+      return "gpt2_parallel_model: the ranks were given different configs or options (every rank must be "
+             "given the same): " + differences;
+    });
+    return options;
   }
 
   B* backend_;

@@ -84,44 +84,29 @@ struct gpt2_rank_figures {
 
 namespace detail {
 
-/// Every rank's figures on every rank (an all_gather of int32 words).
+/// Every rank's figures on every rank (gather_host_values; seconds as
+/// whole nanoseconds).
 template <Backend B, class Comm>
 std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, const gpt2_rank_figures& mine) {
-  constexpr std::size_t words = 18;
-  auto split = [](std::uint64_t v, std::int32_t* w) {
-    w[0] = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));
-    w[1] = static_cast<std::int32_t>(static_cast<std::uint32_t>(v >> 32));
-  };
-  auto join = [](const std::int32_t* w) {
-    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(w[0])) |
-           (static_cast<std::uint64_t>(static_cast<std::uint32_t>(w[1])) << 32);
-  };
-  std::vector<std::int32_t> packed(words);
-  packed[0] = mine.rank, packed[1] = mine.stage, packed[2] = mine.sequence_parallel_rank;
-  split(mine.device_peak_bytes, &packed[3]);
-  split(mine.parameter_state_bytes, &packed[5]);
-  split(mine.activation_bytes, &packed[7]);
-  split(static_cast<std::uint64_t>(mine.communication_seconds * 1e9), &packed[9]);
-  split(mine.communication_bytes, &packed[11]);
-  packed[13] = static_cast<std::int32_t>(mine.step_seconds * 1e6);  // microseconds
-  split(static_cast<std::uint64_t>(mine.reduction_seconds * 1e9), &packed[14]);
-  split(static_cast<std::uint64_t>(mine.exposed_reduction_seconds * 1e9), &packed[16]);
-  const auto P = static_cast<std::size_t>(world.size());
-  using resource = std::remove_reference_t<decltype(backend.device_memory())>;
-  buffer<std::int32_t, resource> send(backend.device_memory(), words), recv(backend.device_memory(), words * P);
-  auto stream = backend.make_stream("rank figures");
-  backend.copy_async(send.data(), packed.data(), send.size_bytes(), copy_kind::host_to_device, stream);
-  world.template all_gather<std::int32_t>(backend, stream, std::span<const std::int32_t>(send.data(), words),
-                                          std::span<std::int32_t>(recv.data(), words * P));
-  std::vector<std::int32_t> all(words * P);
-  backend.copy_async(all.data(), recv.data(), recv.size_bytes(), copy_kind::device_to_host, stream);
-  backend.synchronize(stream);
-  std::vector<gpt2_rank_figures> out(P);
-  for (std::size_t r = 0; r < P; ++r) {
-    const std::int32_t* w = all.data() + r * words;
-    out[r] = {w[0], w[1], w[2], join(w + 3), join(w + 5), join(w + 7), static_cast<double>(join(w + 9)) * 1e-9,
-              join(w + 11), static_cast<double>(w[13]) * 1e-6, static_cast<double>(join(w + 14)) * 1e-9,
-              static_cast<double>(join(w + 16)) * 1e-9};
+  auto ns = [](double seconds) { return static_cast<std::uint64_t>(std::llround(std::max(seconds, 0.0) * 1e9)); };
+  auto seconds = [](std::uint64_t v) { return static_cast<double>(v) * 1e-9; };
+  const std::array<std::uint64_t, 11> packed{static_cast<std::uint64_t>(mine.rank),
+                                             static_cast<std::uint64_t>(mine.stage),
+                                             static_cast<std::uint64_t>(mine.sequence_parallel_rank),
+                                             mine.device_peak_bytes,
+                                             mine.parameter_state_bytes,
+                                             mine.activation_bytes,
+                                             ns(mine.communication_seconds),
+                                             mine.communication_bytes,
+                                             ns(mine.step_seconds),
+                                             ns(mine.reduction_seconds),
+                                             ns(mine.exposed_reduction_seconds)};
+  const std::vector<std::uint64_t> all = gather_host_values(backend, world, std::span<const std::uint64_t>(packed));
+  std::vector<gpt2_rank_figures> out(static_cast<std::size_t>(world.size()));
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    const std::uint64_t* w = all.data() + r * packed.size();
+    out[r] = {static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]), w[3], w[4], w[5],
+              seconds(w[6]), w[7], seconds(w[8]), seconds(w[9]), seconds(w[10])};
   }
   return out;
 }
