@@ -859,6 +859,43 @@ TEST_CASE("gpt2_parallel_model: a layer's gradient sum is queued before the laye
   }
 }
 
+TEST_CASE("gpt2_parallel_model: with one rank per stage only the tied embedding is summed, between the end stages") {
+  // Four stages of one rank each: a sum over one rank would change
+  // nothing, so no stage sums its layers (no buckets, no staging buffer:
+  // the same plan with the sums behind the backward or after it); the
+  // first and last stage sum their wte copies (one collective), behind the
+  // backward on a reduction stream of their own or after it; the middle
+  // stages have no reduction stream. The losses match the single device.
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  const auto params = memo_test::random_parameters(shape(), 5);
+  const result want = single_run(params, in, tg, 1, context);
+  std::vector<std::size_t> arena[2];
+  for (const bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    arena[overlap].resize(4);
+    const auto errors = on_ranks(4, [&](int r, memo::thread_communicator& comm, memo::host_backend& host) {
+      recorder backend(host);
+      recorded_communicator<recorder> world(std::move(comm));
+      memo::gpt2_parallel_model<recorded_communicator<recorder>, recorder> m(
+          backend, world, shape(),
+          {.context = context, .pipeline_stages = 4, .subsequences = 4, .overlap_gradient_reduction = overlap});
+      m.set_parameters(params);
+      const float loss = m.forward_backward(in, tg);
+      CHECK(loss == doctest::Approx(want.losses[0]).epsilon(1e-5));
+      const bool end_stage = r == 0 || r == 3;
+      CHECK(m.gradient_buckets().buckets.empty());
+      CHECK(m.step_gradient_reduction().collectives.calls == (end_stage ? 1u : 0u));
+      const auto& names = backend.stream_names();
+      const bool reduction_stream =
+          std::find(names.begin(), names.end(), "gpt2_parallel_model gradient reduction") != names.end();
+      CHECK(reduction_stream == (overlap && end_stage));
+      arena[overlap][static_cast<std::size_t>(r)] = m.activation_bytes();
+    });
+    for (const auto& e : errors) CHECK(e == "");
+  }
+  CHECK(arena[true] == arena[false]);
+}
+
 TEST_CASE("gpt2_parallel_model: a step that throws after its first gradient sums leaves none running, the next is clean") {
   // Both ranks of a stage throw at the same GEMM of layer 0's backward in
   // the last backward op (after the sums of layers 3 to 1 are queued on

@@ -68,7 +68,10 @@
 // collective and hand-off, hidden or not; `step_gradient_reduction` adds the
 // sums' own time and the part of it the compute stream waited for (from the
 // end of its backward until every sum is done: with overlap the tail, off
-// the whole), measured with the backend's events.
+// the whole), measured with the backend's events. With one
+// sequence-parallel rank per stage there is nothing to sum over a stage's
+// ranks: only the end stages sum their wte copies, and a middle stage has
+// no reduction stream.
 //
 // Memory (MEMO section 4.2, as in gpt2_model): a step's device memory is
 // the parameter state of the stage plus one planned arena, laid out by the
@@ -414,7 +417,8 @@ class gpt2_parallel_model {
     stage_config_.num_layers = static_cast<std::int32_t>(shape_.stage_layers);
     full_table_ = gpt2_parameter_layout(config_);
     stage_table_ = gpt2_stage_parameter_layout(config_, shape_.stage_layers, first_stage(), last_stage());
-    gradient_buckets_ = plan_gpt2_gradient_buckets(stage_table_, shape_.stage_layers);
+    // Over one rank a sum changes nothing: no buckets, no staging buffer.
+    if (shape_.sp > 1) gradient_buckets_ = plan_gpt2_gradient_buckets(stage_table_, shape_.stage_layers);
     layout_.emplace(shape_.sp, shape_.tokens / (shape_.sp * shape_.layout_chunk), shape_.layout_chunk);
     // The stage's program, read from the schedule the simulator times
     // (durations: each subsequence's relative cost, for projections).
@@ -442,7 +446,7 @@ class gpt2_parallel_model {
     }
     stream_.emplace(backend.make_stream("gpt2_parallel_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    if (options_.overlap_gradient_reduction) {
+    if (options_.overlap_gradient_reduction && (shape_.sp > 1 || tied_stage())) {
       reduce_stream_.emplace(backend.make_stream("gpt2_parallel_model gradient reduction"));
     }
     for (auto* e : {&gradients_ready_, &reduced_, &backward_end_, &reduced_end_}) e->emplace(backend.make_event());
@@ -521,7 +525,8 @@ class gpt2_parallel_model {
   [[nodiscard]] const gpt2_gradient_reduction_totals& step_gradient_reduction() const noexcept {
     return step_reduction_;
   }
-  /// Which pieces of this stage's gradient are summed together, in issue order.
+  /// Which pieces of this stage's gradient are summed together, in issue
+  /// order (none with one sequence-parallel rank: nothing to sum).
   [[nodiscard]] const gpt2_gradient_buckets& gradient_buckets() const noexcept { return gradient_buckets_; }
   [[nodiscard]] bool overlap_gradient_reduction() const noexcept { return options_.overlap_gradient_reduction; }
   [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
@@ -607,6 +612,9 @@ class gpt2_parallel_model {
 
   [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == shape_.pp - 1; }
+  /// Whether this stage holds a copy of the tied token embedding that is
+  /// summed over the stages (the first and last of a pipeline).
+  [[nodiscard]] bool tied_stage() const noexcept { return shape_.pp > 1 && (first_stage() || last_stage()); }
 
   // ---- setup ----
 
@@ -946,7 +954,9 @@ class gpt2_parallel_model {
     // The last backward op: each layer's gradient is final after its backward there.
     std::size_t last_backward = 0;
     for (std::size_t k = 0; k < program_.size(); ++k) last_backward = program_[k].forward ? last_backward : k;
-    const bool overlap = options_.overlap_gradient_reduction;
+    // Behind the backward when there is something to sum (sp > 1, or the
+    // tied wte); over one rank and no wte copy, nothing is summed at all.
+    const bool overlap = reduce_stream_.has_value();
     for (std::size_t k = 0; k < program_.size(); ++k) {
       const sppo_stage_op& op = program_[k];
       const auto [r0, r1] = shape_.rows(op.subsequence);
@@ -1013,17 +1023,16 @@ class gpt2_parallel_model {
     // stages; behind the backward (the layers' sums are already queued on
     // the reduction stream: the tail now, then a join), or all here.
     const auto wte = std::span<float>(g_.wte.data(), static_cast<std::size_t>(g_.wte.extent(0) * g_.wte.extent(1)));
-    const bool tied = shape_.pp > 1 && (first_stage() || last_stage());
     if (overlap) {
       reduce_gradients(-1);
-      if (tied) tied_->template all_reduce<float>(b, *reduce_stream_, wte, wte);
+      if (tied_stage()) tied_->template all_reduce<float>(b, *reduce_stream_, wte, wte);
       b.record(*reduced_, *reduce_stream_);
       b.record(*backward_end_, s);
       b.wait(s, *reduced_);
     } else {
       b.record(*backward_end_, s);
-      grad_->template all_reduce<float>(b, s, state_->gradient_span(), state_->gradient_span());
-      if (tied) tied_->template all_reduce<float>(b, s, wte, wte);
+      if (shape_.sp > 1) grad_->template all_reduce<float>(b, s, state_->gradient_span(), state_->gradient_span());
+      if (tied_stage()) tied_->template all_reduce<float>(b, s, wte, wte);
     }
     b.record(*reduced_end_, s);
     // Losses: the last stage's ranks' tokens gathered (in their local order)
