@@ -117,7 +117,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -133,6 +132,7 @@
 #include "memo/backend/communicator.hpp"
 #include "memo/backend/concepts.hpp"
 #include "memo/backend/timed_communicator.hpp"
+#include "memo/core/digest.hpp"
 #include "memo/model/gpt2_config.hpp"
 #include "memo/model/gpt2_gradient_buckets.hpp"
 #include "memo/model/gpt2_head.hpp"
@@ -330,16 +330,16 @@ struct gpt2_parallel_shape {
 
 /// One value every rank of a gpt2_parallel_model must be built with.
 struct gpt2_parallel_agreed_value {
-  enum class kind { integer, boolean, hash };
+  enum class kind { integer, boolean, digest };
   const char* name;
-  std::uint64_t value;
+  std::uint64_t value;  ///< the integer, 0 or 1, or the digest of the values
   kind is = kind::integer;
 
   /// How a message shows `v`, the `k`th distinct value of this field.
   [[nodiscard]] std::string show(std::uint64_t v, std::size_t k) const {
     switch (is) {
       case kind::boolean: return v ? "true" : "false";
-      case kind::hash: return k == 0 ? "one set" : "another";
+      case kind::digest: return k == 0 ? "one set" : "another";
       case kind::integer: break;
     }
     return std::to_string(static_cast<std::int64_t>(v));
@@ -348,7 +348,7 @@ struct gpt2_parallel_agreed_value {
 
 /// What every rank must agree on: the model's shape and every option but
 /// the planner's time limit (each rank plans its own memory), in a fixed
-/// number of values. The offload ratios count as their number and a hash
+/// number of values. The offload ratios count as their number and a digest
 /// of their bits.
 inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt2_config& c,
                                                                        const gpt2_parallel_options& o) {
@@ -356,11 +356,7 @@ inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt
   constexpr auto boolean = gpt2_parallel_agreed_value::kind::boolean;
   static const std::vector<double> none;
   const std::vector<double>& ratios = o.subsequence_offload ? *o.subsequence_offload : none;
-  std::uint64_t ratios_hash = 1469598103934665603ull;  // FNV-1a over the ratios' bits
-  for (const double alpha : ratios) {
-    const auto bits = std::bit_cast<std::uint64_t>(alpha);
-    for (int byte = 0; byte < 8; ++byte) ratios_hash = (ratios_hash ^ ((bits >> (8 * byte)) & 0xff)) * 1099511628211ull;
-  }
+  const std::uint64_t ratios_digest = digest{}.add(std::span<const double>(ratios)).value();
   return {{"config.max_seq_len", u(c.max_seq_len)},
           {"config.vocab_size", u(c.vocab_size)},
           {"config.padded_vocab_size", u(c.padded_vocab_size)},
@@ -382,7 +378,7 @@ inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt
           {"overlap_gradient_reduction", o.overlap_gradient_reduction, boolean},
           {"subsequence_offload given", o.subsequence_offload.has_value(), boolean},
           {"subsequence_offload ratios", ratios.size()},
-          {"subsequence_offload values", ratios_hash, gpt2_parallel_agreed_value::kind::hash}};
+          {"subsequence_offload values", ratios_digest, gpt2_parallel_agreed_value::kind::digest}};
 }
 
 template <class Comm, Backend B>
