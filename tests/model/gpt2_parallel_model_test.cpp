@@ -332,6 +332,42 @@ TEST_CASE("gpt2_parallel_model: ranks given different configs or options fail on
   for (const auto& e : errors) CHECK(e == "");
 }
 
+TEST_CASE("gpt2_parallel_model: ranks given different token windows fail on every rank, and the next step is clean") {
+  // A trainer that feeds each rank its own data (as data parallelism
+  // would) trains on a sequence no rank was given. Every rank gathers the
+  // digests of every rank's inputs and targets with the step and fails
+  // after it, naming the ranks; a later step with one window is clean.
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  struct setting {
+    int ranks, sp, pp;
+    std::string message;
+  };
+  for (const setting& c : {setting{2, 2, 1, "one window on rank 0; another on rank 1"},
+                           setting{4, 2, 2, "one window on ranks 0, 1, 3; another on rank 2"}}) {
+    CAPTURE(c.message);
+    std::vector<float> clean(static_cast<std::size_t>(c.ranks)), after(static_cast<std::size_t>(c.ranks));
+    const auto errors = on_ranks(c.ranks, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+      parallel m(backend, comm, shape(), {.context = context, .sequence_parallel = c.sp, .pipeline_stages = c.pp});
+      m.initialize(2);
+      clean[static_cast<std::size_t>(r)] = m.forward_backward(in, tg);
+      auto mine = tg;
+      if (r == (c.ranks == 2 ? 1 : 2)) mine[context - 1] = (mine[context - 1] + 1) % 11;  // one target differs
+      try {
+        (void)m.forward_backward(in, mine);
+        FAIL("no error on rank " << r);
+      } catch (const memo::error& e) {
+        const std::string want =
+            "the ranks were given different token windows in one forward_backward (every rank must be given the "
+            "same whole sequence of inputs and targets; this step's loss and gradients are not valid): " + c.message;
+        CHECK(std::string(e.what()).find(want) != std::string::npos);
+      }
+      after[static_cast<std::size_t>(r)] = m.forward_backward(in, tg);
+    });
+    for (const auto& e : errors) CHECK(e == "");
+    CHECK(after == clean);
+  }
+}
+
 TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails its peers instead of hanging") {
   const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
   for (const bool pipeline : {false, true}) {

@@ -97,7 +97,9 @@
 //
 // Errors. Ranks given different configs or options fail on every rank at
 // the constructor's first collective, which gathers them
-// (gpt2_parallel_agreement), naming each difference. Every shape that does
+// (gpt2_parallel_agreement), naming each difference; ranks given different
+// token windows fail on every rank once the step is done (each step
+// gathers the digests of every rank's inputs and targets). Every shape that does
 // not split (ranks, heads, layers, context, chunks, subsequences) and every
 // offload ratio outside [0, 1] (or a count other than one per subsequence)
 // is a memo::error raised on every rank before any other collective,
@@ -381,6 +383,31 @@ inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt
           {"subsequence_offload values", ratios_digest, gpt2_parallel_agreed_value::kind::digest}};
 }
 
+namespace detail {
+
+/// Value i of every rank's n values (`all`: rank by rank), as "A on ranks
+/// 0, 1; B on rank 2": each distinct value, in the order of the first rank
+/// holding it, shown by show(value, k) for the k-th distinct one.
+template <class Show>
+std::string ranks_holding(std::span<const std::uint64_t> all, std::size_t n, std::size_t i, Show&& show) {
+  std::vector<std::pair<std::uint64_t, std::vector<std::size_t>>> held;
+  for (std::size_t r = 0; r * n < all.size(); ++r) {
+    const std::uint64_t v = all[r * n + i];
+    auto at = std::find_if(held.begin(), held.end(), [&](const auto& h) { return h.first == v; });
+    if (at == held.end()) at = held.insert(held.end(), {v, {}});
+    at->second.push_back(r);
+  }
+  std::string out;
+  for (std::size_t k = 0; k < held.size(); ++k) {
+    const auto& ranks = held[k].second;
+    out += (k == 0 ? "" : "; ") + show(held[k].first, k) + (ranks.size() == 1 ? " on rank " : " on ranks ");
+    for (std::size_t j = 0; j < ranks.size(); ++j) out += (j ? ", " : "") + std::to_string(ranks[j]);
+  }
+  return out;
+}
+
+}  // namespace detail
+
 template <class Comm, Backend B>
   requires CommunicatorOf<Comm, B>
 class gpt2_parallel_model {
@@ -436,6 +463,7 @@ class gpt2_parallel_model {
     host_order_ = pinned_longs(backend.pinned_memory(), Tl);
     host_starts_ = pinned_longs(backend.pinned_memory(), Tl + 1);
     host_ids_ = pinned_ints(backend.pinned_memory(), Tl);
+    host_digests_ = pinned_words(backend.pinned_memory(), window_digest_words());
     global_losses_.assign(T, 0.0f);
     if (backend.stream_workspace_bytes() > 0) {
       workspace_ = device_bytes(backend.device_memory(), backend.stream_workspace_bytes());
@@ -572,6 +600,7 @@ class gpt2_parallel_model {
     if (tied_) sums = sums + tied_->totals();
     step_reduction_.collectives = sums;
     step_comm_ = world_->totals() + sums;
+    check_windows_agree();
     double sum = 0;
     for (const float l : global_losses_) sum += l;
     return static_cast<float>(sum / static_cast<double>(shape_.tokens));
@@ -601,6 +630,7 @@ class gpt2_parallel_model {
   using device_bytes = buffer<std::byte, device_resource>;
   using pinned_floats = buffer<float, pinned_resource>;
   using pinned_ints = buffer<std::int32_t, pinned_resource>;
+  using pinned_words = buffer<std::uint64_t, pinned_resource>;
   using pinned_longs = buffer<std::int64_t, pinned_resource>;
   using pinned_bytes = buffer<std::byte, pinned_resource>;
   using attention_type = distributed_attention<comm_type, B>;
@@ -661,6 +691,7 @@ class gpt2_parallel_model {
       });
     }
     out.push_back({"gathered losses", checked_mul(static_cast<std::uint64_t>(shape_.tokens), sizeof(float))});
+    out.push_back({"window digests", window_digest_words() * sizeof(std::uint64_t)});
     out.push_back({"attention workspace", attention.workspace});
     out.push_back({"attention state", repeated_bytes(attention.state, state_per_layer() ? layers : 1)});
     if (qkv_skeletal() == gpt2_qkv_skeletal::dropped) {  // one block's QKV output at a time
@@ -678,6 +709,24 @@ class gpt2_parallel_model {
     }
     for (auto& b : out) b.born = gpt2_step_phase::step_begin, b.dies = gpt2_step_phase::step_end;
     return out;
+  }
+
+  /// This rank's window digest and every rank's (the last step's inputs
+  /// and targets, gathered over the world to check that they agree).
+  [[nodiscard]] std::size_t window_digest_words() const { return 1 + static_cast<std::size_t>(world_->size()); }
+
+  /// After a step: every rank was given the same window (the same error on
+  /// every rank otherwise: each holds every rank's digest).
+  void check_windows_agree() const {
+    if (world_->size() == 1) return;
+    const std::span<const std::uint64_t> all(host_digests_.data() + 1, window_digest_words() - 1);
+    expects(std::all_of(all.begin(), all.end(), [&](std::uint64_t d) { return d == all[0]; }), [&] {
+      return "gpt2_parallel_model: the ranks were given different token windows in one forward_backward (every "
+             "rank must be given the same whole sequence of inputs and targets; this step's loss and gradients "
+             "are not valid): " + detail::ranks_holding(all, 1, 0, [](std::uint64_t, std::size_t k) {
+               return std::string(k == 0 ? "one window" : "another");
+             });
+    });
   }
 
   /// Whether each layer's attention keeps its own state between calls: the
@@ -844,6 +893,7 @@ class gpt2_parallel_model {
         });
       }
     }
+    host_digests_.data()[0] = digest{}.add(inputs).add(targets).value();
     layout_->shuffle<std::int32_t>(inputs, sp_rank_, host_inputs_.span());
     layout_->shuffle<std::int32_t>(targets, sp_rank_, host_targets_.span());
     const std::int64_t Tl = shape_.local_tokens;
@@ -869,6 +919,14 @@ class gpt2_parallel_model {
     up("bucket order", host_order_.data(), host_order_.size_bytes());
     up("bucket starts", host_starts_.data(), static_cast<std::size_t>(distinct + 1) * sizeof(std::int64_t));
     up("bucket ids", host_ids_.data(), static_cast<std::size_t>(distinct) * sizeof(std::int32_t));
+    if (world_->size() > 1) {  // every rank's window digest, compared once the step is done
+      up("window digests", host_digests_.data(), sizeof(std::uint64_t));
+      auto* const words = region("window digests").template as<std::int32_t>();
+      const auto P = static_cast<std::size_t>(world_->size());
+      world_->template all_gather<std::int32_t>(b, s, std::span<const std::int32_t>(words, 2),
+                                                std::span<std::int32_t>(words + 2, 2 * P));
+      b.copy_async(host_digests_.data() + 1, words + 2, P * sizeof(std::uint64_t), copy_kind::device_to_host, s);
+    }
     const std::int64_t Tl = shape_.local_tokens;
     buckets_ = {tensor_view<const std::int64_t, 1>::contiguous(region("bucket order").template as<std::int64_t>(), {Tl}),
                 tensor_view<const std::int64_t, 1>::contiguous(region("bucket starts").template as<std::int64_t>(),
@@ -1153,27 +1211,13 @@ class gpt2_parallel_model {
     for (const auto& v : mine) values.push_back(v.value);
     const std::vector<std::uint64_t> all = gather_host_values(backend, world, std::span<const std::uint64_t>(values));
     const std::size_t n = mine.size();
-    const auto P = static_cast<std::size_t>(world.size());
     std::string differences;
     for (std::size_t i = 0; i < n; ++i) {
-      // The distinct values in order of their first rank, each with its ranks.
-      std::vector<std::pair<std::uint64_t, std::vector<std::size_t>>> held;
-      for (std::size_t r = 0; r < P; ++r) {
-        const std::uint64_t v = all[r * n + i];
-        auto at = std::find_if(held.begin(), held.end(), [&](const auto& h) { return h.first == v; });
-        if (at == held.end()) at = held.insert(held.end(), {v, {}});
-        at->second.push_back(r);
-      }
-      if (held.size() == 1) continue;
-      std::string line = std::string(mine[i].name) + ": ";
-      for (std::size_t k = 0; k < held.size(); ++k) {
-        const auto& ranks = held[k].second;
-        line += k == 0 ? "" : "; ";
-        line += mine[i].show(held[k].first, k);
-        line += ranks.size() == 1 ? " on rank " : " on ranks ";
-        for (std::size_t j = 0; j < ranks.size(); ++j) line += (j ? ", " : "") + std::to_string(ranks[j]);
-      }
-      differences += (differences.empty() ? "" : "; and ") + line;
+      bool agree = true;
+      for (std::size_t at = i; at < all.size(); at += n) agree = agree && all[at] == all[i];
+      if (agree) continue;
+      differences += std::string(differences.empty() ? "" : "; and ") + mine[i].name + ": " +
+                     detail::ranks_holding(all, n, i, [&](std::uint64_t v, std::size_t k) { return mine[i].show(v, k); });
     }
     expects(differences.empty(), [&] {
       return "gpt2_parallel_model: the ranks were given different configs or options (every rank must be "
@@ -1199,6 +1243,7 @@ class gpt2_parallel_model {
   device_bytes workspace_;                          // the stream's BLAS workspace
   pinned_floats host_losses_;                       // [T]: gathered, in the ranks' local orders
   pinned_ints host_inputs_, host_targets_, host_ids_;  // [T / S]
+  pinned_words host_digests_;  // the step's window digest, then every rank's: [1 + P]
   pinned_longs host_order_, host_starts_;
   pinned_bytes attention_pinned_;                   // host K/V of every layer (kv_offload)
   std::vector<float> global_losses_;                // [T]: in sequence order
