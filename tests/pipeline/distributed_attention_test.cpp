@@ -408,6 +408,18 @@ TEST_CASE("distributed_attention: a shared attention scratch of another shape is
                                            "4 kv heads, chunk 16"),
                          memo::error);
   }
+  {
+    // The fields the short form leaves out are compared too, and named.
+    memo::attention_shape deeper = attention::local_attention_shape(s, 1);
+    deeper.head_dim = 4;
+    const memo::memory_region deeper_region = take(device, memo::chunked_attention_scratch<memo::host_backend>::required_bytes(deeper));
+    memo::chunked_attention_scratch<memo::host_backend> wrong(backend, deeper, deeper_region);
+    CHECK_THROWS_WITH_AS(attention(backend, comms[0], s, workspace, state, wrong, store),
+                         doctest::Contains("in full: 64 tokens, 4 heads, 4 kv heads, chunk 16 (head_dim 4; offload on, "
+                                           "keep_queries off, host_carry off) against 64 tokens, 4 heads, 4 kv heads, "
+                                           "chunk 16 (head_dim 8; offload on, keep_queries off, host_carry off)"),
+                         memo::error);
+  }
   const memo::memory_region right_region =
       take(device, memo::chunked_attention_scratch<memo::host_backend>::required_bytes(attention::local_attention_shape(s, 1)));
   {

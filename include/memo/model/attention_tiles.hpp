@@ -55,6 +55,21 @@ struct attention_shape {
   /// other runs stays on the device (see attention.hpp).
   bool host_carry = false;
 
+  friend bool operator==(const attention_shape&, const attention_shape&) = default;
+
+  /// "T tokens, H heads, K kv heads, chunk c"; with `all`, then "(head_dim
+  /// D; offload O, keep_queries Q, host_carry H)".
+  [[nodiscard]] std::string text(bool all = true) const {
+    std::string out = std::to_string(tokens) + " tokens, " + std::to_string(heads) + " heads, " +
+                      std::to_string(kv_heads) + " kv heads, chunk " + std::to_string(chunk);
+    if (all) {
+      auto flag = [](bool b) { return b ? "on" : "off"; };
+      out += " (head_dim " + std::to_string(head_dim) + "; offload " + flag(offload) + ", keep_queries " +
+             flag(keep_queries) + ", host_carry " + flag(host_carry) + ")";
+    }
+    return out;
+  }
+
   /// Whether the query chunks go to the host store (offload without keep_queries).
   [[nodiscard]] bool queries_on_host() const { return offload && !keep_queries; }
 

@@ -200,18 +200,11 @@ class distributed_attention {
                         memory_region attention_pinned)
       : backend_(backend), comm_(comm), shape_(shape), P_(comm.size()), layout_(check(shape, comm.size())) {
     const attention_shape want = local_attention_shape(shape_, P_), has = attention_scratch.shape();
-    expects(has.tokens == want.tokens && has.heads == want.heads && has.kv_heads == want.kv_heads &&
-                has.head_dim == want.head_dim && has.chunk == want.chunk && has.offload == want.offload &&
-                has.keep_queries == want.keep_queries && has.host_carry == want.host_carry,
-            [&] {
-              return "distributed attention: the attention scratch is for " + std::to_string(has.tokens) +
-                     " tokens, " + std::to_string(has.heads) + " heads, " + std::to_string(has.kv_heads) +
-                     " kv heads, chunk " + std::to_string(has.chunk) +
-                     "; this rank's attention needs local_attention_shape(shape, " + std::to_string(P_) +
-                     "): " + std::to_string(want.tokens) + " tokens, " + std::to_string(want.heads) + " heads, " +
-                     std::to_string(want.kv_heads) + " kv heads, chunk " + std::to_string(want.chunk) +
-                     " (and the same offload, keep_queries and host_carry)";
-            });
+    expects(has == want, [&] {
+      return "distributed attention: the attention scratch is for " + has.text(false) +
+             "; this rank's attention needs local_attention_shape(shape, " + std::to_string(P_) +
+             "): " + want.text(false) + "; in full: " + has.text() + " against " + want.text();
+    });
     build(workspace, state);
     attention_.emplace(attention_scratch, attention_pinned);
   }
