@@ -302,7 +302,6 @@ void check_group_outliving_parent(C& comm, memo::host_backend& backend, rank_rep
   backend.synchronize(stream);
 }
 
-/// Everything above, in one order every rank follows.
 /// gather_host_values: rank r's values (r + 1) x 2^32 + k, 2^64 - 1 - r and
 /// 0, for k = 0..n-1 of a few, land at block r on every rank, whole: both
 /// 32-bit halves and the top bit.
@@ -315,6 +314,8 @@ void check_gather_host_values(C& comm, memo::host_backend& backend, rank_report&
   std::vector<std::uint64_t> mine(n);
   for (std::size_t k = 0; k < n; ++k) mine[k] = value(static_cast<std::uint64_t>(comm.rank()), k);
   const std::vector<std::uint64_t> all = memo::gather_host_values(backend, comm, std::span<const std::uint64_t>(mine));
+  report.expect(memo::gather_host_values(backend, comm, std::span<const std::uint64_t>()).empty(),
+                "gather_host_values of nothing gave values");
   report.expect(all.size() == n * static_cast<std::size_t>(comm.size()), "gather_host_values: " +
                                                                               std::to_string(all.size()) + " values");
   for (std::size_t r = 0; r < static_cast<std::size_t>(comm.size()) && all.size() == n * static_cast<std::size_t>(comm.size()); ++r) {
@@ -325,6 +326,7 @@ void check_gather_host_values(C& comm, memo::host_backend& backend, rank_report&
   }
 }
 
+/// Everything above, in one order every rank follows.
 template <class C>
 rank_report run_conformance(C& comm, memo::host_backend& backend) {
   rank_report report;

@@ -919,6 +919,7 @@ TEST_CASE("gpt2_parallel_model: with one rank per stage only the tied embedding 
       const float loss = m.forward_backward(in, tg);
       CHECK(loss == doctest::Approx(want.losses[0]).epsilon(1e-5));
       const bool end_stage = r == 0 || r == 3;
+      CHECK(m.sums_gradients() == end_stage);
       CHECK(m.gradient_buckets().buckets.empty());
       CHECK(m.step_gradient_reduction().collectives.calls == (end_stage ? 1u : 0u));
       const auto& names = backend.stream_names();
@@ -947,10 +948,10 @@ TEST_CASE("gpt2_parallel_model: a step that throws after its first gradient sums
   for (const bool on_stream : {false, true}) {
     for (const bool kv_offload : {false, true}) {
       for (const int subsequences : {1, 4}) {
-        CAPTURE(on_stream);
-        CAPTURE(kv_offload);
-        CAPTURE(subsequences);
         const auto errors = on_ranks(2, [&](int, memo::thread_communicator& comm, memo::host_backend& host) {
+          CAPTURE(on_stream);  // here: the checks run on the rank's thread
+          CAPTURE(kv_offload);
+          CAPTURE(subsequences);
           failing_backend backend(host);
           backend.on_stream = on_stream;
           recorded_communicator<failing_backend> world(std::move(comm));

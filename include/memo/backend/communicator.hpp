@@ -330,6 +330,7 @@ concept CommunicatorOf = Communicator<C> && std::same_as<typename C::backend_typ
 /// (options, figures), not for data on a step's path.
 template <Backend B, CommunicatorOf<B> C>
 std::vector<std::uint64_t> gather_host_values(B& backend, C& comm, std::span<const std::uint64_t> mine) {
+  if (mine.empty()) return {};  // nothing from any rank (the size is the same on every rank)
   const std::size_t words = 2 * mine.size();
   const auto P = static_cast<std::size_t>(comm.size());
   std::vector<std::int32_t> packed(words);

@@ -803,16 +803,16 @@ class chunked_causal_attention {
   B& backend_ = scratch_.backend_;
   attention_shape shape_ = scratch_.shape_;
   parts parts_{};
-  std::array<event_type, 2>& fetched_ = scratch_.fetched_;      // slot s holds its chunk (copy stream)
-  std::array<event_type, 2>& slot_free_ = scratch_.slot_free_;  // slot s was last read (compute stream)
-  std::array<event_type, 2>& q_fetched_ = scratch_.q_fetched_;      // query slot s holds its chunk (copy stream)
-  std::array<event_type, 2>& q_slot_free_ = scratch_.q_slot_free_;  // query slot s was last read (compute stream)
-  event_type& staged_ = scratch_.staged_;          // the staging buffers hold chunk i
-  event_type& stage_free_ = scratch_.stage_free_;  // the staging buffers were copied out
-  std::array<event_type, 2>& carry_ready_ = scratch_.carry_ready_;  // the copy stream's last use of carry slot s is done
-  std::array<event_type, 2>& carry_used_ = scratch_.carry_used_;    // the compute's last use of carry slot s is done
-  event_type& copy_done_ = scratch_.copy_done_;    // everything issued on the copy stream
-  event_type& call_start_ = scratch_.call_start_;  // what the caller's stream enqueued before a call
+  std::array<event_type, 2>& fetched_ = scratch_.marks_.fetched;      // slot s holds its chunk (copy stream)
+  std::array<event_type, 2>& slot_free_ = scratch_.marks_.slot_free;  // slot s was last read (compute stream)
+  std::array<event_type, 2>& q_fetched_ = scratch_.marks_.q_fetched;      // query slot s holds its chunk (copy stream)
+  std::array<event_type, 2>& q_slot_free_ = scratch_.marks_.q_slot_free;  // query slot s was last read (compute stream)
+  event_type& staged_ = scratch_.marks_.staged;          // the staging buffers hold chunk i
+  event_type& stage_free_ = scratch_.marks_.stage_free;  // the staging buffers were copied out
+  std::array<event_type, 2>& carry_ready_ = scratch_.marks_.carry_ready;  // the copy stream's last use of carry slot s is done
+  std::array<event_type, 2>& carry_used_ = scratch_.marks_.carry_used;    // the compute's last use of carry slot s is done
+  event_type& copy_done_ = scratch_.marks_.copy_done;    // everything issued on the copy stream
+  event_type& call_start_ = scratch_.marks_.call_start;  // what the caller's stream enqueued before a call
   std::optional<stream_type>& copy_ = scratch_.copy_;
   std::int64_t stored_ = 0;  // chunks [0, stored_) of this sequence are in the host store (offload)
   // host_carry: chunks [0, carried_below_) hold a dK/dV carry on the host,
@@ -866,8 +866,9 @@ class chunked_attention_scratch {
   void drain() noexcept {
     if (copy_) memo::drain(backend_, *copy_);
     try {
-      for (event_type* marker : marks()) *marker = backend_.make_event();  // never recorded: waits for nothing
-    } catch (...) {  // no event to be had: the next call reports it
+      marks fresh(backend_);  // never recorded: they wait for nothing
+      marks_ = std::move(fresh);
+    } catch (...) {  // no events to be had: the old marks stay, and the next call reports their failure
     }
   }
 
@@ -882,24 +883,27 @@ class chunked_attention_scratch {
   attention_shape shape_;
   memory_region device_;
   bool across_calls_;
-  std::array<event_type, 2> fetched_{backend_.make_event(), backend_.make_event()};
-  std::array<event_type, 2> slot_free_{backend_.make_event(), backend_.make_event()};
-  std::array<event_type, 2> q_fetched_{backend_.make_event(), backend_.make_event()};
-  std::array<event_type, 2> q_slot_free_{backend_.make_event(), backend_.make_event()};
-  event_type staged_ = backend_.make_event();
-  event_type stage_free_ = backend_.make_event();
-  std::array<event_type, 2> carry_ready_{backend_.make_event(), backend_.make_event()};
-  std::array<event_type, 2> carry_used_{backend_.make_event(), backend_.make_event()};
-  event_type copy_done_ = backend_.make_event();
-  event_type call_start_ = backend_.make_event();
+  /// The events that order every use of the slots, the staging buffers and
+  /// the carry between the callers' stream and the copy stream (what each
+  /// marks: chunked_causal_attention's references to them). One struct, so
+  /// drain() replaces them all or none.
+  struct marks {
+    explicit marks(B& b)
+        : fetched{b.make_event(), b.make_event()},
+          slot_free{b.make_event(), b.make_event()},
+          q_fetched{b.make_event(), b.make_event()},
+          q_slot_free{b.make_event(), b.make_event()},
+          carry_ready{b.make_event(), b.make_event()},
+          carry_used{b.make_event(), b.make_event()},
+          staged(b.make_event()),
+          stage_free(b.make_event()),
+          copy_done(b.make_event()),
+          call_start(b.make_event()) {}
+    std::array<event_type, 2> fetched, slot_free, q_fetched, q_slot_free, carry_ready, carry_used;
+    event_type staged, stage_free, copy_done, call_start;
+  };
+  marks marks_{backend_};
   std::optional<stream_type> copy_;
-
-  /// Every event above.
-  std::array<event_type*, 16> marks() noexcept {
-    return {&fetched_[0],   &fetched_[1],     &slot_free_[0],   &slot_free_[1],   &q_fetched_[0], &q_fetched_[1],
-            &q_slot_free_[0], &q_slot_free_[1], &staged_,         &stage_free_,     &carry_ready_[0], &carry_ready_[1],
-            &carry_used_[0], &carry_used_[1],  &copy_done_,      &call_start_};
-  }
 };
 
 }  // namespace memo

@@ -107,8 +107,8 @@
 // fails its peers' collectives (what the communicator guarantees: the
 // thread communicator within its timeout, MPI by terminating the job); a
 // step that threw is abandoned so the next one starts clean: every stream
-// is drained first (the reduction stream before the others), so no sum
-// still runs against the gradients or the staging buffer when the next
+// is drained first (the swapper's copies, then the reduction stream, then
+// the compute, exchange and copy streams), so no sum still runs against the gradients or the staging buffer when the next
 // step (or the destructor) reaches them, and no failure is inherited.
 //
 // Collective calls (constructor, initialize, set/get, forward_backward,
@@ -470,7 +470,7 @@ class gpt2_parallel_model {
     }
     stream_.emplace(backend.make_stream("gpt2_parallel_model",
                                         memory_region{workspace_.data(), workspace_.size_bytes()}));
-    if (options_.overlap_gradient_reduction && (shape_.sp > 1 || tied_stage())) {
+    if (options_.overlap_gradient_reduction && sums_gradients()) {
       reduce_stream_.emplace(backend.make_stream("gpt2_parallel_model gradient reduction"));
     }
     for (auto* e : {&gradients_ready_, &reduced_, &backward_end_, &reduced_end_}) e->emplace(backend.make_event());
@@ -553,6 +553,9 @@ class gpt2_parallel_model {
   /// order (none with one sequence-parallel rank: nothing to sum).
   [[nodiscard]] const gpt2_gradient_buckets& gradient_buckets() const noexcept { return gradient_buckets_; }
   [[nodiscard]] bool overlap_gradient_reduction() const noexcept { return options_.overlap_gradient_reduction; }
+  /// Whether this rank sums gradients with others at all: over its stage's
+  /// ranks (sequence_parallel > 1), or the tied wte (first and last stage).
+  [[nodiscard]] bool sums_gradients() const noexcept { return shape_.sp > 1 || tied_stage(); }
   [[nodiscard]] std::int64_t steps() const noexcept { return state_->steps(); }
 
   /// GPT-2's initialisation from `seed` (gpt2_initial_parameters, weights
@@ -948,8 +951,9 @@ class gpt2_parallel_model {
   void abandon() noexcept {
     if (swapper_) swapper_->abandon();
     // The error is already on its way to the caller. The reduction stream
-    // first: a sum it still runs reads and writes the gradients and the
-    // staging buffer that the next step zeroes and poisons.
+    // before the buffers are released: a sum it still runs reads and writes
+    // the gradients and the staging buffer that the next step zeroes and
+    // poisons.
     if (reduce_stream_) drain(*backend_, *reduce_stream_);
     drain(*backend_, *stream_);
     for (auto& attention : attention_) attention->drain();  // the exchange streams and the shared copy stream

@@ -243,7 +243,9 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
                  mine.step_seconds > 0 ? 100.0 * mine.communication_seconds / mine.step_seconds : 0.0,
                  format_bytes(mine.communication_bytes).c_str(), mine.reduction_seconds * 1e3,
                  mine.exposed_reduction_seconds * 1e3,
-                 model.overlap_gradient_reduction() ? "behind the backward" : "after the backward");
+                 !model.sums_gradients()              ? "nothing to sum on this rank"
+                 : model.overlap_gradient_reduction() ? "behind the backward"
+                                                      : "after the backward");
     std::fflush(out);
   }
   const std::vector<gpt2_rank_figures> ranks = detail::gather_rank_figures(backend, world, mine);

@@ -343,16 +343,18 @@ class gpt2_step_memory {
 
   /// Resets a step that threw part-way, so the next one starts clean:
   /// drains the streams (the swapper's, the compute stream and the
-  /// attentions' copy stream, which a failure reaches through its waits), returns what the step held of the plan and
-  /// rewinds the replay.
+  /// attentions' copy stream, which a failure reaches through its waits),
+  /// then returns what the step held of the plan (its release may poison
+  /// the buffers, which no queued copy may still touch) and rewinds the
+  /// replay.
   void abandon() noexcept {
     try {
       swapper_->abandon_step();
     } catch (...) {  // the error is already on its way to the caller
     }
-    outside_->release();
     drain(*backend_, *stream_);
     if (attention_scratch_) attention_scratch_->drain();
+    outside_->release();
     try {
       replay_->reset();
     } catch (...) {
