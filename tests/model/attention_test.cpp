@@ -907,3 +907,36 @@ TEST_CASE("chunked_causal_attention: over a shared scratch a call's first fetch 
     }
   }
 }
+
+TEST_CASE("chunked_causal_attention: a call after its shared scratch is gone is an error, and its end touches nothing") {
+  // The scratch must outlive the attentions built over it; one that does
+  // not is reported at the attention's next call, and destroying the
+  // attention afterwards touches nothing of the scratch (AddressSanitizer
+  // checks that in the sanitizer build).
+  memo::host_backend backend;
+  using scratch_type = memo::chunked_attention_scratch<memo::host_backend>;
+  using attention = memo::chunked_causal_attention<memo::host_backend>;
+  for (const bool offload : {false, true}) {
+    CAPTURE(offload);
+    const attention_shape s{.tokens = 8, .heads = 2, .kv_heads = 1, .head_dim = 4, .chunk = 4, .offload = offload};
+    const inputs in = random_inputs(s, 5);
+    std::vector<float> o(8 * 2 * 4), lse(2 * 8);
+    auto stream = backend.make_stream("compute");
+    owned_region device(backend.device_memory(), scratch_type::required_bytes(s));
+    owned_region pinned(backend.pinned_memory(), std::max<std::size_t>(attention::required_pinned_bytes(s), 1));
+    auto scratch = std::make_unique<scratch_type>(backend, s, device.region);
+    attention a(*scratch, pinned.region);
+    a.forward_queries(stream, 0, row_view(in.q, 2, 4, 0, 8), row_view(in.k, 1, 4, 0, 8), row_view(in.v, 1, 4, 0, 8),
+                      row_view(o, 2, 4, 0, 8), column_view(lse, 2, 8, 0, 8));
+    backend.synchronize(stream);
+    scratch.reset();
+    CHECK_THROWS_WITH_AS(a.forward_queries(stream, 0, row_view(in.q, 2, 4, 0, 8), row_view(in.k, 1, 4, 0, 8),
+                                           row_view(in.v, 1, 4, 0, 8), row_view(o, 2, 4, 0, 8),
+                                           column_view(lse, 2, 8, 0, 8)),
+                         doctest::Contains("chunked_causal_attention::forward: the chunked_attention_scratch this "
+                                           "attention was built over was destroyed before it"),
+                         memo::error);
+    CHECK_THROWS_WITH_AS(a.expect_backward_run(0, 8), doctest::Contains("was destroyed before it"), memo::error);
+    a.drain();  // nothing to drain: no use of the scratch
+  }
+}

@@ -56,6 +56,7 @@
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 
 namespace memo {
 
@@ -128,10 +129,10 @@ inline std::uint64_t comm_payload_bytes(const comm_call& call, int ranks) {
 namespace detail {
 
 /// Liveness of a communicator, watched by the groups split from it.
-using comm_liveness = std::shared_ptr<const int>;
-using comm_liveness_watch = std::weak_ptr<const int>;
+using comm_liveness = liveness_token;
+using comm_liveness_watch = liveness_watch;
 
-inline comm_liveness make_comm_liveness() { return std::make_shared<const int>(0); }
+inline comm_liveness make_comm_liveness() { return make_liveness_token(); }
 
 }  // namespace detail
 

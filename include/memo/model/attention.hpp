@@ -133,6 +133,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/core/tensor_view.hpp"
 #include "memo/model/attention_tiles.hpp"
@@ -189,7 +190,9 @@ class chunked_causal_attention {
   /// Builds over `scratch` (shared with the other objects built over it:
   /// its device region, copy stream and slot events) and a pinned region of
   /// at least required_pinned_bytes(scratch.shape()) bytes; the shape is
-  /// the scratch's. The scratch must outlive the object.
+  /// the scratch's. The scratch must outlive the object: a call made after
+  /// the scratch is destroyed is a memo::error (the object watches it), and
+  /// destroying the object then touches nothing of it.
   chunked_causal_attention(chunked_attention_scratch<B>& scratch, memory_region pinned) : scratch_(scratch) {
     build(pinned);
   }
@@ -198,13 +201,16 @@ class chunked_causal_attention {
   chunked_causal_attention& operator=(const chunked_causal_attention&) = delete;
 
   ~chunked_causal_attention() {
+    if (scratch_alive_.expired()) return;  // the scratch drained its copy stream as it ended
     if (copy_) memo::drain(backend_, *copy_);  // its error also reached the caller's stream
   }
 
   /// Waits for the copies queued so far and drops their error (the copy
   /// stream's, shared with the other objects over the scratch): see
-  /// chunked_attention_scratch::drain.
-  void drain() noexcept { scratch_.drain(); }
+  /// chunked_attention_scratch::drain. Nothing once the scratch is gone.
+  void drain() noexcept {
+    if (!scratch_alive_.expired()) scratch_.drain();
+  }
 
   [[nodiscard]] const attention_shape& shape() const noexcept { return shape_; }
   /// The scratch the object is built over (its own with the first constructor).
@@ -601,6 +607,10 @@ class chunked_causal_attention {
   /// at the sequence's end).
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> query_chunks(std::int64_t first, std::int64_t n,
                                                                    const char* call) const {
+    expects(!scratch_alive_.expired(), [&] {
+      return std::string(call) + ": the chunked_attention_scratch this attention was built over was destroyed "
+             "before it (the scratch must outlive every attention built over it)";
+    });
     const std::int64_t c = shape_.chunk;
     expects(first >= 0 && n >= 1 && first <= shape_.tokens - n, [&] {
       return std::string(call) + ": queries [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
@@ -814,6 +824,7 @@ class chunked_causal_attention {
   event_type& copy_done_ = scratch_.marks_.copy_done;    // everything issued on the copy stream
   event_type& call_start_ = scratch_.marks_.call_start;  // what the caller's stream enqueued before a call
   std::optional<stream_type>& copy_ = scratch_.copy_;
+  liveness_watch scratch_alive_ = scratch_.alive_;  // every use of scratch_ checks it first
   std::int64_t stored_ = 0;  // chunks [0, stored_) of this sequence are in the host store (offload)
   // host_carry: chunks [0, carried_below_) hold a dK/dV carry on the host,
   // and the next backward run must end there; -1: no backward run yet.
@@ -903,6 +914,7 @@ class chunked_attention_scratch {
     event_type staged, stage_free, copy_done, call_start;
   };
   marks marks_{backend_};
+  liveness_token alive_ = make_liveness_token();  // watched by the objects built over the scratch
   std::optional<stream_type> copy_;
 };
 
