@@ -37,6 +37,7 @@
 #include <memo/backend/host_profile.hpp>
 #include <memo/core/atomic_file.hpp>
 #include <memo/core/bytes.hpp>
+#include <memo/core/digest.hpp>
 #include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/report_output.hpp>
@@ -652,10 +653,21 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
                                        .attention_chunk = o.attention_chunk,
                                        .kv_offload = o.kv_offload,
                                        .overlap_gradient_reduction = o.overlap_reduction};
-  // The same check on every rank before any collective: a shape that does
-  // not split is an error each rank prints; all exit once all have printed
-  // (mpirun ends the whole job at the first rank that exits with an error).
+  memo::host_backend backend;
+  // First, that every rank was given the same flags (the model's options
+  // and those that make its offload ratios): a rank given others would
+  // fail the checks below alone, or issue other collectives. Then the same
+  // checks on every rank: a shape that does not split is an error each
+  // rank prints; all exit once all have printed (mpirun ends the whole job
+  // at the first rank that exits with an error).
   try {
+    std::vector<memo::agreed_value> flags = memo::gpt2_parallel_agreement(config, parallel);
+    flags.push_back(memo::agreed_value::of_real("--alpha", o.alpha.value_or(-1.0)));
+    flags.push_back({"--alpha list", memo::digest{}.add(std::span<const double>(o.alpha_list)).value(),
+                     memo::agreed_value::kind::digest});
+    flags.push_back({"--alpha auto", o.alpha_auto, memo::agreed_value::kind::boolean});
+    memo::expect_ranks_agree(backend, world, flags,
+                             "train_gpt: the ranks were given different flags (every rank must be given the same)");
     if (world.size() == 1 && sp * pp > 1) {
       throw memo::error("--sp " + std::to_string(sp) + " --pp " + std::to_string(pp) + " need " +
                         std::to_string(sp * pp) + " ranks: start them with mpirun -np " + std::to_string(sp * pp));
@@ -682,7 +694,6 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
     MPI_Barrier(MPI_COMM_WORLD);
     return 1;
   }
-  memo::host_backend backend;
   memo::gpt2_parallel_training run{
       .steps = o.steps,
       .log_every = o.log_every,

@@ -216,3 +216,25 @@ TEST_CASE("thread_communicator: a communicator outlives the backend it ran on an
     return report;
   }));
 }
+
+TEST_CASE("thread_communicator: gather_host_values with different counts fails on every rank, naming them") {
+  auto comms = memo::thread_communicator::create_group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      memo::host_backend backend;
+      const std::vector<std::uint64_t> mine(r == 1 ? 3 : 2, 7);
+      try {
+        (void)memo::gather_host_values(backend, comms[static_cast<std::size_t>(r)], std::span<const std::uint64_t>(mine));
+      } catch (const memo::error& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    CHECK(e.find("gather_host_values needs as many values from every rank: 2 on ranks 0, 2; 3 on rank 1") !=
+          std::string::npos);
+  }
+}

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "memo/backend/host_backend.hpp"
 #include "memo/backend/thread_communicator.hpp"
 #include "memo/model/gpt2_model.hpp"
+#include "memo/model/gpt2_parallel_training.hpp"
 
 namespace {
 
@@ -264,6 +266,12 @@ TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, nam
       {2, {.context = 32, .sequence_parallel = 2, .subsequences = 2, .layout_chunk = 4, .attention_chunk = 3},
        "attention chunk 3 does not divide a chunk group of 8 tokens"},
       {1, {.context = 65}, "context 65 must lie in [1, maxT 64]"},
+      {4, {.context = 32, .sequence_parallel = 4, .layout_chunk = std::int64_t{1} << 62},
+       "layout chunk 4611686018427387904 is longer than a rank's 8 tokens (context 32 over 4 sequence-parallel ranks)"},
+      {1, {.context = 32, .subsequences = -2}, "subsequences -2 is negative (0 chooses the default)"},
+      {1, {.context = 32, .loss_chunk = -1}, "loss_chunk -1 is negative (0 chooses the default)"},
+      {2, {.context = 32, .sequence_parallel = 2, .plan_time_limit_seconds = -1},
+       "plan_time_limit_seconds -1.000000 must be a finite number of seconds, 0 or more"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
@@ -307,6 +315,11 @@ TEST_CASE("gpt2_parallel_model: ranks given different configs or options fail on
          o.subsequence_offload = std::vector<double>{0.5, r == 0 ? 0.5 : 0.25};
        },
        "subsequence_offload values: one set on rank 0; another on rank 1"},
+      {2,
+       [](int r, memo::gpt2_config&, memo::gpt2_parallel_options& o) {
+         if (r == 1) o.plan_time_limit_seconds = std::numeric_limits<double>::quiet_NaN();
+       },
+       "plan_time_limit_seconds is finite and 0 or more: true on rank 0; false on rank 1"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
@@ -366,6 +379,40 @@ TEST_CASE("gpt2_parallel_model: ranks given different token windows fail on ever
     for (const auto& e : errors) CHECK(e == "");
     CHECK(after == clean);
   }
+}
+
+TEST_CASE("train_gpt2_parallel: ranks given different runs fail on every rank, naming the difference, and no steps is an error") {
+  // Another learning rate on one rank would leave the stage's two copies
+  // of the weights apart; other steps or outputs would issue other
+  // collectives. Every rank fails before the model is built.
+  std::FILE* sink = std::fopen("/dev/null", "w");
+  REQUIRE(sink != nullptr);
+  auto next = [](std::span<std::int32_t> in, std::span<std::int32_t> tg) {
+    for (std::size_t t = 0; t < in.size(); ++t) in[t] = static_cast<std::int32_t>(t % 11), tg[t] = static_cast<std::int32_t>((t + 1) % 11);
+  };
+  struct mismatch {
+    std::function<void(int, memo::gpt2_parallel_training&)> give;
+    std::string message;
+  };
+  const std::string runs = "train_gpt2_parallel: the ranks were given different runs (every rank must be given the same): ";
+  const mismatch cases[] = {
+      {[](int r, memo::gpt2_parallel_training& run) { run.adamw.learning_rate = r == 0 ? 1e-3 : 0.1; },
+       runs + "adamw.learning_rate: 0.001 on rank 0; 0.1 on rank 1"},
+      {[](int r, memo::gpt2_parallel_training& run) { run.steps = r == 0 ? 3 : 2; }, runs + "steps: 3 on rank 0; 2 on rank 1"},
+      {[](int r, memo::gpt2_parallel_training& run) { run.checkpoint_out = r == 0 ? "/tmp/never-written.bin" : ""; },
+       runs + "checkpoint_out given: true on rank 0; false on rank 1"},
+      {[](int, memo::gpt2_parallel_training& run) { run.steps = 0; }, "train_gpt2_parallel: steps 0 must be 1 or more"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    const auto errors = on_ranks(2, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+      memo::gpt2_parallel_training run{.steps = 1, .out = sink};
+      c.give(r, run);
+      (void)memo::train_gpt2_parallel(backend, comm, shape(), {.context = context, .sequence_parallel = 2}, run, next);
+    }, std::chrono::milliseconds(5000));
+    for (const auto& e : errors) CHECK(e.find(c.message) != std::string::npos);
+  }
+  std::fclose(sink);
 }
 
 TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails its peers instead of hanging") {

@@ -43,12 +43,16 @@
 // sub-division of that communicator's ranks.
 #pragma once
 
+#include <algorithm>
+#include <bit>
+#include <charconv>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -324,16 +328,35 @@ concept Communicator =
 template <class C, class B>
 concept CommunicatorOf = Communicator<C> && std::same_as<typename C::backend_type, B>;
 
-/// Every rank's `mine` on every rank, rank by rank (size() x mine.size()
-/// values; `mine.size()` must be the same on every rank): an all_gather of
-/// the values' 32-bit halves through device buffers, on a stream of its
-/// own, waited for. For the few host values ranks compare or report
-/// (options, figures), not for data on a step's path.
+/// Value i of every rank's n values (`all`: rank by rank), as "A on ranks
+/// 0, 1; B on rank 2": each distinct value, in the order of the first rank
+/// holding it, shown by show(value, k) for the k-th distinct one.
+template <class Show>
+std::string ranks_holding(std::span<const std::uint64_t> all, std::size_t n, std::size_t i, Show&& show) {
+  std::vector<std::pair<std::uint64_t, std::vector<std::size_t>>> held;
+  for (std::size_t r = 0; r * n < all.size(); ++r) {
+    const std::uint64_t v = all[r * n + i];
+    auto at = std::find_if(held.begin(), held.end(), [&](const auto& h) { return h.first == v; });
+    if (at == held.end()) at = held.insert(held.end(), {v, {}});
+    at->second.push_back(r);
+  }
+  std::string out;
+  for (std::size_t k = 0; k < held.size(); ++k) {
+    const auto& ranks = held[k].second;
+    out += (k == 0 ? "" : "; ") + show(held[k].first, k) + (ranks.size() == 1 ? " on rank " : " on ranks ");
+    for (std::size_t j = 0; j < ranks.size(); ++j) out += (j ? ", " : "") + std::to_string(ranks[j]);
+  }
+  return out;
+}
+
+namespace detail {
+
+/// gather_host_values without its check of the counts.
 template <Backend B, CommunicatorOf<B> C>
-std::vector<std::uint64_t> gather_host_values(B& backend, C& comm, std::span<const std::uint64_t> mine) {
-  if (mine.empty()) return {};  // nothing from any rank (the size is the same on every rank)
+std::vector<std::uint64_t> gather_words(B& backend, C& comm, std::span<const std::uint64_t> mine) {
   const std::size_t words = 2 * mine.size();
   const auto P = static_cast<std::size_t>(comm.size());
+  if (words == 0) return {};
   std::vector<std::int32_t> packed(words);
   for (std::size_t i = 0; i < mine.size(); ++i) {
     packed[2 * i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(mine[i]));
@@ -354,6 +377,74 @@ std::vector<std::uint64_t> gather_host_values(B& backend, C& comm, std::span<con
              (static_cast<std::uint64_t>(static_cast<std::uint32_t>(all[2 * i + 1])) << 32);
   }
   return out;
+}
+
+}  // namespace detail
+
+/// Every rank's `mine` on every rank, rank by rank (size() x mine.size()
+/// values): the counts first (ranks that give different counts fail, every
+/// one, naming them), then an all_gather of the values' 32-bit halves
+/// through device buffers, on a stream of its own, waited for. For the few
+/// host values ranks compare or report (options, figures), not for data on
+/// a step's path.
+template <Backend B, CommunicatorOf<B> C>
+std::vector<std::uint64_t> gather_host_values(B& backend, C& comm, std::span<const std::uint64_t> mine) {
+  const std::uint64_t count = mine.size();
+  const std::vector<std::uint64_t> counts = detail::gather_words(backend, comm, std::span<const std::uint64_t>(&count, 1));
+  expects(std::all_of(counts.begin(), counts.end(), [&](std::uint64_t c) { return c == counts.front(); }), [&] {
+    return comm.describe() + ": gather_host_values needs as many values from every rank: " +
+           ranks_holding(counts, 1, 0, [](std::uint64_t v, std::size_t) { return std::to_string(v); });
+  });
+  return detail::gather_words(backend, comm, mine);
+}
+
+/// One value every rank must hold alike, with its name: an integer, a
+/// flag, a real or the digest of several values.
+struct agreed_value {
+  enum class kind { integer, boolean, real, digest };
+  const char* name;
+  std::uint64_t value;  ///< the integer, 0 or 1, the real's bits, or the digest
+  kind is = kind::integer;
+
+  static agreed_value of_real(const char* name, double v) {
+    return {name, std::bit_cast<std::uint64_t>(v == 0.0 ? 0.0 : v), kind::real};  // -0 is 0
+  }
+  /// How a message shows `v`, the `k`th distinct value of this field.
+  [[nodiscard]] std::string show(std::uint64_t v, std::size_t k) const {
+    switch (is) {
+      case kind::boolean: return v ? "true" : "false";
+      case kind::digest: return k == 0 ? "one set" : "another";
+      case kind::real: {  // the shortest text that reads back as the same double
+        char text[32];
+        const auto end = std::to_chars(text, text + sizeof text, std::bit_cast<double>(v)).ptr;
+        return std::string(text, end);
+      }
+      case kind::integer: break;
+    }
+    return std::to_string(static_cast<std::int64_t>(v));
+  }
+};
+
+/// Collective: throws memo::error on every rank (the same message: every
+/// rank holds every rank's values) unless every rank of `comm` holds the
+/// same `mine` (the same number of values, in the same order, on every
+/// rank), naming each value that differs and the ranks holding each.
+/// `what` opens the message.
+template <Backend B, CommunicatorOf<B> C>
+void expect_ranks_agree(B& backend, C& comm, std::span<const agreed_value> mine, std::string_view what) {
+  std::vector<std::uint64_t> values;
+  for (const auto& v : mine) values.push_back(v.value);
+  const std::vector<std::uint64_t> all = gather_host_values(backend, comm, std::span<const std::uint64_t>(values));
+  const std::size_t n = mine.size();
+  std::string differences;
+  for (std::size_t i = 0; i < n; ++i) {
+    bool agree = true;
+    for (std::size_t at = i; at < all.size(); at += n) agree = agree && all[at] == all[i];
+    if (agree) continue;
+    differences += std::string(differences.empty() ? "" : "; and ") + mine[i].name + ": " +
+                   ranks_holding(all, n, i, [&](std::uint64_t v, std::size_t k) { return mine[i].show(v, k); });
+  }
+  expects(differences.empty(), [&] { return std::string(what) + ": " + differences; });
 }
 
 }  // namespace memo

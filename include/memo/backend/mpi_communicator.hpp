@@ -22,12 +22,14 @@
 //   once the communicator it was split from is gone.
 // - MPI cannot see a mismatch of element counts between ranks in every
 //   case; what it reports (a truncated receive) surfaces as a `memo::error`.
-// - Timeouts: MPI's blocking calls have none, so a rank that stops taking
-//   part (stuck, or dead without the launcher noticing) would hold its
-//   peers forever. With `options.timeout` > 0 every call is made with the
-//   nonblocking MPI-3 form and polled (a short spin, then sleeps of 50 us)
-//   until it completes or the time is up; then it is a `memo::error` naming
-//   the rank, the call and the time. MPI cannot cancel a collective, so the
+// - Timeouts: MPI's calls have none, so a rank that stops taking part
+//   (stuck, or dead without the launcher noticing) would hold its peers
+//   forever. Every call is made with the nonblocking MPI-3 form (so ranks
+//   with different timeouts still match: MPI never matches a blocking
+//   collective with a nonblocking one) and polled (a short spin, then
+//   sleeps of 50 us) until it completes; with `options.timeout` > 0, or
+//   until the time is up, and then it is a `memo::error` naming the rank,
+//   the call and the time. MPI cannot cancel a collective, so the
 //   communicator is unusable afterwards and the job should end
 //   (`MPI_Abort`, as train_gpt does). Groups made by `split` inherit it.
 #pragma once
@@ -78,7 +80,7 @@ struct mpi_comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
-  std::chrono::milliseconds timeout{0};  // 0: blocking calls
+  std::chrono::milliseconds timeout{0};  // 0: no limit
   explicit mpi_comm_state(MPI_Comm owned, std::chrono::milliseconds limit = {}) : comm(owned), timeout(limit) {
     check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
@@ -90,44 +92,11 @@ struct mpi_comm_state {
     if (comm != MPI_COMM_NULL && !mpi_finalized()) (void)MPI_Comm_free(&comm);
   }
 
+  /// `call` in its nonblocking MPI-3 form, always (MPI does not match a
+  /// blocking collective with a nonblocking one, so ranks with and without
+  /// a timeout still meet), polled until done (or `timeout`, when set).
   void run(const comm_call& call) const {
     expects(!mpi_finalized(), "mpi_communicator: a call ran after MPI_Finalize");
-    if (timeout.count() > 0) {
-      run_with_timeout(call);
-      return;
-    }
-    const MPI_Datatype type = mpi_type(call.type);
-    const int count = checked_count(call.count);
-    constexpr int tag = 7;  // one tag: MPI keeps pairwise messages in order
-    switch (call.op) {
-      case comm_op::all_reduce:
-        check_mpi(MPI_Allreduce(call.send == call.recv ? MPI_IN_PLACE : call.send, call.recv, count, type, MPI_SUM, comm),
-                  "MPI_Allreduce");
-        return;
-      case comm_op::all_gather:
-        check_mpi(MPI_Allgather(call.send, count, type, call.recv, count, type, comm), "MPI_Allgather");
-        return;
-      case comm_op::reduce_scatter:
-        check_mpi(MPI_Reduce_scatter_block(call.send, call.recv, count, type, MPI_SUM, comm), "MPI_Reduce_scatter_block");
-        return;
-      case comm_op::all_to_all:
-        check_mpi(MPI_Alltoall(call.send, count, type, call.recv, count, type, comm), "MPI_Alltoall");
-        return;
-      case comm_op::send: check_mpi(MPI_Send(call.send, count, type, call.peer, tag, comm), "MPI_Send"); return;
-      case comm_op::recv:
-        check_mpi(MPI_Recv(call.recv, count, type, call.peer, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-        return;
-      case comm_op::send_recv:
-        check_mpi(MPI_Sendrecv(call.send, count, type, call.peer, tag, call.recv, checked_count(call.recv_count), type,
-                               call.source, tag, comm, MPI_STATUS_IGNORE),
-                  "MPI_Sendrecv");
-        return;
-      case comm_op::barrier: check_mpi(MPI_Barrier(comm), "MPI_Barrier"); return;
-    }
-  }
-
-  /// The nonblocking form of `call`, polled until done or `timeout`.
-  void run_with_timeout(const comm_call& call) const {
     const MPI_Datatype type = mpi_type(call.type);
     const int count = checked_count(call.count);
     constexpr int tag = 7;
@@ -163,12 +132,15 @@ struct mpi_comm_state {
         break;
       case comm_op::barrier: check_mpi(MPI_Ibarrier(comm, &requests[0]), "MPI_Ibarrier"); break;
     }
+    // Polled rather than waited for (MPI_Waitall spins): ranks that share
+    // cores with each other and with the backend's threads leave them the
+    // core between polls.
     const auto start = std::chrono::steady_clock::now();
     for (int polls = 0;; ++polls) {
       int done = 0;
-      check_mpi(MPI_Testall(pending, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      check_mpi(MPI_Testall(pending, requests, &done, MPI_STATUSES_IGNORE), completed(call.op));
       if (done != 0) return;
-      if (std::chrono::steady_clock::now() - start >= timeout) {
+      if (timeout.count() > 0 && std::chrono::steady_clock::now() - start >= timeout) {
         const bool pairwise = call.op == comm_op::send || call.op == comm_op::recv || call.op == comm_op::send_recv;
         if (pairwise) {  // a point-to-point request can be withdrawn; the communicator stays usable
           for (int i = 0; i < pending; ++i) {
@@ -186,6 +158,22 @@ struct mpi_comm_state {
       }
       if (polls >= 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  /// What a failure found when the call completes is named: the call as
+  /// its blocking form ("MPI_Recv failed: message truncated").
+  static const char* completed(comm_op op) {
+    switch (op) {
+      case comm_op::all_reduce: return "MPI_Allreduce";
+      case comm_op::all_gather: return "MPI_Allgather";
+      case comm_op::reduce_scatter: return "MPI_Reduce_scatter_block";
+      case comm_op::all_to_all: return "MPI_Alltoall";
+      case comm_op::send: return "MPI_Send";
+      case comm_op::recv: return "MPI_Recv";
+      case comm_op::send_recv: return "MPI_Sendrecv";
+      case comm_op::barrier: return "MPI_Barrier";
+    }
+    return "MPI request";
   }
 
   static int checked_count(std::size_t count) {
@@ -236,8 +224,8 @@ class mpi_environment {
 class mpi_communicator : public communicator_ops<mpi_communicator, host_backend> {
  public:
   struct options {
-    /// How long one call may wait for its peers; 0: MPI's blocking calls,
-    /// no limit (see the header).
+    /// How long one call may wait for its peers; 0: no limit (see the
+    /// header). Ranks may differ in it.
     std::chrono::milliseconds timeout{0};
   };
 

@@ -266,6 +266,19 @@ struct gpt2_parallel_shape {
       return "gpt2_parallel_model: " + std::to_string(config.num_layers) + " layers are not divisible by " +
              std::to_string(s.pp) + " pipeline stages";
     });
+    for (const auto& [name, value] : {std::pair{"subsequences", static_cast<std::int64_t>(o.subsequences)},
+                                      std::pair{"layout_chunk", o.layout_chunk},
+                                      std::pair{"attention_chunk", o.attention_chunk},
+                                      std::pair{"mlp_chunk", o.mlp_chunk}, std::pair{"loss_chunk", o.loss_chunk}}) {
+      expects(value >= 0, [&] {
+        return std::string("gpt2_parallel_model: ") + name + " " + std::to_string(value) +
+               " is negative (0 chooses the default)";
+      });
+    }
+    expects(std::isfinite(o.plan_time_limit_seconds) && o.plan_time_limit_seconds >= 0, [&] {
+      return "gpt2_parallel_model: plan_time_limit_seconds " + std::to_string(o.plan_time_limit_seconds) +
+             " must be a finite number of seconds, 0 or more";
+    });
     s.stage_layers = config.num_layers / s.pp;
     s.subsequences = o.subsequences > 0 ? o.subsequences : (s.pp == 1 ? 1 : 2 * s.pp);
     expects(s.subsequences >= s.pp, [&] {
@@ -283,7 +296,12 @@ struct gpt2_parallel_shape {
         if (s.tokens % (s.sp * c) == 0 && s.tokens / (s.sp * c) >= s.subsequences) s.layout_chunk = c;
       }
     }
-    const std::int64_t group = s.sp * std::max<std::int64_t>(s.layout_chunk, 1);
+    expects(s.layout_chunk <= s.tokens / s.sp, [&] {
+      return "gpt2_parallel_model: layout chunk " + std::to_string(s.layout_chunk) + " is longer than a rank's " +
+             std::to_string(s.tokens / s.sp) + " tokens (context " + std::to_string(s.tokens) + " over " +
+             std::to_string(s.sp) + " sequence-parallel ranks)";
+    });
+    const std::int64_t group = s.sp * std::max<std::int64_t>(s.layout_chunk, 1);  // <= tokens: no overflow
     expects(s.layout_chunk >= 1 && s.tokens % group == 0, [&] {
       return "gpt2_parallel_model: context " + std::to_string(s.tokens) + " is not a multiple of " +
              std::to_string(s.sp) + " ranks x chunk " + std::to_string(s.layout_chunk) +
@@ -330,35 +348,20 @@ struct gpt2_parallel_shape {
   }
 };
 
-/// One value every rank of a gpt2_parallel_model must be built with.
-struct gpt2_parallel_agreed_value {
-  enum class kind { integer, boolean, digest };
-  const char* name;
-  std::uint64_t value;  ///< the integer, 0 or 1, or the digest of the values
-  kind is = kind::integer;
-
-  /// How a message shows `v`, the `k`th distinct value of this field.
-  [[nodiscard]] std::string show(std::uint64_t v, std::size_t k) const {
-    switch (is) {
-      case kind::boolean: return v ? "true" : "false";
-      case kind::digest: return k == 0 ? "one set" : "another";
-      case kind::integer: break;
-    }
-    return std::to_string(static_cast<std::int64_t>(v));
-  }
-};
-
 /// What every rank must agree on: the model's shape and every option but
-/// the planner's time limit (each rank plans its own memory), in a fixed
+/// the planner's time limit (each rank plans its own memory; only whether
+/// it is valid must agree, so that a bad one fails every rank), in a fixed
 /// number of values. The offload ratios count as their number and a digest
 /// of their bits.
-inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt2_config& c,
+inline std::vector<agreed_value> gpt2_parallel_agreement(const gpt2_config& c,
                                                                        const gpt2_parallel_options& o) {
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-  constexpr auto boolean = gpt2_parallel_agreed_value::kind::boolean;
+  constexpr auto boolean = agreed_value::kind::boolean;
   static const std::vector<double> none;
   const std::vector<double>& ratios = o.subsequence_offload ? *o.subsequence_offload : none;
-  const std::uint64_t ratios_digest = digest{}.add(std::span<const double>(ratios)).value();
+  digest ratios_digest;
+  for (const double alpha : ratios) ratios_digest.add(alpha == 0.0 ? 0.0 : alpha);  // -0 is 0
+
   return {{"config.max_seq_len", u(c.max_seq_len)},
           {"config.vocab_size", u(c.vocab_size)},
           {"config.padded_vocab_size", u(c.padded_vocab_size)},
@@ -380,33 +383,11 @@ inline std::vector<gpt2_parallel_agreed_value> gpt2_parallel_agreement(const gpt
           {"overlap_gradient_reduction", o.overlap_gradient_reduction, boolean},
           {"subsequence_offload given", o.subsequence_offload.has_value(), boolean},
           {"subsequence_offload ratios", ratios.size()},
-          {"subsequence_offload values", ratios_digest, gpt2_parallel_agreed_value::kind::digest}};
+          {"subsequence_offload values", ratios_digest.value(), agreed_value::kind::digest},
+          // Each rank's own, but a bad one must fail every rank (resolve checks it).
+          {"plan_time_limit_seconds is finite and 0 or more",
+           std::isfinite(o.plan_time_limit_seconds) && o.plan_time_limit_seconds >= 0, boolean}};
 }
-
-namespace detail {
-
-/// Value i of every rank's n values (`all`: rank by rank), as "A on ranks
-/// 0, 1; B on rank 2": each distinct value, in the order of the first rank
-/// holding it, shown by show(value, k) for the k-th distinct one.
-template <class Show>
-std::string ranks_holding(std::span<const std::uint64_t> all, std::size_t n, std::size_t i, Show&& show) {
-  std::vector<std::pair<std::uint64_t, std::vector<std::size_t>>> held;
-  for (std::size_t r = 0; r * n < all.size(); ++r) {
-    const std::uint64_t v = all[r * n + i];
-    auto at = std::find_if(held.begin(), held.end(), [&](const auto& h) { return h.first == v; });
-    if (at == held.end()) at = held.insert(held.end(), {v, {}});
-    at->second.push_back(r);
-  }
-  std::string out;
-  for (std::size_t k = 0; k < held.size(); ++k) {
-    const auto& ranks = held[k].second;
-    out += (k == 0 ? "" : "; ") + show(held[k].first, k) + (ranks.size() == 1 ? " on rank " : " on ranks ");
-    for (std::size_t j = 0; j < ranks.size(); ++j) out += (j ? ", " : "") + std::to_string(ranks[j]);
-  }
-  return out;
-}
-
-}  // namespace detail
 
 template <class Comm, Backend B>
   requires CommunicatorOf<Comm, B>
@@ -726,7 +707,7 @@ class gpt2_parallel_model {
     expects(std::all_of(all.begin(), all.end(), [&](std::uint64_t d) { return d == all[0]; }), [&] {
       return "gpt2_parallel_model: the ranks were given different token windows in one forward_backward (every "
              "rank must be given the same whole sequence of inputs and targets; this step's loss and gradients "
-             "are not valid): " + detail::ranks_holding(all, 1, 0, [](std::uint64_t, std::size_t k) {
+             "are not valid): " + ranks_holding(all, 1, 0, [](std::uint64_t, std::size_t k) {
                return std::string(k == 0 ? "one window" : "another");
              });
     });
@@ -1210,23 +1191,9 @@ class gpt2_parallel_model {
   /// naming each value that differs and the ranks that hold each.
   static const gpt2_parallel_options& agreed(B& backend, Comm& world, const gpt2_config& config,
                                              const gpt2_parallel_options& options) {
-    const std::vector<gpt2_parallel_agreed_value> mine = gpt2_parallel_agreement(config, options);
-    std::vector<std::uint64_t> values;
-    for (const auto& v : mine) values.push_back(v.value);
-    const std::vector<std::uint64_t> all = gather_host_values(backend, world, std::span<const std::uint64_t>(values));
-    const std::size_t n = mine.size();
-    std::string differences;
-    for (std::size_t i = 0; i < n; ++i) {
-      bool agree = true;
-      for (std::size_t at = i; at < all.size(); at += n) agree = agree && all[at] == all[i];
-      if (agree) continue;
-      differences += std::string(differences.empty() ? "" : "; and ") + mine[i].name + ": " +
-                     detail::ranks_holding(all, n, i, [&](std::uint64_t v, std::size_t k) { return mine[i].show(v, k); });
-    }
-    expects(differences.empty(), [&] {
-      return "gpt2_parallel_model: the ranks were given different configs or options (every rank must be "
-             "given the same): " + differences;
-    });
+    expect_ranks_agree(backend, world, gpt2_parallel_agreement(config, options),
+                       "gpt2_parallel_model: the ranks were given different configs or options (every rank must be "
+                       "given the same)");
     return options;
   }
 

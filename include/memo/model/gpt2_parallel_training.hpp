@@ -31,7 +31,9 @@
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
+#include "memo/backend/communicator.hpp"
 #include "memo/core/bytes.hpp"
+#include "memo/core/digest.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/json.hpp"
 #include "memo/model/builtin_data.hpp"
@@ -113,8 +115,36 @@ std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, cons
 
 }  // namespace detail
 
+/// What every rank of a training run must be given alike (besides the
+/// model's config and options, which the model checks): the steps, the
+/// optimizer, the initialisation or the parameters (their digest), and
+/// what is written (a checkpoint, JSON). A rank given other steps or other
+/// outputs would issue other collectives; another learning rate would
+/// leave the ranks of a stage with different weights.
+inline std::vector<agreed_value> gpt2_parallel_training_agreement(const gpt2_parallel_training& run) {
+  auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  constexpr auto boolean = agreed_value::kind::boolean;
+  return {{"steps", u(run.steps)},
+          {"log_every", u(run.log_every)},
+          agreed_value::of_real("adamw.learning_rate", run.adamw.learning_rate),
+          agreed_value::of_real("adamw.beta1", run.adamw.beta1),
+          agreed_value::of_real("adamw.beta2", run.adamw.beta2),
+          agreed_value::of_real("adamw.epsilon", run.adamw.epsilon),
+          agreed_value::of_real("adamw.weight_decay", run.adamw.weight_decay),
+          {"seed", run.seed},
+          agreed_value::of_real("init_std", run.init_std),
+          {"parameters given", !run.parameters.empty(), boolean},
+          {"parameter count", run.parameters.size()},
+          {"parameter values", digest{}.add(run.parameters).value(), agreed_value::kind::digest},
+          {"checkpoint_out given", !run.checkpoint_out.empty(), boolean},
+          {"json", run.json, boolean}};
+}
+
 /// Trains on `world`'s ranks; `next(inputs, targets)` fills the next window
-/// (the same on every rank). Returns the per-step losses.
+/// (the same on every rank). Returns the per-step losses. Every rank must
+/// be given the same run (gpt2_parallel_training_agreement) as well as the
+/// same config and options: otherwise every rank fails, naming the
+/// differences, before the model is built.
 template <class Comm, Backend B, class NextWindow>
 std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_config& config,
                                         const gpt2_parallel_options& parallel, const gpt2_parallel_training& run,
@@ -123,6 +153,11 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
   std::FILE* out = run.out;
   const int rank = world.rank();
   const bool speaker = rank == 0;
+  expect_ranks_agree(backend, world, gpt2_parallel_training_agreement(run),
+                     "train_gpt2_parallel: the ranks were given different runs (every rank must be given the same)");
+  expects(run.steps >= 1, [&] {
+    return "train_gpt2_parallel: steps " + std::to_string(run.steps) + " must be 1 or more";
+  });
   gpt2_parallel_model<Comm, B> model(backend, world, config, parallel);
   if (run.parameters.empty()) {
     model.initialize(run.seed, run.init_std);
