@@ -37,7 +37,6 @@
 #include <memo/backend/host_profile.hpp>
 #include <memo/core/atomic_file.hpp>
 #include <memo/core/bytes.hpp>
-#include <memo/core/digest.hpp>
 #include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/report_output.hpp>
@@ -663,8 +662,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
   try {
     std::vector<memo::agreed_value> flags = memo::gpt2_parallel_agreement(config, parallel);
     flags.push_back(memo::agreed_value::of_real("--alpha", o.alpha.value_or(-1.0)));
-    flags.push_back({"--alpha list", memo::digest{}.add(std::span<const double>(o.alpha_list)).value(),
-                     memo::agreed_value::kind::digest});
+    flags.push_back(memo::agreed_value::of_reals("--alpha list", o.alpha_list));
     flags.push_back({"--alpha auto", o.alpha_auto, memo::agreed_value::kind::boolean});
     memo::expect_ranks_agree(backend, world, flags,
                              "train_gpt: the ranks were given different flags (every rank must be given the same)");

@@ -59,6 +59,7 @@
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/concepts.hpp"
+#include "memo/core/digest.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/liveness.hpp"
 
@@ -408,6 +409,12 @@ struct agreed_value {
 
   static agreed_value of_real(const char* name, double v) {
     return {name, std::bit_cast<std::uint64_t>(v == 0.0 ? 0.0 : v), kind::real};  // -0 is 0
+  }
+  /// Several reals as one digest (-0 counted as 0, as in of_real).
+  static agreed_value of_reals(const char* name, std::span<const double> values) {
+    digest d;
+    for (const double v : values) d.add(v == 0.0 ? 0.0 : v);
+    return {name, d.value(), kind::digest};
   }
   /// How a message shows `v`, the `k`th distinct value of this field.
   [[nodiscard]] std::string show(std::uint64_t v, std::size_t k) const {

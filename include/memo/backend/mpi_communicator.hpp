@@ -26,10 +26,13 @@
 //   (stuck, or dead without the launcher noticing) would hold its peers
 //   forever. Every call is made with the nonblocking MPI-3 form (so ranks
 //   with different timeouts still match: MPI never matches a blocking
-//   collective with a nonblocking one) and polled (a short spin, then
-//   sleeps of 50 us) until it completes; with `options.timeout` > 0, or
-//   until the time is up, and then it is a `memo::error` naming the rank,
-//   the call and the time. MPI cannot cancel a collective, so the
+//   collective with a nonblocking one) and polled until it completes or,
+//   with `options.timeout` > 0, the time is up (a `memo::error` naming the
+//   rank, the call and the time). Polling spins for a millisecond, then
+//   sleeps about 50-100 us between polls (the timer's slack included):
+//   calls that take longer give their core to the ranks and backend
+//   threads that share it, at that much latency each. Nonblocking
+//   collectives may use other algorithms than the blocking ones. MPI cannot cancel a collective, so the
 //   communicator is unusable afterwards and the job should end
 //   (`MPI_Abort`, as train_gpt does). Groups made by `split` inherit it.
 #pragma once
@@ -132,13 +135,24 @@ struct mpi_comm_state {
         break;
       case comm_op::barrier: check_mpi(MPI_Ibarrier(comm, &requests[0]), "MPI_Ibarrier"); break;
     }
-    // Polled rather than waited for (MPI_Waitall spins): ranks that share
-    // cores with each other and with the backend's threads leave them the
-    // core between polls.
+    // Polled rather than waited for (MPI_Waitall spins): a call that does
+    // not complete within a millisecond of polling sleeps between polls,
+    // leaving the core to ranks and backend threads that share it.
     const auto start = std::chrono::steady_clock::now();
-    for (int polls = 0;; ++polls) {
+    constexpr auto spin = std::chrono::milliseconds(1);
+    for (;;) {
       int done = 0;
-      check_mpi(MPI_Testall(pending, requests, &done, MPI_STATUSES_IGNORE), completed(call.op));
+      MPI_Status statuses[2];
+      int status = MPI_Testall(pending, requests, &done, statuses);
+      if (status == MPI_ERR_IN_STATUS) {  // the failed request's own error, e.g. a truncated receive
+        for (int i = 0; i < pending; ++i) {
+          if (statuses[i].MPI_ERROR != MPI_SUCCESS && statuses[i].MPI_ERROR != MPI_ERR_PENDING) {
+            status = statuses[i].MPI_ERROR;
+            break;
+          }
+        }
+      }
+      check_mpi(status, completed(call.op));
       if (done != 0) return;
       if (timeout.count() > 0 && std::chrono::steady_clock::now() - start >= timeout) {
         const bool pairwise = call.op == comm_op::send || call.op == comm_op::recv || call.op == comm_op::send_recv;
@@ -156,7 +170,7 @@ struct mpi_comm_state {
                     " (one may have failed or stopped)" +
                     (pairwise ? "" : "; MPI cannot cancel a collective, so end the job (MPI_Abort)"));
       }
-      if (polls >= 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (std::chrono::steady_clock::now() - start >= spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 

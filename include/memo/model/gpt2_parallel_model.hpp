@@ -96,7 +96,7 @@
 // the same bits.
 //
 // Errors. Ranks given different configs or options fail on every rank at
-// the constructor's first collective, which gathers them
+// the constructor's first collectives, which gather them
 // (gpt2_parallel_agreement), naming each difference; ranks given different
 // token windows fail on every rank once the step is done (each step
 // gathers the digests of every rank's inputs and targets). Every shape that does
@@ -187,6 +187,11 @@ struct gpt2_parallel_options {
   /// place on the device.
   std::optional<std::vector<double>> subsequence_offload{};
   double plan_time_limit_seconds = 0.1;
+
+  /// A finite number of seconds, 0 or more.
+  [[nodiscard]] bool plan_time_limit_valid() const noexcept {
+    return std::isfinite(plan_time_limit_seconds) && plan_time_limit_seconds >= 0;
+  }
 };
 
 /// The gradient sums of one step (gpt2_parallel_model::step_gradient_reduction).
@@ -275,7 +280,7 @@ struct gpt2_parallel_shape {
                " is negative (0 chooses the default)";
       });
     }
-    expects(std::isfinite(o.plan_time_limit_seconds) && o.plan_time_limit_seconds >= 0, [&] {
+    expects(o.plan_time_limit_valid(), [&] {
       return "gpt2_parallel_model: plan_time_limit_seconds " + std::to_string(o.plan_time_limit_seconds) +
              " must be a finite number of seconds, 0 or more";
     });
@@ -353,15 +358,11 @@ struct gpt2_parallel_shape {
 /// it is valid must agree, so that a bad one fails every rank), in a fixed
 /// number of values. The offload ratios count as their number and a digest
 /// of their bits.
-inline std::vector<agreed_value> gpt2_parallel_agreement(const gpt2_config& c,
-                                                                       const gpt2_parallel_options& o) {
+inline std::vector<agreed_value> gpt2_parallel_agreement(const gpt2_config& c, const gpt2_parallel_options& o) {
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   constexpr auto boolean = agreed_value::kind::boolean;
   static const std::vector<double> none;
   const std::vector<double>& ratios = o.subsequence_offload ? *o.subsequence_offload : none;
-  digest ratios_digest;
-  for (const double alpha : ratios) ratios_digest.add(alpha == 0.0 ? 0.0 : alpha);  // -0 is 0
-
   return {{"config.max_seq_len", u(c.max_seq_len)},
           {"config.vocab_size", u(c.vocab_size)},
           {"config.padded_vocab_size", u(c.padded_vocab_size)},
@@ -383,10 +384,10 @@ inline std::vector<agreed_value> gpt2_parallel_agreement(const gpt2_config& c,
           {"overlap_gradient_reduction", o.overlap_gradient_reduction, boolean},
           {"subsequence_offload given", o.subsequence_offload.has_value(), boolean},
           {"subsequence_offload ratios", ratios.size()},
-          {"subsequence_offload values", ratios_digest.value(), agreed_value::kind::digest},
+          agreed_value::of_reals("subsequence_offload values", ratios),
           // Each rank's own, but a bad one must fail every rank (resolve checks it).
           {"plan_time_limit_seconds is finite and 0 or more",
-           std::isfinite(o.plan_time_limit_seconds) && o.plan_time_limit_seconds >= 0, boolean}};
+           o.plan_time_limit_valid(), boolean}};
 }
 
 template <class Comm, Backend B>

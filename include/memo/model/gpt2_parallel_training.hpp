@@ -117,14 +117,21 @@ std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, cons
 
 /// What every rank of a training run must be given alike (besides the
 /// model's config and options, which the model checks): the steps, the
-/// optimizer, the initialisation or the parameters (their digest), and
-/// what is written (a checkpoint, JSON). A rank given other steps or other
-/// outputs would issue other collectives; another learning rate would
-/// leave the ranks of a stage with different weights.
+/// optimizer, the initialisation or the parameters (their digest), the
+/// loss ranges reported, and what is written. A rank given other steps
+/// or a checkpoint to write would issue other collectives; another
+/// learning rate would leave the ranks of a stage with different weights;
+/// a range one rank refuses would fail that rank alone mid-run; other
+/// outputs would mix text into the JSON.
 inline std::vector<agreed_value> gpt2_parallel_training_agreement(const gpt2_parallel_training& run) {
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   constexpr auto boolean = agreed_value::kind::boolean;
+  auto range = [](const std::optional<position_range>& r) {
+    return r ? digest{}.add(r->begin).add(r->end).add(r->stride).value() : 0;
+  };
   return {{"steps", u(run.steps)},
+          {"predictable range", range(run.predictable), agreed_value::kind::digest},
+          {"far range", range(run.far), agreed_value::kind::digest},
           {"log_every", u(run.log_every)},
           agreed_value::of_real("adamw.learning_rate", run.adamw.learning_rate),
           agreed_value::of_real("adamw.beta1", run.adamw.beta1),
