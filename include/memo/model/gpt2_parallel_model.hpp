@@ -108,8 +108,9 @@
 // thread communicator within its timeout, MPI by terminating the job); a
 // step that threw is abandoned so the next one starts clean: every stream
 // is drained first (the swapper's copies, then the reduction stream, then
-// the compute, exchange and copy streams), so no sum still runs against the gradients or the staging buffer when the next
-// step (or the destructor) reaches them, and no failure is inherited.
+// the compute, exchange and copy streams), so no sum still runs against
+// the gradients or the staging buffer when the next step (or the
+// destructor) reaches them, and no failure is inherited.
 //
 // Collective calls (constructor, initialize, set/get, forward_backward,
 // update) must be made by every rank in the same order, with the same
