@@ -56,6 +56,47 @@ TEST_CASE("mpi_communicator: a receive from a rank that never sends fails after 
   backend.synchronize(stream);
 }
 
+TEST_CASE("mpi_communicator: a collective that timed out leaves the communicator unusable, naming the call") {
+  memo::host_backend backend;
+  memo::mpi_communicator world;  // no timeout
+  const bool late = world.rank() == 0;
+  // Rank 0 waits 200 ms for an all_reduce the others join only later; they
+  // wait a minute (ranks may differ in their timeouts).
+  memo::mpi_communicator quick(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(late ? 200 : 60000)});
+  auto stream = backend.make_stream("quick");
+  std::vector<float> data(4, 1.0f);  // MPI's until the stranded all_reduce completes
+  auto message_of = [&](auto&& issue) {
+    try {
+      issue();
+      backend.synchronize(stream);
+    } catch (const memo::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  if (late) {
+    const std::string timed_out = message_of([&] { quick.all_reduce(backend, stream, std::span<const float>(data), std::span<float>(data)); });
+    CHECK_MESSAGE(timed_out.find("waited 200 ms in all_reduce for its peers") != std::string::npos, timed_out);
+    CHECK_MESSAGE(timed_out.find("MPI cannot cancel a collective") != std::string::npos, timed_out);
+    // Any later call would be matched with the others' late all_reduce: refused.
+    const std::string refused = message_of([&] { quick.barrier(backend, stream); });
+    CHECK_MESSAGE(refused.find("barrier refused: the communicator is unusable since its all_reduce was left posted "
+                               "(waited 200 ms in all_reduce for its peers)") != std::string::npos,
+                  refused);
+    const std::string split = message_of([&] { (void)quick.split(0, 0); });
+    CHECK_MESSAGE(split.find("unusable since its all_reduce") != std::string::npos, split);
+  }
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
+  if (!late) {  // completes with rank 0's stranded contribution
+    quick.all_reduce(backend, stream, std::span<const float>(data), std::span<float>(data));
+    backend.synchronize(stream);
+    CHECK(data[0] == static_cast<float>(world.size()));
+  }
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
+}
+
 TEST_CASE("mpi_communicator: a receive shorter than the message is a memo::error from synchronize") {
   memo::host_backend backend;
   memo::mpi_communicator world;

@@ -32,16 +32,28 @@
 //   sleeps about 50-100 us between polls (the timer's slack included):
 //   calls that take longer give their core to the ranks and backend
 //   threads that share it, at that much latency each. Nonblocking
-//   collectives may use other algorithms than the blocking ones. MPI cannot cancel a collective, so the
-//   communicator is unusable afterwards and the job should end
-//   (`MPI_Abort`, as train_gpt does). Groups made by `split` inherit it.
+//   collectives may use other algorithms than the blocking ones. Groups
+//   made by `split` inherit the timeout.
+// - After a timeout: a point-to-point call is withdrawn (MPI_Cancel) and
+//   the communicator stays usable. MPI cannot cancel a collective, so a
+//   timed-out collective stays posted: its peers would match it with
+//   their next call of the same kind and get wrong data. The communicator
+//   is therefore unusable from then on (every later call on it is a
+//   `memo::error` naming the call that timed out), and the job should end
+//   (`MPI_Abort`, as train_gpt does): the call's buffers stay MPI's until
+//   then. The same holds for a send that a peer never takes and MPI
+//   cannot withdraw (Open MPI cannot cancel most sends): it is given
+//   `withdraw_seconds` to go, then left posted like a collective.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "memo/backend/communicator.hpp"
 #include "memo/backend/host_backend.hpp"
@@ -84,6 +96,9 @@ struct mpi_comm_state {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};  // 0: no limit
+  /// How long a timed-out (or failed) point-to-point call's requests get to
+  /// be withdrawn before they are left posted.
+  static constexpr std::chrono::seconds withdraw_seconds{1};
   explicit mpi_comm_state(MPI_Comm owned, std::chrono::milliseconds limit = {}) : comm(owned), timeout(limit) {
     check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
@@ -92,7 +107,14 @@ struct mpi_comm_state {
   mpi_comm_state(const mpi_comm_state&) = delete;
   mpi_comm_state& operator=(const mpi_comm_state&) = delete;
   ~mpi_comm_state() {
-    if (comm != MPI_COMM_NULL && !mpi_finalized()) (void)MPI_Comm_free(&comm);
+    if (comm == MPI_COMM_NULL || mpi_finalized()) return;
+    // Requests left posted complete (and are released) if their peers ever
+    // answer; MPI frees the communicator after its pending operations.
+    for (MPI_Request& request : stranded) {
+      int done = 0;
+      if (request != MPI_REQUEST_NULL) (void)MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    }
+    (void)MPI_Comm_free(&comm);
   }
 
   /// `call` in its nonblocking MPI-3 form, always (MPI does not match a
@@ -100,11 +122,17 @@ struct mpi_comm_state {
   /// a timeout still meet), polled until done (or `timeout`, when set).
   void run(const comm_call& call) const {
     expects(!mpi_finalized(), "mpi_communicator: a call ran after MPI_Finalize");
+    check_usable(to_string(call.op));
     const MPI_Datatype type = mpi_type(call.type);
     const int count = checked_count(call.count);
     constexpr int tag = 7;
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int pending = 1;
+    // A failure with a request already posted withdraws it first.
+    auto post = [&](int status, const char* name) {
+      if (status != MPI_SUCCESS) withdraw(requests, pending, call, std::string(name) + " failed");
+      check_mpi(status, name);
+    };
     switch (call.op) {
       case comm_op::all_reduce:
         check_mpi(MPI_Iallreduce(call.send == call.recv ? MPI_IN_PLACE : call.send, call.recv, count, type, MPI_SUM,
@@ -130,8 +158,8 @@ struct mpi_comm_state {
       case comm_op::send_recv:
         check_mpi(MPI_Irecv(call.recv, checked_count(call.recv_count), type, call.source, tag, comm, &requests[0]),
                   "MPI_Irecv");
-        check_mpi(MPI_Isend(call.send, count, type, call.peer, tag, comm, &requests[1]), "MPI_Isend");
         pending = 2;
+        post(MPI_Isend(call.send, count, type, call.peer, tag, comm, &requests[1]), "MPI_Isend");
         break;
       case comm_op::barrier: check_mpi(MPI_Ibarrier(comm, &requests[0]), "MPI_Ibarrier"); break;
     }
@@ -152,26 +180,69 @@ struct mpi_comm_state {
           }
         }
       }
-      check_mpi(status, completed(call.op));
+      post(status, completed(call.op));
       if (done != 0) return;
       if (timeout.count() > 0 && std::chrono::steady_clock::now() - start >= timeout) {
-        const bool pairwise = call.op == comm_op::send || call.op == comm_op::recv || call.op == comm_op::send_recv;
-        if (pairwise) {  // a point-to-point request can be withdrawn; the communicator stays usable
-          for (int i = 0; i < pending; ++i) {
-            if (requests[i] != MPI_REQUEST_NULL) (void)MPI_Cancel(&requests[i]);
-          }
-          (void)MPI_Waitall(pending, requests, MPI_STATUSES_IGNORE);
-        }
-        throw error("mpi_communicator rank " + std::to_string(rank) + "/" + std::to_string(size) + ": waited " +
-                    std::to_string(timeout.count()) + " ms in " + to_string(call.op) +
-                    (call.op == comm_op::send || call.op == comm_op::recv
-                         ? " with rank " + std::to_string(call.peer)
-                         : std::string(" for its peers")) +
-                    " (one may have failed or stopped)" +
-                    (pairwise ? "" : "; MPI cannot cancel a collective, so end the job (MPI_Abort)"));
+        const std::string waited = "waited " + std::to_string(timeout.count()) + " ms in " + to_string(call.op) +
+                                   (call.op == comm_op::send || call.op == comm_op::recv
+                                        ? " with rank " + std::to_string(call.peer)
+                                        : std::string(" for its peers"));
+        const bool withdrawn = withdraw(requests, pending, call, waited);
+        throw error(who() + ": " + waited + " (one may have failed or stopped)" +
+                    (withdrawn ? std::string()
+                               : pairwise(call.op) ? "; MPI could not withdraw it, so the communicator is unusable "
+                                                     "and the job should end (MPI_Abort)"
+                                                   : "; MPI cannot cancel a collective, so the communicator is "
+                                                     "unusable and the job should end (MPI_Abort)"));
       }
       if (std::chrono::steady_clock::now() - start >= spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  /// A memo::error when a call was left posted (see withdraw).
+  void check_usable(std::string_view what) const {
+    const std::lock_guard lock(mutex);
+    expects(unusable.empty(), [&] {
+      return who() + ": " + std::string(what) + " refused: the communicator is unusable since " + unusable +
+             " (end the job: MPI_Abort)";
+    });
+  }
+  std::string who() const { return "mpi_communicator rank " + std::to_string(rank) + "/" + std::to_string(size); }
+  static bool pairwise(comm_op op) { return op == comm_op::send || op == comm_op::recv || op == comm_op::send_recv; }
+
+  /// Takes back the call's posted requests: a point-to-point one is
+  /// cancelled and given `withdraw_seconds` to go. What cannot be taken
+  /// back (a collective, or a send MPI cannot cancel) stays posted, and the
+  /// communicator becomes unusable. Returns whether all were withdrawn.
+  bool withdraw(MPI_Request* requests, int pending, const comm_call& call, const std::string& why) const {
+    // Whether every request is done; a request whose test fails is complete too.
+    auto settled = [&] {
+      bool all = true;
+      for (int i = 0; i < pending; ++i) {
+        if (requests[i] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        if (MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) requests[i] = MPI_REQUEST_NULL;
+        all = all && requests[i] == MPI_REQUEST_NULL;
+      }
+      return all;
+    };
+    if (pairwise(call.op)) {
+      for (int i = 0; i < pending; ++i) {
+        if (requests[i] != MPI_REQUEST_NULL) (void)MPI_Cancel(&requests[i]);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - start < withdraw_seconds) {
+        if (settled()) return true;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    if (settled()) return true;
+    const std::lock_guard lock(mutex);
+    for (int i = 0; i < pending; ++i) {
+      if (requests[i] != MPI_REQUEST_NULL) stranded.push_back(requests[i]);
+    }
+    if (unusable.empty()) unusable = "its " + std::string(to_string(call.op)) + " was left posted (" + why + ")";
+    return false;
   }
 
   /// What a failure found when the call completes is named: the call as
@@ -189,6 +260,11 @@ struct mpi_comm_state {
     }
     return "MPI request";
   }
+
+  // Set once a call is left posted (see withdraw); guarded by `mutex`.
+  mutable std::mutex mutex;
+  mutable std::string unusable;
+  mutable std::vector<MPI_Request> stranded;
 
   static int checked_count(std::size_t count) {
     expects(count <= static_cast<std::size_t>(INT32_MAX), [&] {
@@ -267,7 +343,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   [[nodiscard]] int rank() const { return state().rank; }
   [[nodiscard]] int size() const { return state().size; }
   [[nodiscard]] std::string describe() const {
-    return "mpi_communicator rank " + std::to_string(rank()) + "/" + std::to_string(size());
+    return state().who();
   }
   /// The MPI communicator, for calls memo does not wrap.
   [[nodiscard]] MPI_Comm native() const { return state().comm; }
@@ -275,6 +351,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   /// MPI_Comm_split: a host call, collective over this communicator.
   [[nodiscard]] mpi_communicator split(int color, int key) {
     check_usable();
+    state().check_usable("split");
     expects(color >= 0, [&] { return describe() + ": split color must be >= 0, got " + std::to_string(color); });
     MPI_Comm child = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(state().comm, color, key, &child), "MPI_Comm_split");
