@@ -415,6 +415,25 @@ TEST_CASE("train_gpt2_parallel: ranks given different runs fail on every rank, n
   std::fclose(sink);
 }
 
+TEST_CASE("train_gpt2_parallel: a checkpoint rank 0 cannot write fails every rank, naming it") {
+  std::FILE* sink = std::fopen("/dev/null", "w");
+  REQUIRE(sink != nullptr);
+  auto next = [](std::span<std::int32_t> in, std::span<std::int32_t> tg) {
+    for (std::size_t t = 0; t < in.size(); ++t) in[t] = static_cast<std::int32_t>(t % 11), tg[t] = static_cast<std::int32_t>((t + 1) % 11);
+  };
+  const std::string path = "/nonexistent-memo-directory/checkpoint.bin";
+  const auto errors = on_ranks(2, [&](int, memo::thread_communicator& comm, memo::host_backend& backend) {
+    memo::gpt2_parallel_training run{.steps = 1, .checkpoint_out = path, .out = sink};
+    (void)memo::train_gpt2_parallel(backend, comm, shape(), {.context = context, .sequence_parallel = 2}, run, next);
+  }, std::chrono::milliseconds(20000));
+  std::fclose(sink);
+  CHECK_MESSAGE(errors[0].find(path) != std::string::npos, errors[0]);
+  CHECK_MESSAGE(errors[0].find("could not write the checkpoint") == std::string::npos, errors[0]);  // its own cause
+  CHECK_MESSAGE(errors[1].find("train_gpt2_parallel: rank 0 could not write the checkpoint to " + path) !=
+                    std::string::npos,
+                errors[1]);
+}
+
 TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails its peers instead of hanging") {
   const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
   for (const bool pipeline : {false, true}) {

@@ -99,4 +99,9 @@ TEST_CASE("fpdt_shuffle: shapes that do not divide and wrong spans are errors na
   local.resize(4);
   CHECK(memo_test::error_of([&] { layout.shuffle<int>(global, 2, local); }).find("rank 2 is outside [0, 2)") !=
         std::string::npos);
+  CHECK(layout.group_begin(2) == 8);  // the chunk count gives the end
+  CHECK(memo_test::error_of([&] { (void)layout.group_begin(3); }).find("chunk group 3 is outside [0, 2]") !=
+        std::string::npos);
+  CHECK(memo_test::error_of([&] { (void)layout.group_begin(-1); }).find("chunk group -1 is outside [0, 2]") !=
+        std::string::npos);
 }

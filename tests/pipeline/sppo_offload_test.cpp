@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <vector>
 
 #include "memo/pipeline/sppo_offload.hpp"
@@ -62,4 +63,16 @@ TEST_CASE("sppo_offload: bad input is an error") {
   p = hand_problem();
   p.compute_seconds = 0.0;
   CHECK_THROWS_AS(memo::plan_sppo_offload(p), memo::error);
+  // With nothing to offload the alpha LP is never asked: the problem's own
+  // check still refuses bad numbers.
+  p = hand_problem();
+  p.other_bytes_per_token = 0;
+  p.compute_seconds = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(memo::plan_sppo_offload(p), doctest::Contains("compute_seconds must be a finite number > 0"),
+                       memo::error);
+  p = hand_problem();
+  p.other_bytes_per_token = 0;
+  p.bandwidth_bytes_per_second = -1.0;
+  CHECK_THROWS_WITH_AS(memo::plan_sppo_offload(p),
+                       doctest::Contains("bandwidth_bytes_per_second must be a finite number > 0, got -1"), memo::error);
 }

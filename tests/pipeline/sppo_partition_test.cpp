@@ -134,4 +134,25 @@ TEST_CASE("sppo_partition: bad input is an error") {
   CHECK_THROWS_AS(memo::flops_balanced_partition(10, 2, w, 4), memo::error);
   CHECK_THROWS_AS(memo::equal_length_partition(2, 3), memo::error);
   CHECK_THROWS_AS(memo::causal_cost(0, 1ull << 40, memo::causal_cost_weights{1, 1ull << 40}), memo::error);
+  // The pair count itself beyond 2^63 (2^33 tokens: about 2^65 pairs), at
+  // weight 1: an error, not a wrapped cost.
+  CHECK_THROWS_WITH_AS(memo::causal_cost(0, 1ull << 33, memo::causal_cost_weights{1, 1}),
+                       doctest::Contains("the sequence is too long for exact costs"), memo::error);
+  CHECK_THROWS_AS(memo::causal_cost(0, std::numeric_limits<std::uint64_t>::max(), w), memo::error);
+}
+
+TEST_CASE("sppo_partition: a token bound at or beyond the sequence bounds nothing") {
+  // 2^64 - 1 and 2^62 used to wrap (a + max_units, max_tokens x n) into an
+  // equal split or a spurious error.
+  const memo::causal_cost_weights w{1, 1};
+  const auto unbounded = memo::flops_balanced_partition(1000, 4, w);
+  CHECK(unbounded.lengths() != std::vector<std::uint64_t>{250, 250, 250, 250});
+  for (const std::uint64_t cap : {std::uint64_t{1000}, std::uint64_t{1} << 62, std::numeric_limits<std::uint64_t>::max()}) {
+    CAPTURE(cap);
+    CHECK(memo::flops_balanced_partition(1000, 4, w, cap) == unbounded);
+    CHECK(memo::flops_balanced_partition(1000, 4, w, cap, 8) == memo::flops_balanced_partition(1000, 4, w, 0, 8));
+  }
+  // The tightest bound that covers: ceil(1000 / 3) = 334.
+  CHECK(memo::flops_balanced_partition(1000, 3, w, 334).count() == 3);
+  CHECK_THROWS_AS(memo::flops_balanced_partition(1000, 3, w, 333), memo::error);
 }

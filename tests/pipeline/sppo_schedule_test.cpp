@@ -157,6 +157,8 @@ TEST_CASE("sppo_schedule: bad shapes are errors") {
   CHECK_THROWS_AS(memo::sppo_phases(4, 3, 0), memo::error);
   CHECK_THROWS_AS(memo::sppo_phases(4, 8, 4), memo::error);
   CHECK_THROWS_AS(memo::sppo_phases(0, 8, 0), memo::error);
+  CHECK_THROWS_WITH_AS(memo::sppo_phase_of(4, 8, 99, 0), doctest::Contains("sppo_phase_of: stage 99 outside [0, 4)"), memo::error);
+  CHECK_THROWS_WITH_AS(memo::sppo_phase_of(4, 8, -5, 7), doctest::Contains("sppo_phase_of: stage -5 outside [0, 4)"), memo::error);
   memo::sppo_schedule_options o;
   o.stages = 2;
   o.forward_seconds = {1.0, 1.0};

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "memo/pipeline/sppo_solver.hpp"
@@ -71,7 +74,7 @@ TEST_CASE("sppo_solver: choice equals brute force over (SP, PP, N) on small sett
       int count = 0;
       for (int sp = 1; sp <= gpus; ++sp)
         for (int pp = 1; pp <= gpus; ++pp)
-          for (int n = 1; n <= 64; ++n) {
+          for (int n = 1; n <= static_cast<int>(in.sequence_length); ++n) {
             if (sp * pp != gpus || in.profile.gpus_per_node % sp != 0 || layers % pp != 0 || n < pp) continue;
             const std::uint64_t per = in.sequence_length / (static_cast<std::uint64_t>(n) * sp);
             if (per < in.min_tokens || per > in.max_tokens) continue;
@@ -87,6 +90,68 @@ TEST_CASE("sppo_solver: choice equals brute force over (SP, PP, N) on small sett
             doctest::Approx(best).epsilon(1e-9));
     }
   }
+}
+
+TEST_CASE("sppo_solver: a narrow token range with SP > 1 still searches every allowed N") {
+  // 1500 tokens, 8 to 12 per GPU: with SP 4, N = 29 gives floor(1500 / 116)
+  // = 12 tokens, allowed; a lower bound of s / (max SP + 1) = 30 skipped it.
+  auto in = small_setting();
+  in.sequence_length = 1500;
+  in.min_tokens = 8;
+  in.max_tokens = 12;
+  in.layer_overhead_seconds = 1e-3;
+  const int gpus = in.nodes * in.profile.gpus_per_node;
+  double best = 1e300;
+  int count = 0;
+  for (int sp = 1; sp <= gpus; ++sp)
+    for (int n = 1; n <= 1500; ++n) {
+      const int pp = gpus / sp;
+      if (sp * pp != gpus || in.profile.gpus_per_node % sp != 0 || in.layers % pp != 0 || n < pp) continue;
+      const std::uint64_t per = in.sequence_length / (static_cast<std::uint64_t>(n) * sp);
+      if (per < in.min_tokens || per > in.max_tokens) continue;
+      best = std::min(best, reference_step(in, sp, pp, n));
+      ++count;
+    }
+  const auto solution = memo::solve_sppo(in);
+  CHECK(static_cast<int>(solution.evaluated.size()) == count);
+  CHECK(solution.best.step_seconds == doctest::Approx(best).epsilon(1e-9));
+  CHECK(std::any_of(solution.evaluated.begin(), solution.evaluated.end(),
+                    [](const memo::sppo_candidate& c) { return c.sp == 4 && c.n == 29; }));
+}
+
+TEST_CASE("sppo_solver: bounds at the limits and bad numbers are errors or exact, never a crash") {
+  auto in = small_setting();
+  const auto reference = memo::solve_sppo(in);
+  in.max_tokens = std::numeric_limits<std::uint64_t>::max();  // no bound: used to divide by zero
+  auto wide = small_setting();
+  wide.max_tokens = wide.sequence_length;
+  CHECK(memo::solve_sppo(in).best == memo::solve_sppo(wide).best);
+  struct bad {
+    std::function<void(memo::sppo_solver_input&)> set;
+    std::string message;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const bad cases[] = {
+      {[](auto& i) { i.inter_node_bytes_per_second = 0; }, "inter_node_bytes_per_second must be a finite number > 0"},
+      {[&](auto& i) { i.inter_node_bytes_per_second = nan; }, "inter_node_bytes_per_second must be a finite number > 0"},
+      {[&](auto& i) { i.layer_overhead_seconds = nan; }, "layer_overhead_seconds must be a finite number >= 0"},
+      {[&](auto& i) { i.model_state_bytes_per_parameter = nan; }, "model_state_bytes_per_parameter must be a finite"},
+      {[](auto& i) { i.model_state_bytes_per_parameter = -1e30; }, "model_state_bytes_per_parameter must be a finite"},
+      {[](auto& i) { i.bytes_per_element = 0; }, "bytes_per_element must be >= 1, got 0"},
+      {[](auto& i) { i.profile.interconnect_bytes_per_second = 0; }, "needs a finite interconnect_bytes_per_second > 0"},
+      // 4096 tokens, 1 to 512 per GPU: N from floor(4096 / SP / 513) + 1 to
+      // 4096 / SP over SP 1, 2, 4: 4089 + 2045 + 1023 counts.
+      {[](auto& i) { i.min_tokens = 1; i.max_candidates = 1000; },
+       "solve_sppo: 7157 subsequence counts to simulate for 4096 tokens with 1 to 512 tokens per GPU, more than "
+       "max_candidates 1000 (raise min_tokens)"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    auto i = small_setting();
+    c.set(i);
+    CHECK_THROWS_WITH_AS(memo::solve_sppo(i), doctest::Contains(c.message.c_str()), memo::error);
+  }
+  CHECK(reference.best.step_seconds > 0);
 }
 
 TEST_CASE("sppo_solver: GPT-7B, 512K tokens, 32 A800 GPUs stays inside section 6.1's space") {

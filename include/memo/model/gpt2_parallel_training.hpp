@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <source_location>
 #include <span>
@@ -262,7 +263,26 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
   if (!run.checkpoint_out.empty()) {
     std::vector<float> parameters(model.parameter_count());
     model.get_parameters(parameters);  // collective
-    if (speaker) write_gpt2_checkpoint(run.checkpoint_out, config, parameters);
+    std::exception_ptr failed;
+    if (speaker) {
+      try {
+        write_gpt2_checkpoint(run.checkpoint_out, config, parameters);
+      } catch (const std::exception&) {
+        failed = std::current_exception();
+      }
+    }
+    // Every rank learns whether the write worked: the others would wait in
+    // the gather below for a rank 0 that stopped.
+    const std::uint64_t written = failed ? 0 : 1;
+    const std::vector<std::uint64_t> all =
+        gather_host_values(backend, world, std::span<const std::uint64_t>(&written, 1));
+    if (failed) std::rethrow_exception(failed);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r] == 0) {
+        throw error("train_gpt2_parallel: rank " + std::to_string(r) + " could not write the checkpoint to " +
+                    run.checkpoint_out + " (its error is rank " + std::to_string(r) + "'s)");
+      }
+    }
   }
   const gpt2_rank_figures mine{rank,
                                model.stage(),

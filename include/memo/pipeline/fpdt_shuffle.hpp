@@ -75,8 +75,15 @@ class fpdt_layout {
     return global_chunk(rank, t / chunk_) * chunk_ + t % chunk_;
   }
   /// The contiguous global tokens every rank holds after the all-to-all of
-  /// local chunk j: [j P c, (j + 1) P c).
-  [[nodiscard]] std::int64_t group_begin(std::int64_t local_chunk) const { return local_chunk * ranks_ * chunk_; }
+  /// local chunk j: [j P c, (j + 1) P c). j = u (the chunk count) gives
+  /// the end of the sequence.
+  [[nodiscard]] std::int64_t group_begin(std::int64_t local_chunk) const {
+    expects(local_chunk >= 0 && local_chunk <= chunks_, [&] {
+      return "fpdt layout: chunk group " + std::to_string(local_chunk) + " is outside [0, " +
+             std::to_string(chunks_) + "]";
+    });
+    return local_chunk * ranks_ * chunk_;
+  }
 
   /// `rank`'s part of `global` (T x width elements) in local order.
   template <class T>

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,16 @@ struct sppo_offload_problem {
       expects(tokens[i] > 0, [&] { return "sppo_offload_problem: subsequence " + std::to_string(i) + " is empty"; });
     }
     expects(layers >= 1, [&] { return "sppo_offload_problem: layers must be >= 1, got " + std::to_string(layers); });
+    // Checked here as well as by the alpha LP, which subsequences with no
+    // offloadable bytes never reach.
+    expects(std::isfinite(compute_seconds) && compute_seconds > 0.0, [&] {
+      return "sppo_offload_problem: compute_seconds must be a finite number > 0, got " +
+             std::to_string(compute_seconds);
+    });
+    expects(std::isfinite(bandwidth_bytes_per_second) && bandwidth_bytes_per_second > 0.0, [&] {
+      return "sppo_offload_problem: bandwidth_bytes_per_second must be a finite number > 0, got " +
+             std::to_string(bandwidth_bytes_per_second);
+    });
   }
 };
 

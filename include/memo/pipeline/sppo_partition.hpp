@@ -69,17 +69,23 @@ struct sequence_partition {
 
 namespace detail {
 
-inline std::uint64_t checked_cost_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+inline std::uint64_t checked_cost_mul(std::uint64_t a, std::uint64_t b, const char* what,
+                                      const char* remedy = "use smaller relative weights") {
   expects(a == 0 || b <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / a, [&] {
     return std::string("sppo partition: ") + what + " overflows 63 bits (" + std::to_string(a) + " * " +
-           std::to_string(b) + "); use smaller relative weights";
+           std::to_string(b) + "); " + remedy;
   });
   return a * b;
 }
 
 /// sum_{t=a}^{b-1} (t + 1) = (b (b+1) - a (a+1)) / 2.
 inline std::uint64_t causal_pairs(std::uint64_t a, std::uint64_t b) {
-  auto tri = [](std::uint64_t x) { return (x % 2 == 0) ? (x / 2) * (x + 1) : x * ((x + 1) / 2); };
+  auto tri = [](std::uint64_t x) {
+    expects(x < std::numeric_limits<std::uint64_t>::max(), "sppo partition: a token position overflows");
+    constexpr const char* what = "the causal pair count of a position";
+    constexpr const char* remedy = "the sequence is too long for exact costs";
+    return x % 2 == 0 ? checked_cost_mul(x / 2, x + 1, what, remedy) : checked_cost_mul(x, (x + 1) / 2, what, remedy);
+  };
   return tri(b) - tri(a);
 }
 
@@ -166,9 +172,10 @@ inline sequence_partition flops_balanced_partition(std::uint64_t length, std::si
   });
   expects(weights.linear_weight > 0 || weights.attention_weight > 0,
           "flops_balanced_partition: both cost weights are zero; every partition would cost nothing");
-  if (max_tokens == 0) max_tokens = length;
+  // A bound beyond the sequence bounds nothing (and keeps the sums below in range).
+  if (max_tokens == 0 || max_tokens > length) max_tokens = length;
   max_tokens -= max_tokens % unit;
-  expects(max_tokens * n >= length, [&] {
+  expects(max_tokens >= length / n + (length % n != 0 ? 1 : 0), [&] {
     return "flops_balanced_partition: max_tokens " + std::to_string(max_tokens) + " (in whole units of " +
            std::to_string(unit) + ") x " + std::to_string(n) + " subsequences cannot cover " +
            std::to_string(length) + " tokens";

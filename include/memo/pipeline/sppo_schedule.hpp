@@ -103,6 +103,9 @@ inline sppo_phase sppo_phase_of(int pp, int n, int stage, int j) {
     return "sppo_phase_of: subsequence " + std::to_string(j) + " outside [0, " + std::to_string(n) + ")";
   });
   detail::check_pipeline_shape(pp, n, "sppo_phase_of");
+  expects(stage >= 0 && stage < pp, [&] {
+    return "sppo_phase_of: stage " + std::to_string(stage) + " outside [0, " + std::to_string(pp) + ")";
+  });
   if (j < pp - 1 - stage) return sppo_phase::left_sp;
   if (j >= n - stage) return sppo_phase::right_sp;
   return sppo_phase::steady;

@@ -31,6 +31,8 @@
 // naming the restriction that emptied it.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -55,6 +57,10 @@ struct sppo_solver_input {
   double inter_node_bytes_per_second = 25e9;  ///< P2P between stages on different nodes
   std::uint64_t bytes_per_element = 2;
   double model_state_bytes_per_parameter = 16.0;  ///< mixed-precision Adam
+  /// The most candidates one search may simulate: a narrow token range
+  /// (small min_tokens) on a long sequence would otherwise simulate every
+  /// N up to the sequence length, each an O(PP N) schedule.
+  std::uint64_t max_candidates = 100000;
 
   void check() const {
     expects(sequence_length > 0 && hidden > 0 && layers > 0 && nodes > 0, [&] {
@@ -66,7 +72,23 @@ struct sppo_solver_input {
       return "sppo_solver_input: need 1 <= min_tokens <= max_tokens, got " + std::to_string(min_tokens) + ", " +
              std::to_string(max_tokens);
     });
+    auto finite_at_least = [](double value, double low, bool strict, const char* name) {
+      expects(std::isfinite(value) && (strict ? value > low : value >= low), [&] {
+        return std::string("sppo_solver_input: ") + name + " must be a finite number " + (strict ? "> " : ">= ") +
+               std::to_string(low) + ", got " + std::to_string(value);
+      });
+    };
+    finite_at_least(layer_overhead_seconds, 0.0, false, "layer_overhead_seconds");
+    finite_at_least(inter_node_bytes_per_second, 0.0, true, "inter_node_bytes_per_second");
+    finite_at_least(model_state_bytes_per_parameter, 0.0, false, "model_state_bytes_per_parameter");
+    expects(bytes_per_element >= 1, "sppo_solver_input: bytes_per_element must be >= 1, got 0");
+    expects(max_candidates >= 1, "sppo_solver_input: max_candidates must be >= 1, got 0");
     profile.check();
+    const double link = profile.interconnect_bytes_per_second;
+    expects(nodes * profile.gpus_per_node == 1 || (std::isfinite(link) && link > 0.0), [&] {
+      return "sppo_solver_input: profile '" + profile.name +
+             "' needs a finite interconnect_bytes_per_second > 0 for more than one GPU, got " + std::to_string(link);
+    });
   }
 };
 
@@ -147,12 +169,36 @@ inline sppo_solution solve_sppo(const sppo_solver_input& in) {
   sppo_solution out;
   bool found = false;
   std::string last_reason = "no SP divides the GPUs of a node";
+  // Per SP, the N whose tokens per GPU floor(s / (N SP)) lie in
+  // [min_tokens, max_tokens]: N > floor(floor(s / SP) / (max + 1)) and
+  // N <= floor(floor(s / SP) / min) (max taken as at most s: the same set).
+  struct n_range {
+    int sp;
+    std::uint64_t low, high;
+  };
+  std::vector<n_range> ranges;
+  std::uint64_t candidates = 0;
   for (int sp = in.profile.gpus_per_node; sp >= 1; --sp) {
     if (gpus % sp != 0) continue;
+    const std::uint64_t per_rank = in.sequence_length / static_cast<std::uint64_t>(sp);
+    const std::uint64_t low = per_rank / (std::min(in.max_tokens, in.sequence_length) + 1) + 1;
+    const std::uint64_t high = per_rank / in.min_tokens;
+    ranges.push_back({sp, low, high});
+    if (high >= low) candidates += high - low + 1;
+  }
+  expects(candidates <= in.max_candidates, [&] {
+    return "solve_sppo: " + std::to_string(candidates) + " subsequence counts to simulate for " +
+           std::to_string(in.sequence_length) + " tokens with " + std::to_string(in.min_tokens) + " to " +
+           std::to_string(in.max_tokens) + " tokens per GPU, more than max_candidates " +
+           std::to_string(in.max_candidates) + " (raise min_tokens)";
+  });
+  for (const auto& [sp, n_low, n_high] : ranges) {
     const int pp = gpus / sp;
-    const std::uint64_t n_low = std::max<std::uint64_t>(1, in.sequence_length / (in.max_tokens * sp + 1));
-    const std::uint64_t n_high = in.sequence_length / (in.min_tokens * sp);
-    for (std::uint64_t n = n_low; n <= n_high && n <= in.sequence_length; ++n) {
+    for (std::uint64_t n = n_low; n <= n_high; ++n) {
+      expects(n <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()), [&] {
+        return "solve_sppo: subsequence count " + std::to_string(n) + " exceeds " +
+               std::to_string(std::numeric_limits<int>::max());
+      });
       if (!sppo_candidate_allowed(in, sp, pp, static_cast<int>(n), &last_reason)) continue;
       const auto figures = simulate_sppo(sppo_candidate_schedule(in, sp, pp, static_cast<int>(n)), in.profile);
       sppo_candidate c{sp, pp, static_cast<int>(n), figures.step_seconds, figures.bubble_ratio};
