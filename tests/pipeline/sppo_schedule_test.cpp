@@ -143,6 +143,41 @@ TEST_CASE("sppo_schedule: multiplexing shortens the PP = 4, N = 8 step") {
   CHECK(msp.step_seconds >= msp.work_seconds - 1e-9);  // PP stages share PP x work
 }
 
+TEST_CASE("sppo_schedule: the pieces of a split op start together, as the SP collectives between them need") {
+  // PP 3, N 3: F(2,1) is split over stages {0,1,2}; stage 0 is busy with
+  // F(0,2) until later than stages 1 and 2 are free, so all three wait.
+  std::uint64_t state = 7;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return 0.5 + static_cast<double>(state >> 40) / static_cast<double>(1ull << 24);
+  };
+  for (int pp = 2; pp <= 5; ++pp) {
+    for (int n = pp; n <= pp + 4; ++n) {
+      memo::sppo_schedule_options o;
+      o.stages = pp;
+      o.multiplexed = true;
+      for (int j = 0; j < n; ++j) o.forward_seconds.push_back(next()), o.backward_seconds.push_back(2 * next());
+      o.sp_communication_seconds = pp % 2 == 0 ? 0.0 : 0.1;
+      const auto schedule = memo::build_sppo_schedule(o);
+      const auto t = schedule.simulate(profile());
+      int split = 0;
+      for (std::size_t k = 0; k < schedule.ops().size(); ++k) {
+        if (schedule.ops()[k].kind() != memo::op_kind::marker) continue;
+        ++split;
+        const auto& pieces = schedule.ops()[k].dependencies;
+        REQUIRE(pieces.size() >= 2);
+        for (const auto p : pieces) {
+          CAPTURE(schedule.ops()[p].name);
+          CHECK(t.op({p}).start_seconds == doctest::Approx(t.op({pieces.front()}).start_seconds));
+          CHECK(t.op({p}).end_seconds == doctest::Approx(t.op({pieces.front()}).end_seconds));
+        }
+      }
+      // Left-SP on stages 0..PP-2 and Right-SP on stages 1..PP-1, forward and backward.
+      CHECK(split == 2 * 2 * (pp * (pp - 1) / 2));
+    }
+  }
+}
+
 TEST_CASE("sppo_schedule: point-to-point hand-offs add one link per stage boundary") {
   memo::sppo_schedule_options o;
   o.stages = 3;

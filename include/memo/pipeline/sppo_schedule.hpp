@@ -30,8 +30,9 @@
 //
 // `build_sppo_schedule` writes the pipeline as a `stream_schedule` (one
 // compute stream per stage, ops with given durations; an op split over k
-// stages becomes k pieces of duration/k plus the SP collective cost, joined
-// by a marker), so the existing simulator gives the step time. Without
+// stages becomes k pieces of duration/k plus the SP collective cost, which
+// start together, as collectives do, and are joined by a marker), so the
+// existing simulator gives the step time. Without
 // multiplexing and with equal subsequence times the simulated step time is
 // the closed form of section 4, T = (PP - 1 + N) / N * F(N), bubble ratio
 // R_b = (PP - 1) / N.
@@ -156,6 +157,8 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
   }
   const auto at = [n](int i, int j) { return static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + j; };
   std::vector<op_id> fwd(static_cast<std::size_t>(pp) * n), bwd(fwd.size());
+  // The last op placed on each stage's stream.
+  std::vector<std::optional<op_id>> last(static_cast<std::size_t>(pp));
 
   // One op (or its split pieces) of stage i, subsequence j.
   auto place = [&](bool forward, int i, int j, const std::vector<op_id>& after) {
@@ -172,16 +175,27 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     if (range.size() == 1) {
       compute_op spec;
       spec.duration_seconds = seconds;
-      return schedule.add_compute(name, sppo_stream_name(i), spec, after);
+      const op_id id = schedule.add_compute(name, sppo_stream_name(i), spec, after);
+      last[static_cast<std::size_t>(i)] = id;
+      return id;
+    }
+    // The pieces exchange data (SP's all-to-alls) as they run, so they
+    // start together: each waits for every stream of the range to be free.
+    std::vector<op_id> start = after;
+    for (const int s : range) {
+      if (last[static_cast<std::size_t>(s)]) start.push_back(*last[static_cast<std::size_t>(s)]);
     }
     const double piece = seconds / static_cast<double>(range.size()) + options.sp_communication_seconds;
     std::vector<op_id> pieces;
     for (const int s : range) {
       compute_op spec;
       spec.duration_seconds = piece;
-      pieces.push_back(schedule.add_compute(name + "/s" + std::to_string(s), sppo_stream_name(s), spec, after));
+      pieces.push_back(schedule.add_compute(name + "/s" + std::to_string(s), sppo_stream_name(s), spec, start));
+      last[static_cast<std::size_t>(s)] = pieces.back();
     }
-    return schedule.add_marker(name, sppo_stream_name(i), pieces);
+    const op_id marker = schedule.add_marker(name, sppo_stream_name(i), pieces);
+    last[static_cast<std::size_t>(i)] = marker;
+    return marker;
   };
   // Forward in wavefront order (diagonal i + j, then stage): every op's
   // dependencies are inserted before it, so stream FIFO order is a
