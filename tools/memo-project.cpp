@@ -114,7 +114,9 @@ double parse_length(const std::string& v, const std::string& option = "--seq") {
   if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'k')) unit = 1024, digits.pop_back();
   else if (!digits.empty() && (digits.back() == 'M' || digits.back() == 'm')) unit = 1048576, digits.pop_back();
   const auto n = memo::detail::parse_integer<std::int64_t>(digits);
-  const bool all_digits = !digits.empty() && digits.find_first_not_of("+0123456789") == std::string::npos;
+  // Digits (after at most one '+') that do not parse: too many of them.
+  const std::string_view body = std::string_view(digits).substr(digits.starts_with('+') ? 1 : 0);
+  const bool all_digits = !body.empty() && body.find_first_not_of("0123456789") == std::string_view::npos;
   if ((!n && all_digits) || (n && *n >= 1 && static_cast<double>(*n) * unit > max_tokens)) {
     throw usage_error(option + " '" + quote(v) + "' is longer than 2^40 (1099511627776) tokens");
   }
@@ -324,11 +326,17 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
       .field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high)
       .field("chunk_tokens", bytes(p.chosen.chunk_tokens)).field("gpus_used", p.chosen.gpus())
       .field("gpus_idle", gpus - p.chosen.gpus()).end_object();
+  // Each part rounded to a whole byte, and the sums made of the rounded
+  // parts, so the printed figures add up.
+  const std::uint64_t arena = memo::checked_add(bytes(d.skeletal), bytes(d.transient));
+  const std::uint64_t reserve = bytes(d.caching_reserve);
+  std::uint64_t total = d.planned ? arena : reserve;
+  for (const double part : {d.params, d.grads, d.optimizer, d.framework}) total = memo::checked_add(total, bytes(part));
   j.key("device_bytes").begin_object().field("params", bytes(d.params)).field("grads", bytes(d.grads))
       .field("optimizer", bytes(d.optimizer)).field("skeletal", bytes(d.skeletal))
       .field("transient", bytes(d.transient)).field("framework", bytes(d.framework))
-      .field("planned_arena", bytes(d.planned_arena)).field("caching_reserve", bytes(d.caching_reserve))
-      .field("allocator", d.planned ? "planned" : "caching").field("total", bytes(d.total()))
+      .field("planned_arena", arena).field("caching_reserve", reserve)
+      .field("allocator", d.planned ? "planned" : "caching").field("total", total)
       .field("capacity", bytes(p.device_capacity)).end_object();
   j.key("step").begin_object().field("seconds", p.step_seconds).field("compute", p.time.compute)
       .field("recompute", p.time.recompute).field("communication", p.time.communication)

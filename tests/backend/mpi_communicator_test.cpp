@@ -14,6 +14,22 @@
 
 #include "communicator_conformance.hpp"
 
+namespace {
+
+/// The memo::error that `issue` (and the stream's work it issued) raised, or "(no error)".
+template <class Issue>
+std::string error_of(memo::host_backend& backend, memo::host_backend::stream& stream, Issue&& issue) {
+  try {
+    issue();
+    backend.synchronize(stream);
+  } catch (const memo::error& e) {
+    return std::string(e.what());
+  }
+  return std::string("(no error)");
+}
+
+}  // namespace
+
 TEST_CASE("mpi_communicator: conformance on every rank of MPI_COMM_WORLD") {
   memo::host_backend::options options;
   options.compute_threads = 1;
@@ -51,36 +67,28 @@ TEST_CASE("mpi_communicator: a receive from a rank that never sends fails after 
       CHECK(std::string(e.what()).find("waited 200 ms in recv with rank 1") != std::string::npos);
     }
   }
-  // The withdrawn receive leaves the communicator usable.
+  // The other communicators stay usable.
   world.barrier(backend, stream);
   backend.synchronize(stream);
 }
 
 TEST_CASE("mpi_communicator: a collective that timed out leaves the communicator unusable, naming the call") {
   memo::host_backend backend;
-  memo::mpi_communicator world;  // no timeout
+  std::vector<float> data(4, 1.0f);  // MPI's until the stranded all_reduce completes: outlives `quick`
+  memo::mpi_communicator world;      // no timeout
   const bool late = world.rank() == 0;
   // Rank 0 waits 200 ms for an all_reduce the others join only later; they
   // wait a minute (ranks may differ in their timeouts).
   memo::mpi_communicator quick(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(late ? 200 : 60000)});
   auto stream = backend.make_stream("quick");
-  std::vector<float> data(4, 1.0f);  // MPI's until the stranded all_reduce completes
-  auto message_of = [&](auto&& issue) {
-    try {
-      issue();
-      backend.synchronize(stream);
-    } catch (const memo::error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto message_of = [&](auto&& issue) { return error_of(backend, stream, issue); };
   if (late) {
     const std::string timed_out = message_of([&] { quick.all_reduce(backend, stream, std::span<const float>(data), std::span<float>(data)); });
     CHECK_MESSAGE(timed_out.find("waited 200 ms in all_reduce for its peers") != std::string::npos, timed_out);
     CHECK_MESSAGE(timed_out.find("MPI cannot cancel a collective") != std::string::npos, timed_out);
     // Any later call would be matched with the others' late all_reduce: refused.
     const std::string refused = message_of([&] { quick.barrier(backend, stream); });
-    CHECK_MESSAGE(refused.find("barrier refused: the communicator is unusable since its all_reduce was left posted "
+    CHECK_MESSAGE(refused.find("barrier refused: the communicator is unusable since its all_reduce was abandoned "
                                "(waited 200 ms in all_reduce for its peers)") != std::string::npos,
                   refused);
     const std::string split = message_of([&] { (void)quick.split(0, 0); });
@@ -92,6 +100,42 @@ TEST_CASE("mpi_communicator: a collective that timed out leaves the communicator
     quick.all_reduce(backend, stream, std::span<const float>(data), std::span<float>(data));
     backend.synchronize(stream);
     CHECK(data[0] == static_cast<float>(world.size()));
+  }
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
+}
+
+TEST_CASE("mpi_communicator: after a point-to-point timeout the communicator refuses the next call") {
+  // Rank 0 sends and receives with rank 1, which never answers. A small
+  // send may be delivered at once, so a later send could be taken for it:
+  // the communicator refuses every call after the timeout.
+  memo::host_backend backend;
+  std::vector<float> out{111.0f}, in(1);
+  memo::mpi_communicator world;
+  memo::mpi_communicator quick(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(200)});
+  memo::mpi_communicator pair = quick.split(quick.rank() / 2, quick.rank());
+  auto stream = backend.make_stream("pair");
+  auto message_of = [&](auto&& issue) { return error_of(backend, stream, issue); };
+  if (pair.size() == 2 && pair.rank() == 0) {
+    const std::string timed_out = message_of([&] {
+      pair.send_recv(backend, stream, std::span<const float>(out), 1, std::span<float>(in), 1);
+    });
+    CHECK_MESSAGE(timed_out.find("waited 200 ms in send_recv sending to rank 1 and receiving from rank 1") !=
+                      std::string::npos,
+                  timed_out);
+    CHECK_MESSAGE(timed_out.find("the communicator is unusable from now on") != std::string::npos, timed_out);
+    const std::string refused = message_of([&] { pair.send(backend, stream, std::span<const float>(out), 1); });
+    CHECK_MESSAGE(refused.find("send refused: the communicator is unusable since its send_recv was abandoned") !=
+                      std::string::npos,
+                  refused);
+  }
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
+  if (pair.size() == 2 && pair.rank() == 1) {  // takes a send MPI delivered before the cancel
+    int waiting = 0;
+    MPI_Status status;
+    MPI_Iprobe(0, MPI_ANY_TAG, pair.native(), &waiting, &status);
+    if (waiting != 0) MPI_Recv(in.data(), 1, MPI_FLOAT, 0, status.MPI_TAG, pair.native(), MPI_STATUS_IGNORE);
   }
   world.barrier(backend, stream);
   backend.synchronize(stream);

@@ -121,7 +121,6 @@ TEST_CASE("sppo_solver: a narrow token range with SP > 1 still searches every al
 
 TEST_CASE("sppo_solver: bounds at the limits and bad numbers are errors or exact, never a crash") {
   auto in = small_setting();
-  const auto reference = memo::solve_sppo(in);
   in.max_tokens = std::numeric_limits<std::uint64_t>::max();  // no bound: used to divide by zero
   auto wide = small_setting();
   wide.max_tokens = wide.sequence_length;
@@ -142,8 +141,25 @@ TEST_CASE("sppo_solver: bounds at the limits and bad numbers are errors or exact
       // 4096 tokens, 1 to 512 per GPU: N from floor(4096 / SP / 513) + 1 to
       // 4096 / SP over SP 1, 2, 4: 4089 + 2045 + 1023 counts.
       {[](auto& i) { i.min_tokens = 1; i.max_candidates = 1000; },
-       "solve_sppo: 7157 subsequence counts to simulate for 4096 tokens with 1 to 512 tokens per GPU, more than "
-       "max_candidates 1000 (raise min_tokens)"},
+       "solve_sppo: more than max_candidates 1000 subsequence counts to simulate for 4096 tokens with 1 to 512 "
+       "tokens per GPU (raise min_tokens)"},
+      // The counts of N for SP 1 and 2 sum past 2^64 (s + s / 2 = 2^64): no wrap past the bound.
+      {[](auto& i) {
+         i.sequence_length = 12297829382473034411ull;
+         i.min_tokens = 1;
+         i.max_tokens = i.sequence_length;
+         i.profile.gpus_per_node = 2;
+         i.nodes = 1;
+       },
+       "solve_sppo: more than max_candidates 100000 subsequence counts"},
+      // Subsequence counts beyond int, within max_candidates: refused before any simulation.
+      {[](auto& i) {
+         i.sequence_length = 1ull << 40;
+         i.min_tokens = (1ull << 40) / ((1ull << 31) + 5);
+         i.max_tokens = i.sequence_length;
+         i.max_candidates = std::numeric_limits<std::uint64_t>::max();
+       },
+       "exceed 2147483647 (raise min_tokens)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
@@ -151,7 +167,16 @@ TEST_CASE("sppo_solver: bounds at the limits and bad numbers are errors or exact
     c.set(i);
     CHECK_THROWS_WITH_AS(memo::solve_sppo(i), doctest::Contains(c.message.c_str()), memo::error);
   }
-  CHECK(reference.best.step_seconds > 0);
+  // A sequence of 2^64 - 1 tokens with no upper bound: the bound's + 1 used to wrap to a division by zero.
+  auto whole = small_setting();
+  whole.sequence_length = whole.max_tokens = std::numeric_limits<std::uint64_t>::max();
+  whole.min_tokens = whole.sequence_length / 4;
+  CHECK_THROWS_WITH_AS(memo::solve_sppo(whole), doctest::Contains("no (SP, PP, N) satisfies"), memo::error);
+  // One node: the inter-node link is never used, so it needs no value.
+  auto one_node = small_setting();
+  one_node.nodes = 1;
+  one_node.inter_node_bytes_per_second = 0;
+  CHECK_NOTHROW(memo::solve_sppo(one_node));
 }
 
 TEST_CASE("sppo_solver: GPT-7B, 512K tokens, 32 A800 GPUs stays inside section 6.1's space") {

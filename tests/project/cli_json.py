@@ -28,6 +28,20 @@ def profile(file_name, extra=b"", **fields):
     return path
 
 
+def parts_add_up(report):
+    """Every device breakdown's arena is its skeletal plus transient bytes,
+    and its total the parts the allocator pays for (whole bytes each)."""
+    for row in report["strategies"]:
+        d = row.get("device_bytes")
+        if not d:
+            continue
+        if d["planned_arena"] != d["skeletal"] + d["transient"]:
+            raise ValueError(f"{row['strategy']}: arena {d['planned_arena']} != skeletal + transient")
+        paid = d["planned_arena"] if d["allocator"] == "planned" else d["caching_reserve"]
+        if d["total"] != d["params"] + d["grads"] + d["optimizer"] + d["framework"] + paid:
+            raise ValueError(f"{row['strategy']}: total {d['total']} is not the sum of its parts")
+
+
 def nothing_fits(shortest):
     """--seq max with nothing fitting: the strategy's object names the
     shortest length tried and the first resource to run out there, and its
@@ -61,6 +75,10 @@ cases = [  # (arguments, exit status, what the object must hold[, a check of the
     (["--model", "2147483647,2147483647,1,2147483647"] + base[2:] + ["--seq", "64K"], 1, "error"),
     (["--model", "1,2097152,1,1", "--gpus", "1", "--profile", "a800", "--seq", "1048576M", "--strategy", "memo"], 1,
      "error"),
+    # Per-GPU shards of fractional bytes (5, 3 and 12 GPUs): the printed parts still add up.
+    (["--model", "7b", "--gpus", "5", "--profile", "a800", "--seq", "100001"], 0, "best", parts_add_up),
+    (["--model", "7b", "--gpus", "3", "--profile", "a800", "--seq", "100001"], 0, "best", parts_add_up),
+    (["--model", "8b", "--gpus", "12", "--profile", "a800", "--seq", "100001"], 0, "best", parts_add_up),
     (base + ["--seq", "lots"], 2, "error"),
     (base + ["--seq", "1048577M"], 2, "error"),
     (base + ["--seq", "64K", "--gpus", "3"], 2, "error"),

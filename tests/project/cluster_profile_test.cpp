@@ -189,6 +189,21 @@ TEST_CASE("cluster_profile: every missing field is named, and a directory is not
   CHECK_THROWS_WITH(memo::project::load_cluster_profile("."), doctest::Contains("profile '.' is a directory"));
 }
 
+TEST_CASE("cluster_profile: a file name's control bytes are escaped in every error, never echoed") {
+  const std::string name = "evil\x1b[31m\nline.profile";
+  for (const std::string text : {"# nothing\n", "peak_flops = 1e15\nbad line\n"}) {
+    try {
+      (void)parse_cluster_profile(text, name);
+      FAIL("no error");
+    } catch (const memo::error& e) {
+      const std::string message = e.what();
+      CHECK(message.find("evil\\x1b[31m\\x0aline.profile") != std::string::npos);
+      CHECK(message.find('\x1b') == std::string::npos);
+      CHECK(message.find('\n') == std::string::npos);
+    }
+  }
+}
+
 #ifndef _WIN32
 #include <sys/stat.h>
 

@@ -77,6 +77,47 @@ TEST_CASE("strategy: the search answer fits and one grid step more does not") {
   }
 }
 
+TEST_CASE("strategy: a setting too large to count is left out, not the end of the projection") {
+  // One layer with a 2^31 - 1 wide SwiGLU MLP on 8 GPUs of 2^60 bytes: at
+  // 512M tokens TP 1 CP 1 DP 8 needs a caching reserve beyond 2^64 bytes,
+  // while CP 8 is countable (it does not fit there, but fits shorter).
+  mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  c.profile.device_memory_bytes = 0x1p60;
+  c.profile.host_memory_bytes = 0x1p60;
+  const mp::model_shape wide = mp::parse_model_shape("1,2,2,1,2147483647,1,swiglu");
+  const double s = 512.0 * 1048576;
+  const auto all = mp::project_settings(mp::strategy::memo, wide, c, s);
+  REQUIRE_FALSE(all.empty());
+  bool cp8 = false;
+  for (const auto& r : all) {
+    CHECK(r.uncountable.empty());
+    CHECK(mp::representable_bytes(r.device.total()));
+    cp8 = cp8 || r.chosen.cp == 8;
+  }
+  CHECK(cp8);
+  mp::settings_pin pin;
+  pin.cp = 8;
+  const auto at_cp8 = mp::project(mp::strategy::memo, wide, c, s, true, pin);
+  REQUIRE(at_cp8);
+  CHECK(at_cp8->uncountable.empty());
+  CHECK(at_cp8->limit == mp::resource::device_memory);
+  // Pinned to the uncountable setting alone: the error names it.
+  pin.cp = 1;
+  pin.tp = 1;
+  pin.dp = 8;
+  CHECK_THROWS_WITH_AS(mp::project_settings(mp::strategy::memo, wide, c, s, true, pin),
+                       doctest::Contains("setting TP 1 CP 1 SP 1 PP 1 DP 8: caching allocator reserve"),
+                       mp::uncountable_projection);
+  // The search takes such a length as one that does not fit.
+  pin = {};
+  pin.cp = 8;
+  const auto longest = mp::longest(mp::strategy::memo, wide, c, 65536, 1024.0 * 1048576, pin);
+  REQUIRE(longest);
+  CHECK(longest->fits());
+  CHECK(longest->sequence < s);
+  CHECK(longest->chosen.cp == 8);
+}
+
 TEST_CASE("strategy: project picks a fitting setting of highest MFU, else the closest to fitting") {
   const auto m = mp::parse_model_shape("7b");
   const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};

@@ -34,16 +34,19 @@
 //   threads that share it, at that much latency each. Nonblocking
 //   collectives may use other algorithms than the blocking ones. Groups
 //   made by `split` inherit the timeout.
-// - After a timeout: a point-to-point call is withdrawn (MPI_Cancel) and
-//   the communicator stays usable. MPI cannot cancel a collective, so a
-//   timed-out collective stays posted: its peers would match it with
-//   their next call of the same kind and get wrong data. The communicator
-//   is therefore unusable from then on (every later call on it is a
-//   `memo::error` naming the call that timed out), and the job should end
-//   (`MPI_Abort`, as train_gpt does): the call's buffers stay MPI's until
-//   then. The same holds for a send that a peer never takes and MPI
-//   cannot withdraw (Open MPI cannot cancel most sends): it is given
-//   `withdraw_seconds` to go, then left posted like a collective.
+// - After a timeout the communicator is unusable: every later call on it
+//   (and `split`) is a `memo::error` naming the call that timed out, and
+//   the job should end (`MPI_Abort`, as train_gpt does). A peer's late
+//   message would otherwise be taken by a later call (MPI matches messages
+//   in order), and a timed-out collective stays posted (MPI cannot cancel
+//   one): the peers would match it with their next call of its kind and
+//   get wrong data. A point-to-point call is cancelled first (MPI_Cancel,
+//   given `withdraw_seconds`); one that completed anyway (a small send MPI
+//   delivered at once) is not a timeout. What cannot be withdrawn (a
+//   collective; a send Open MPI does not cancel) stays posted, its buffers
+//   MPI's until the job ends; a communicator holding such a call makes no
+//   MPI call when destroyed. Only the rank that timed out knows: its peers
+//   learn of it by their own timeouts, or when the job ends.
 #pragma once
 
 #include <chrono>
@@ -107,13 +110,10 @@ struct mpi_comm_state {
   mpi_comm_state(const mpi_comm_state&) = delete;
   mpi_comm_state& operator=(const mpi_comm_state&) = delete;
   ~mpi_comm_state() {
-    if (comm == MPI_COMM_NULL || mpi_finalized()) return;
-    // Requests left posted complete (and are released) if their peers ever
-    // answer; MPI frees the communicator after its pending operations.
-    for (MPI_Request& request : stranded) {
-      int done = 0;
-      if (request != MPI_REQUEST_NULL) (void)MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    }
+    // With a call left posted nothing here drives MPI's progress (which
+    // could complete it into buffers that are gone by now): the
+    // communicator is left to the end of the job.
+    if (comm == MPI_COMM_NULL || mpi_finalized() || !stranded.empty()) return;
     (void)MPI_Comm_free(&comm);
   }
 
@@ -128,9 +128,9 @@ struct mpi_comm_state {
     constexpr int tag = 7;
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int pending = 1;
-    // A failure with a request already posted withdraws it first.
+    // A failure with a request still posted withdraws it first.
     auto post = [&](int status, const char* name) {
-      if (status != MPI_SUCCESS) withdraw(requests, pending, call, std::string(name) + " failed");
+      if (status != MPI_SUCCESS) (void)withdraw(requests, pending, call, std::string(name) + " failed");
       check_mpi(status, name);
     };
     switch (call.op) {
@@ -183,23 +183,29 @@ struct mpi_comm_state {
       post(status, completed(call.op));
       if (done != 0) return;
       if (timeout.count() > 0 && std::chrono::steady_clock::now() - start >= timeout) {
-        const std::string waited = "waited " + std::to_string(timeout.count()) + " ms in " + to_string(call.op) +
-                                   (call.op == comm_op::send || call.op == comm_op::recv
-                                        ? " with rank " + std::to_string(call.peer)
-                                        : std::string(" for its peers"));
-        const bool withdrawn = withdraw(requests, pending, call, waited);
-        throw error(who() + ": " + waited + " (one may have failed or stopped)" +
-                    (withdrawn ? std::string()
-                               : pairwise(call.op) ? "; MPI could not withdraw it, so the communicator is unusable "
-                                                     "and the job should end (MPI_Abort)"
-                                                   : "; MPI cannot cancel a collective, so the communicator is "
-                                                     "unusable and the job should end (MPI_Abort)"));
+        const std::string waited =
+            "waited " + std::to_string(timeout.count()) + " ms in " + to_string(call.op) +
+            (call.op == comm_op::send || call.op == comm_op::recv ? " with rank " + std::to_string(call.peer)
+             : call.op == comm_op::send_recv ? " sending to rank " + std::to_string(call.peer) +
+                                                   " and receiving from rank " + std::to_string(call.source)
+                                             : std::string(" for its peers"));
+        const withdrawal outcome = withdraw(requests, pending, call, waited);
+        if (outcome == withdrawal::completed) return;  // done after all, before the cancel took
+        mark_unusable(call, waited);
+        throw error(who() + ": " + waited + " (one may have failed or stopped); the communicator is unusable from "
+                    "now on" +
+                    (outcome == withdrawal::withdrawn ? std::string(" (the call was withdrawn)")
+                     : pairwise(call.op)
+                         ? " (MPI could not withdraw the call: its buffers stay MPI's), and the job should end "
+                           "(MPI_Abort)"
+                         : " (MPI cannot cancel a collective: its buffers stay MPI's), and the job should end "
+                           "(MPI_Abort)"));
       }
       if (std::chrono::steady_clock::now() - start >= spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
-  /// A memo::error when a call was left posted (see withdraw).
+  /// A memo::error once a call timed out or was left posted (see withdraw).
   void check_usable(std::string_view what) const {
     const std::lock_guard lock(mutex);
     expects(unusable.empty(), [&] {
@@ -210,39 +216,72 @@ struct mpi_comm_state {
   std::string who() const { return "mpi_communicator rank " + std::to_string(rank) + "/" + std::to_string(size); }
   static bool pairwise(comm_op op) { return op == comm_op::send || op == comm_op::recv || op == comm_op::send_recv; }
 
-  /// Takes back the call's posted requests: a point-to-point one is
-  /// cancelled and given `withdraw_seconds` to go. What cannot be taken
-  /// back (a collective, or a send MPI cannot cancel) stays posted, and the
-  /// communicator becomes unusable. Returns whether all were withdrawn.
-  bool withdraw(MPI_Request* requests, int pending, const comm_call& call, const std::string& why) const {
-    // Whether every request is done; a request whose test fails is complete too.
-    auto settled = [&] {
+  /// What became of a call's requests when it was taken back.
+  enum class withdrawal {
+    completed,  ///< every request completed (none was cancelled)
+    withdrawn,  ///< every request is done, at least one cancelled
+    stranded,   ///< some are still posted (kept in `stranded`)
+  };
+
+  /// Takes back the call's posted requests: point-to-point ones are
+  /// cancelled and given `withdraw_seconds` to finish, each read with
+  /// MPI_Test_cancelled (a cancel may lose to the completion). A request
+  /// that failed is released (Open MPI keeps failed point-to-point
+  /// requests allocated). What stays posted (a collective, or a send MPI
+  /// does not cancel) is kept, and the communicator becomes unusable, as
+  /// it does when some requests completed and others were cancelled.
+  withdrawal withdraw(MPI_Request* requests, int pending, const comm_call& call, const std::string& why) const {
+    const bool cancellable = pairwise(call.op);
+    bool cancelled = false, completed = false;
+    auto settle = [&] {
       bool all = true;
       for (int i = 0; i < pending; ++i) {
         if (requests[i] == MPI_REQUEST_NULL) continue;
         int done = 0;
-        if (MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) requests[i] = MPI_REQUEST_NULL;
-        all = all && requests[i] == MPI_REQUEST_NULL;
+        MPI_Status status;
+        if (MPI_Test(&requests[i], &done, &status) != MPI_SUCCESS) {
+          if (cancellable) (void)MPI_Request_free(&requests[i]);  // erroneous for a collective's request
+          requests[i] = MPI_REQUEST_NULL;
+          completed = true;  // it ended, with an error
+          continue;
+        }
+        if (done == 0) {
+          all = false;
+          continue;
+        }
+        int flag = 0;
+        (void)MPI_Test_cancelled(&status, &flag);
+        (flag != 0 ? cancelled : completed) = true;
       }
       return all;
     };
-    if (pairwise(call.op)) {
+    if (cancellable) {
       for (int i = 0; i < pending; ++i) {
         if (requests[i] != MPI_REQUEST_NULL) (void)MPI_Cancel(&requests[i]);
       }
-      const auto start = std::chrono::steady_clock::now();
-      while (std::chrono::steady_clock::now() - start < withdraw_seconds) {
-        if (settled()) return true;
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    bool settled = settle();
+    while (!settled && cancellable && std::chrono::steady_clock::now() - start < withdraw_seconds) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      settled = settle();
+    }
+    if (settled && !cancelled) return withdrawal::completed;
+    if (settled && !completed) return withdrawal::withdrawn;
+    if (!settled) {
+      const std::lock_guard lock(mutex);
+      for (int i = 0; i < pending; ++i) {
+        if (requests[i] != MPI_REQUEST_NULL) stranded.push_back(requests[i]);
       }
     }
-    if (settled()) return true;
+    mark_unusable(call, why);
+    return settled ? withdrawal::withdrawn : withdrawal::stranded;
+  }
+
+  /// From now on every call is refused, naming this one (the first reason stays).
+  void mark_unusable(const comm_call& call, const std::string& why) const {
     const std::lock_guard lock(mutex);
-    for (int i = 0; i < pending; ++i) {
-      if (requests[i] != MPI_REQUEST_NULL) stranded.push_back(requests[i]);
-    }
-    if (unusable.empty()) unusable = "its " + std::string(to_string(call.op)) + " was left posted (" + why + ")";
-    return false;
+    if (unusable.empty()) unusable = "its " + std::string(to_string(call.op)) + " was abandoned (" + why + ")";
   }
 
   /// What a failure found when the call completes is named: the call as
@@ -261,7 +300,7 @@ struct mpi_comm_state {
     return "MPI request";
   }
 
-  // Set once a call is left posted (see withdraw); guarded by `mutex`.
+  // Set once a call times out or is left posted (see withdraw); guarded by `mutex`.
   mutable std::mutex mutex;
   mutable std::string unusable;
   mutable std::vector<MPI_Request> stranded;

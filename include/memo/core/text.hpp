@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -85,6 +86,10 @@ inline std::string quote(std::string_view text, std::size_t shown = 64) {
   if (text.size() > shown) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
 }
+
+/// A path as error messages show it: control bytes escaped, cut past 256
+/// characters (a file name is input too).
+inline std::string shown_path(const std::filesystem::path& path) { return quote(path.string(), 256); }
 
 /// Why `text` is not an integer of type Int: out of range when it is a
 /// well-formed number, malformed otherwise.

@@ -267,7 +267,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     if (speaker) {
       try {
         write_gpt2_checkpoint(run.checkpoint_out, config, parameters);
-      } catch (const std::exception&) {
+      } catch (...) {
         failed = std::current_exception();
       }
     }
@@ -280,7 +280,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     for (std::size_t r = 0; r < all.size(); ++r) {
       if (all[r] == 0) {
         throw error("train_gpt2_parallel: rank " + std::to_string(r) + " could not write the checkpoint to " +
-                    run.checkpoint_out + " (its error is rank " + std::to_string(r) + "'s)");
+                    run.checkpoint_out + " (rank " + std::to_string(r) + " reports why)");
       }
     }
   }

@@ -79,7 +79,7 @@ struct sppo_solver_input {
       });
     };
     finite_at_least(layer_overhead_seconds, 0.0, false, "layer_overhead_seconds");
-    finite_at_least(inter_node_bytes_per_second, 0.0, true, "inter_node_bytes_per_second");
+    if (nodes > 1) finite_at_least(inter_node_bytes_per_second, 0.0, true, "inter_node_bytes_per_second");
     finite_at_least(model_state_bytes_per_parameter, 0.0, false, "model_state_bytes_per_parameter");
     expects(bytes_per_element >= 1, "sppo_solver_input: bytes_per_element must be >= 1, got 0");
     expects(max_candidates >= 1, "sppo_solver_input: max_candidates must be >= 1, got 0");
@@ -177,28 +177,36 @@ inline sppo_solution solve_sppo(const sppo_solver_input& in) {
     std::uint64_t low, high;
   };
   std::vector<n_range> ranges;
-  std::uint64_t candidates = 0;
+  std::uint64_t candidates = 0;  // saturates at max_candidates + 1
+  bool too_many = false;
   for (int sp = in.profile.gpus_per_node; sp >= 1; --sp) {
     if (gpus % sp != 0) continue;
     const std::uint64_t per_rank = in.sequence_length / static_cast<std::uint64_t>(sp);
-    const std::uint64_t low = per_rank / (std::min(in.max_tokens, in.sequence_length) + 1) + 1;
+    // max >= floor(s / SP) admits every N (and max + 1 would wrap at 2^64 - 1).
+    const std::uint64_t low = in.max_tokens >= per_rank ? 1 : per_rank / (in.max_tokens + 1) + 1;
     const std::uint64_t high = per_rank / in.min_tokens;
+    if (high < low) continue;
     ranges.push_back({sp, low, high});
-    if (high >= low) candidates += high - low + 1;
+    const std::uint64_t count = high - low + 1;
+    too_many = too_many || count > in.max_candidates - candidates;
+    if (!too_many) candidates += count;
   }
-  expects(candidates <= in.max_candidates, [&] {
-    return "solve_sppo: " + std::to_string(candidates) + " subsequence counts to simulate for " +
-           std::to_string(in.sequence_length) + " tokens with " + std::to_string(in.min_tokens) + " to " +
-           std::to_string(in.max_tokens) + " tokens per GPU, more than max_candidates " +
-           std::to_string(in.max_candidates) + " (raise min_tokens)";
+  expects(!too_many, [&] {
+    return "solve_sppo: more than max_candidates " + std::to_string(in.max_candidates) +
+           " subsequence counts to simulate for " + std::to_string(in.sequence_length) + " tokens with " +
+           std::to_string(in.min_tokens) + " to " + std::to_string(in.max_tokens) +
+           " tokens per GPU (raise min_tokens)";
   });
+  for (const auto& range : ranges) {
+    expects(range.high <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()), [&] {
+      return "solve_sppo: subsequence counts up to " + std::to_string(range.high) + " (SP " +
+             std::to_string(range.sp) + ") exceed " + std::to_string(std::numeric_limits<int>::max()) +
+             " (raise min_tokens)";
+    });
+  }
   for (const auto& [sp, n_low, n_high] : ranges) {
     const int pp = gpus / sp;
     for (std::uint64_t n = n_low; n <= n_high; ++n) {
-      expects(n <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()), [&] {
-        return "solve_sppo: subsequence count " + std::to_string(n) + " exceeds " +
-               std::to_string(std::numeric_limits<int>::max());
-      });
       if (!sppo_candidate_allowed(in, sp, pp, static_cast<int>(n), &last_reason)) continue;
       const auto figures = simulate_sppo(sppo_candidate_schedule(in, sp, pp, static_cast<int>(n)), in.profile);
       sppo_candidate c{sp, pp, static_cast<int>(n), figures.step_seconds, figures.bubble_ratio};

@@ -148,10 +148,6 @@ inline void check_representable(const dsa_problem& problem, std::string_view sou
   }
 }
 
-/// A path as error messages show it: control bytes escaped, cut past 256
-/// characters (a file name is input too).
-inline std::string shown_path(const std::filesystem::path& path) { return quote(path.string(), 256); }
-
 /// Reads `file` to its end into `text`, refusing more than `limit_bytes`
 /// (`source` names it in the error). A regular file is reserved once at
 /// its size (refused before any read when it is over the limit). A stream

@@ -242,7 +242,7 @@ inline cluster_profile parse_cluster_profile(std::string_view text, const std::s
                              nullptr};  // gpus_per_node, an int
   std::map<std::string, std::size_t, std::less<>> seen;  // field -> its line
   memo::detail::for_each_line(text, [&](std::size_t line_number, std::string_view line) {
-    const std::string where = source + ":" + std::to_string(line_number) + ": ";
+    const std::string where = memo::detail::shown_path(source) + ":" + std::to_string(line_number) + ": ";
     const auto eq = line.find('=');
     if (eq == std::string_view::npos) {
       throw error(where + "expected 'key = value', got '" + memo::detail::quote(line) + "'");
@@ -291,7 +291,7 @@ inline cluster_profile parse_cluster_profile(std::string_view text, const std::s
   }
   std::sort(missing.begin(), missing.end());
   if (!missing.empty()) {
-    std::string message = source + ": missing field '" + missing.front() + "'";
+    std::string message = memo::detail::shown_path(source) + ": missing field '" + missing.front() + "'";
     for (std::size_t k = 1; k < missing.size(); ++k) message += (k == 1 ? " (also missing: " : ", ") + missing[k];
     throw error(message + (missing.size() > 1 ? ")" : ""));
   }

@@ -197,9 +197,10 @@ inline std::vector<projection> megatron_settings(strategy kind, const model_shap
   const bool full_recompute = kind == strategy::recompute || kind == strategy::recompute_planned;
   std::vector<projection> out;
   auto add = [&](int tp, int cp, int dp, int pp) {
-    out.push_back(megatron(kind, m, c, s, tp, cp, dp, fixed_alpha, pp));
+    add_setting(out, kind, s, [&] { return megatron(kind, m, c, s, tp, cp, dp, fixed_alpha, pp); });
     if (kind == strategy::memo && !fixed_alpha && out.back().chosen.alpha > 0) {
-      out.push_back(megatron(kind, m, c, s, tp, cp, dp, 0.0));  // one shared buffer (MEMO 4.1)
+      // One shared buffer (MEMO 4.1).
+      add_setting(out, kind, s, [&] { return megatron(kind, m, c, s, tp, cp, dp, 0.0); });
     }
   };
   for (int tp = 1; tp <= std::min({c.gpus_per_node, m.kv_head_count(), c.gpus}); tp *= 2) {

@@ -362,13 +362,31 @@ struct projection {
   /// then the host link when it is the bottleneck.
   std::vector<shortfall> shortfalls;
   std::optional<project::resource> limit;  ///< the first memory that runs out; empty when it fits
-  [[nodiscard]] bool fits() const { return !limit.has_value(); }
+  /// Set when a byte count of this setting is 2^64 or more (`check_counts`
+  /// says which): it needs more than any memory holds, and the figures are
+  /// not printed. `project_settings` drops such settings, or throws when
+  /// every one is.
+  std::string uncountable;
+  [[nodiscard]] bool fits() const { return !limit.has_value() && uncountable.empty(); }
   /// The host link is the bottleneck: offload outlasts the compute it hides behind.
   [[nodiscard]] bool link_bound() const { return time.offload_stall > 0.01 * step_seconds; }
   /// How far past capacity the worst resource is (<= 1 when it fits).
   [[nodiscard]] double pressure() const {
     return std::max(device.total() / device_capacity, host_per_node / host_capacity);
   }
+};
+
+/// A setting whose byte counts do not fit in 64 bits: more than any memory
+/// holds, so it does not fit, but it has no figures to print.
+class uncountable_projection : public error {
+ public:
+  uncountable_projection(std::string message, settings setting,
+                         std::source_location where = std::source_location::current())
+      : error(std::move(message), where), setting_(std::move(setting)) {}
+  [[nodiscard]] const settings& setting() const noexcept { return setting_; }
+
+ private:
+  settings setting_;
 };
 
 inline constexpr double caching_fragmentation = 1.45;
@@ -411,11 +429,13 @@ inline std::int64_t padded_tokens(double tokens, std::int64_t unit) {
   return (s + unit - 1) / unit * unit;
 }
 
+
 /// Every byte count of `r` is below 2^64, and the step time positive and
 /// finite; otherwise a memo::error naming the setting and the figure
 /// (`project_settings` adds the strategy, the length and the model): a
 /// shape and a length whose per-GPU bytes cannot be counted in 64 bits are
-/// outside what a projection answers, rather than a wrapped count.
+/// outside what a projection answers, rather than a wrapped count. The
+/// byte counts throw `uncountable_projection`.
 inline void check_counts(const projection& r) {
   const auto& d = r.device;
   const std::pair<const char*, double> bytes[] = {
@@ -425,12 +445,12 @@ inline void check_counts(const projection& r) {
       {"caching allocator reserve", d.caching_reserve}, {"device total", d.total()},
       {"host bytes per node", r.host_per_node}};
   for (const auto& [what, value] : bytes) {
-    expects(representable_bytes(value), [&] {
-      char text[160];
-      std::snprintf(text, sizeof text, "setting TP %d CP %d SP %d PP %d DP %d: %s %.4g", r.chosen.tp, r.chosen.cp,
-                    r.chosen.sp, r.chosen.pp, r.chosen.dp, what, value);
-      return std::string(text) + " is not a byte count below 2^64: the model or the length is too large to count";
-    });
+    if (representable_bytes(value)) continue;
+    char text[160];
+    std::snprintf(text, sizeof text, "setting TP %d CP %d SP %d PP %d DP %d: %s %.4g", r.chosen.tp, r.chosen.cp,
+                  r.chosen.sp, r.chosen.pp, r.chosen.dp, what, value);
+    throw uncountable_projection(
+        std::string(text) + " is not a byte count below 2^64: the model or the length is too large to count", r.chosen);
   }
   expects(std::isfinite(r.step_seconds) && r.step_seconds > 0, [&] {
     return "the step time is not a positive finite number of seconds (" + std::to_string(r.step_seconds) + ")";
@@ -445,6 +465,23 @@ inline std::optional<resource> memory_limit(memory_breakdown d, double host_per_
   if (d.total() > c.profile.device_memory_bytes) return resource::device_memory;
   if (host_per_node > c.profile.host_memory_bytes) return resource::host_memory;
   return std::nullopt;
+}
+
+/// Appends the projection `make()` returns or, when its byte counts do not
+/// fit in 64 bits, that setting marked `uncountable` (without figures), so
+/// one setting too large to count does not end the others' projection.
+template <class Make>
+void add_setting(std::vector<projection>& out, strategy kind, double s, Make&& make) {
+  try {
+    out.push_back(make());
+  } catch (const uncountable_projection& e) {
+    projection r;
+    r.kind = kind;
+    r.sequence = s;
+    r.chosen = e.setting();
+    r.uncountable = e.message();
+    out.push_back(std::move(r));
+  }
 }
 
 /// Fills throughput, MFU and the limit from the memory and step time.

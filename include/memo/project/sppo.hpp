@@ -274,6 +274,11 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
                          std::to_string(m.kv_head_count()) + ")");
       continue;
     }
+    // Before the length's rules: no length makes this PP divide the layers.
+    if (m.layers % pp != 0) {
+      reject(sp, pp, "PP must divide the layers (" + std::to_string(m.layers) + ")");
+      continue;
+    }
     std::vector<int> counts = sppo_subsequence_counts(s, pp);
     if (subsequences) {
       counts.clear();
@@ -306,7 +311,7 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
         reject(sp, pp, reason);
         continue;
       }
-      out.push_back(sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0));
+      add_setting(out, kind, s, [&] { return sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0); });
       if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds);
     }
   }

@@ -53,9 +53,12 @@ namespace memo::project {
 /// select among the settings; every field given must be one of
 /// `pin_fields(kind)`.
 ///
-/// Throws a memo::error naming the strategy, the length and the model when
-/// the model, the cluster or the length is invalid (`s` a whole number in
-/// [1, 2^40]) or a byte count of the result does not fit in 64 bits, and
+/// A setting whose byte counts do not fit in 64 bits needs more than any
+/// memory holds and is left out; when every setting is such, it throws
+/// `uncountable_projection` (a memo::error) naming the first. Throws a
+/// memo::error naming the strategy, the length and the model when the
+/// model, the cluster or the length is invalid (`s` a whole number in
+/// [1, 2^40]), and
 /// one naming the field when the pin is out of range or has a field the
 /// strategy has no setting for.
 inline std::vector<projection> project_settings(strategy kind, const model_shape& m, const cluster& c, double s,
@@ -96,12 +99,20 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
         break;
     }
     std::erase_if(all, [&](const projection& r) { return !pin.matches(r.chosen); });
+    // A setting that cannot be counted needs more than any memory: dropped,
+    // unless it is all there is.
+    if (!all.empty() && std::ranges::all_of(all, [](const projection& r) { return !r.uncountable.empty(); })) {
+      throw uncountable_projection(all.front().uncountable, all.front().chosen);
+    }
+    std::erase_if(all, [](const projection& r) { return !r.uncountable.empty(); });
     return all;
   } catch (const error& e) {
     char text[48];
     std::snprintf(text, sizeof text, "%.0f", s);
-    throw error(std::string(strategy_name(kind)) + " at " + text + " tokens on model '" + memo::detail::quote(m.name) +
-                "': " + e.message());
+    const std::string message = std::string(strategy_name(kind)) + " at " + text + " tokens on model '" +
+                                memo::detail::quote(m.name) + "': " + e.message();
+    if (const auto* u = dynamic_cast<const uncountable_projection*>(&e)) throw uncountable_projection(message, u->setting());
+    throw error(message);
   }
   return {};
 }
@@ -224,7 +235,13 @@ std::optional<double> shortest_with_setting(const Probe& probe, double grid, dou
            std::to_string(limit);
   });
   const double last = std::floor(limit / grid);
-  auto applies = [&](double steps) { return probe(steps * grid).has_value(); };
+  auto applies = [&](double steps) {
+    try {
+      return probe(steps * grid).has_value();
+    } catch (const uncountable_projection&) {  // it has settings, too large to count
+      return true;
+    }
+  };
   if (applies(1)) return grid;
   double none = 1, some = 0;  // in grid steps
   for (double steps = 2; some == 0; steps *= 2) {
@@ -270,8 +287,12 @@ std::optional<projection> longest_fitting_from(const Projector& projector, const
     return std::string(text);
   });
   auto fits = [&](double steps) {
-    const std::optional<projection> r = probe(steps * grid);
-    return r && r->fits();
+    try {
+      const std::optional<projection> r = probe(steps * grid);
+      return r && r->fits();
+    } catch (const uncountable_projection&) {  // needs more than any memory holds
+      return false;
+    }
   };
   double good = first / grid, bad = std::floor(limit / grid) + 1;
   if (!fits(good)) return std::nullopt;
