@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -147,6 +148,26 @@ TEST_CASE("host_backend: synchronize() drains every stream and reports the first
   CHECK(count == 200);
   backend.enqueue(b, [] { throw memo::error("b failed"); });
   CHECK_THROWS_AS(backend.synchronize(), memo::error);
+}
+
+TEST_CASE("host_backend: a copy rate below a byte a second is refused, and the longest booking is cut at 1e9 s") {
+  for (const double rate : {1e-12, -1.0, std::numeric_limits<double>::infinity(),
+                            std::numeric_limits<double>::quiet_NaN()}) {
+    CAPTURE(rate);
+    memo::host_backend::options options;
+    options.host_to_device_bytes_per_second = rate;
+    CHECK_THROWS_WITH_AS(memo::host_backend{options},
+                         doctest::Contains("host_to_device_bytes_per_second must be 0 (unthrottled) or a finite rate "
+                                           "of at least 1 byte/s"),
+                         memo::error);
+  }
+  // SIZE_MAX bytes at 1 byte/s: 1.8e19 s would overflow the clock's
+  // nanoseconds; the booking ends 1e9 s after it begins.
+  memo::detail::host_copy_engine link(1.0);
+  const auto now = memo::detail::host_clock::now();
+  const auto booked = link.reserve(now, SIZE_MAX);
+  CHECK(booked.begin == now);
+  CHECK(std::chrono::duration<double>(booked.end - booked.begin).count() == doctest::Approx(1e9));
 }
 
 TEST_CASE("host_backend: throttled copies take at least bytes / bandwidth") {

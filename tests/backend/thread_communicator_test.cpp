@@ -73,6 +73,17 @@ TEST_CASE("thread_communicator: conformance on 2, 3 and 4 ranks") {
   }
 }
 
+TEST_CASE("thread_communicator: a timeout beyond 2^31 - 1 ms is refused, not overflowed into no wait at all") {
+  memo::thread_communicator::options options;
+  options.timeout = std::chrono::milliseconds::max();
+  CHECK_THROWS_WITH_AS(memo::thread_communicator::create_group(2, options),
+                       doctest::Contains("the timeout must be from 1 to 2147483647 ms (about 24.8 days), got "
+                                         "9223372036854775807 ms"),
+                       memo::error);
+  options.timeout = std::chrono::milliseconds(2147483647);
+  CHECK(memo::thread_communicator::create_group(2, options).size() == 2);
+}
+
 TEST_CASE("thread_communicator: conformance on 1 rank") {
   require_clean(run_ranks(1, [](thread_communicator& comm, host_backend& backend) {
     return memo_test::run_conformance(comm, backend);

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -280,6 +282,15 @@ TEST_CASE("builtin_data: a strided position range counts and contains what it li
       }
     }
   }
+}
+
+TEST_CASE("builtin_data: the mean over a range with a stride near 2^63 takes its one position") {
+  // begin + stride overflowed when the loop stepped past the end.
+  const std::vector<float> values{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  CHECK(memo::mean_over(values, {5, 10, huge}, "test") == 6.0);
+  CHECK(memo::mean_over(values, {0, 16, huge - 1}, "test") == 1.0);
+  CHECK(memo::mean_over(values, {1, 16, 5}, "test") == doctest::Approx((2.0 + 7 + 12) / 3));
 }
 
 TEST_CASE("builtin_data: a task window generated on its own equals the loader's window") {

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -317,9 +318,13 @@ class host_backend {
 
  private:
   static const options& validated(const options& config) {
-    expects(config.host_to_device_bytes_per_second >= 0.0 &&
-                config.device_to_host_bytes_per_second >= 0.0,
-            "copy bandwidths must be non-negative (0 means unthrottled)");
+    for (const auto& [rate, name] : {std::pair{config.host_to_device_bytes_per_second, "host_to_device"},
+                                     std::pair{config.device_to_host_bytes_per_second, "device_to_host"}}) {
+      expects(rate == 0.0 || (std::isfinite(rate) && rate >= 1.0), [&] {
+        return std::string("host_backend: ") + name + "_bytes_per_second must be 0 (unthrottled) or a finite "
+               "rate of at least 1 byte/s, got " + std::to_string(rate);
+      });
+    }
     return config;
   }
 

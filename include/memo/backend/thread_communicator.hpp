@@ -35,6 +35,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -392,7 +393,11 @@ class thread_communicator : public communicator_ops<thread_communicator, host_ba
   }
   [[nodiscard]] static std::vector<thread_communicator> create_group(int ranks, options config) {
     expects(ranks >= 1, [&] { return "thread_communicator::create_group: ranks must be >= 1, got " + std::to_string(ranks); });
-    expects(config.timeout.count() > 0, "thread_communicator::create_group: the timeout must be positive");
+    // Bounded, so that a deadline (now + timeout) is always a time the clock holds.
+    expects(config.timeout.count() > 0 && config.timeout.count() <= std::numeric_limits<std::int32_t>::max(), [&] {
+      return "thread_communicator::create_group: the timeout must be from 1 to 2147483647 ms (about 24.8 days), "
+             "got " + std::to_string(config.timeout.count()) + " ms";
+    });
     auto group = std::make_shared<detail::thread_group>(ranks, config.timeout, config.name);
     std::vector<thread_communicator> result;
     result.reserve(static_cast<std::size_t>(ranks));

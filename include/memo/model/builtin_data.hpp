@@ -119,9 +119,11 @@ inline double mean_over(std::span<const float> values, position_range range, std
            ") with stride " + std::to_string(range.stride) + " is empty or outside the context [0, " +
            std::to_string(n) + ")";
   });
+  // By count: begin + k stride stays below end, where t += stride could overflow.
   double sum = 0;
-  for (std::int64_t t = range.begin; t < range.end; t += range.stride) sum += values[static_cast<std::size_t>(t)];
-  return sum / static_cast<double>(range.size());
+  const std::int64_t count = range.size();
+  for (std::int64_t k = 0; k < count; ++k) sum += values[static_cast<std::size_t>(range.begin + k * range.stride)];
+  return sum / static_cast<double>(count);
 }
 
 namespace detail {
