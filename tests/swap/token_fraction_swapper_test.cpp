@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <memory>
+
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -477,6 +479,36 @@ TEST_CASE("token_fraction_swapper: a destroyed swapper returns its host slots an
   second.synchronize();
   CHECK(checker.checked == 2 * 5 * test_layout().layer_bytes());
   CHECK(checker.mismatched == 0);
+}
+
+TEST_CASE("token_fraction_swapper: a step after its host store or buffers are gone is an error, and its end touches neither") {
+  // The store and the buffers must outlive the swapper; one that does not
+  // is reported at the next step, and the swapper's destructor then leaves
+  // it alone (AddressSanitizer checks that in the sanitizer build).
+  for (const bool store_first : {true, false}) {
+    CAPTURE(store_first);
+    host_backend backend;
+    auto compute = backend.make_stream("compute");
+    const memo::offload_plan plan(test_layout(), 0.5);
+    auto buffers = std::make_unique<memo::rounding_buffers<host_backend>>(backend, plan);
+    auto store = std::make_unique<memo::host_store<host_backend>>(backend, memo::mib);
+    auto swapper = std::make_unique<swapper_type>(backend, compute, *buffers, *store, memo::swap_options{5, 2, 0});
+    (void)swapper->begin_forward(0);
+    swapper->end_forward(0);
+    swapper->synchronize();
+    if (store_first) {
+      store.reset();
+    } else {
+      buffers.reset();
+    }
+    CHECK_THROWS_WITH_AS((void)swapper->begin_forward(1),
+                         doctest::Contains(store_first ? "token_fraction_swapper::begin_forward: its host store was "
+                                                         "destroyed before it (it must outlive the swapper)"
+                                                       : "token_fraction_swapper::begin_forward: its rounding "
+                                                         "buffers were destroyed before it"),
+                         memo::error);
+    swapper.reset();
+  }
 }
 
 TEST_CASE("token_fraction_swapper: two swappers over one set of rounding buffers are refused") {

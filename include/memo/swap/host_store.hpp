@@ -42,6 +42,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/swap/skeletal_layout.hpp"
 
@@ -209,6 +210,9 @@ class host_store {
     return it->second.bytes;
   }
 
+  /// Expires when the store is destroyed (what a swapper over it checks).
+  [[nodiscard]] liveness_watch watch() const noexcept { return alive_; }
+
  private:
   using pinned_buffer = buffer<std::byte, pinned_resource>;
   struct slot_info {
@@ -244,6 +248,7 @@ class host_store {
 
   B* backend_;
   std::uint64_t budget_bytes_;
+  liveness_token alive_ = make_liveness_token();
   std::optional<memory_region> region_;
   std::uint64_t used_bytes_ = 0;       // includes alignment padding inside batches
   std::uint64_t last_id_ = 0;

@@ -75,6 +75,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 #include "memo/schedule/memo_protocol.hpp"
 #include "memo/schedule/step_recorder.hpp"
 #include "memo/swap/host_store.hpp"
@@ -168,7 +169,12 @@ class token_fraction_swapper {
   /// driven by another swapper or the slots do not fit the store.
   token_fraction_swapper(B& backend, stream_type& compute, buffers_type& buffers, store_type& store,
                          swap_options options)
-      : backend_(&backend), compute_(&compute), buffers_(&buffers), store_(&store), options_(options) {
+      : backend_(&backend),
+        compute_(&compute),
+        buffers_(&buffers),
+        store_(&store),
+        store_alive_(store.watch()),
+        options_(options) {
     const std::size_t n = options_.layers;
     expects(n > 0, "token_fraction_swapper: the model needs at least one layer");
     expects(options_.resident_last_layers <= buffers.count(), [&] {
@@ -198,7 +204,7 @@ class token_fraction_swapper {
     drain();
     release_held_leases();
     try {
-      if (!reservation_.empty()) store_->release(reservation_);
+      if (!reservation_.empty() && !store_alive_.expired()) store_->release(reservation_);
     } catch (...) {
       // Only a store that lost the reservation some other way gets here.
     }
@@ -252,6 +258,7 @@ class token_fraction_swapper {
   /// Starts layer `layer`'s forward: its skeletal slices, writable by work
   /// enqueued on the compute stream from now on.
   [[nodiscard]] skeletal_views begin_forward(std::size_t layer) {
+    check_alive("begin_forward");
     expects(!in_layer_ && at(memo_action_kind::forward, layer), [&] {
       return "token_fraction_swapper: begin_forward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
@@ -269,6 +276,7 @@ class token_fraction_swapper {
   /// Ends layer `layer`'s forward; its offload starts once the compute
   /// stream reaches this point.
   void end_forward(std::size_t layer) {
+    check_alive("end_forward");
     expects(in_layer_ && at(memo_action_kind::forward, layer), [&] {
       return "token_fraction_swapper: end_forward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
@@ -285,6 +293,7 @@ class token_fraction_swapper {
   /// The returned slices hold the forward's bytes for work enqueued on the
   /// compute stream from now on.
   [[nodiscard]] skeletal_views begin_backward(std::size_t layer, const recompute_function& recompute) {
+    check_alive("begin_backward");
     const bool recomputes = !in_layer_ && at(memo_action_kind::recompute, layer);
     expects(recomputes || (!in_layer_ && at(memo_action_kind::backward, layer)), [&] {
       return "token_fraction_swapper: begin_backward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
@@ -339,6 +348,7 @@ class token_fraction_swapper {
   /// recompute extends to here and the backward starts here. Optional; a
   /// memo::error unless layer `layer` recomputes and its backward is open.
   void end_recompute(std::size_t layer) {
+    check_alive("end_recompute");
     expects(in_layer_ && at(memo_action_kind::backward, layer) && recomputed_layer_ == layer, [&] {
       return "token_fraction_swapper: end_recompute(" + std::to_string(layer) +
              ") outside a recomputing layer's backward (" + expected() + ")";
@@ -353,6 +363,7 @@ class token_fraction_swapper {
   /// Ends layer `layer`'s backward (everything enqueued on the compute
   /// stream so far was its last use of the buffer).
   void end_backward(std::size_t layer) {
+    check_alive("end_backward");
     expects(in_layer_ && at(memo_action_kind::backward, layer), [&] {
       return "token_fraction_swapper: end_backward(" + std::to_string(layer) + ") out of order (" + expected() + ")";
     });
@@ -407,6 +418,19 @@ class token_fraction_swapper {
   }
 
  private:
+  // The buffers and the store must outlive the swapper: a step on either
+  // after its end is an error, not a use of freed memory.
+  void check_alive(const char* call) const {
+    expects(claim_.buffers_alive(), [&] {
+      return std::string("token_fraction_swapper::") + call +
+             ": its rounding buffers were destroyed before it (they must outlive the swapper)";
+    });
+    expects(!store_alive_.expired(), [&] {
+      return std::string("token_fraction_swapper::") + call +
+             ": its host store was destroyed before it (it must outlive the swapper)";
+    });
+  }
+
   [[nodiscard]] bool at(memo_action_kind kind, std::size_t layer) const noexcept {
     return protocol_[next_].kind == kind && protocol_[next_].layer == layer;
   }
@@ -565,6 +589,7 @@ class token_fraction_swapper {
   stream_type* compute_;
   buffers_type* buffers_;
   store_type* store_;
+  liveness_watch store_alive_;
   swap_options options_;
   memo_protocol_options protocol_options_;
   std::vector<memo_action> protocol_;
