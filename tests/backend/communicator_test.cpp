@@ -2,7 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -54,4 +56,17 @@ TEST_CASE("communicator: checked_call gives the per-rank block and refuses wrong
   CHECK_THROWS_AS((void)comms[0].checked_call<float>(memo::comm_op::send, std::span<const float>(recv),
                                                      std::span<float>(recv)),
                   memo::error);
+  // A send span whose size() times 3 passes 2^64: refused by size, no
+  // wrapped product (only the sizes are read).
+  const std::span<const float> vast(recv.data(), SIZE_MAX / 2);
+  try {
+    (void)comms[0].checked_call<float>(memo::comm_op::all_gather, vast, std::span<float>(recv.data(), 3));
+    FAIL_CHECK("an all_gather of 2^63 elements per rank was accepted");
+  } catch (const memo::error& e) {
+    CHECK(std::string(e.what()).find("size() * send elements = more than 2^64 - 1, got 3") != std::string::npos);
+  }
+  // A moved-from communicator makes no task (it would hold no state).
+  memo::thread_communicator moved = std::move(comms[2]);
+  CHECK_THROWS_AS((void)comms[2].task(call), memo::error);
+  CHECK(moved.rank() == 2);
 }

@@ -189,16 +189,16 @@ class communicator_ops {
                 [&] { return self().describe() + ": all_reduce send and recv partly overlap"; });
         return make<T>(op, send.data(), recv.data(), send.size());
       case comm_op::all_gather:
-        expects(recv.size() == send.size() * p, [&] {
+        expects(recv.size() % p == 0 && recv.size() / p == send.size(), [&] {  // no product to overflow
           return self().describe() + ": all_gather needs recv of size() * send elements = " +
-                 std::to_string(send.size() * p) + ", got " + std::to_string(recv.size());
+                 product_text(send.size(), p) + ", got " + std::to_string(recv.size());
         });
         separate<T>(send, recv, "all_gather");
         return make<T>(op, send.data(), recv.data(), send.size());
       case comm_op::reduce_scatter:
-        expects(send.size() == recv.size() * p, [&] {
+        expects(send.size() % p == 0 && send.size() / p == recv.size(), [&] {  // no product to overflow
           return self().describe() + ": reduce_scatter needs send of size() * recv elements = " +
-                 std::to_string(recv.size() * p) + ", got " + std::to_string(send.size());
+                 product_text(recv.size(), p) + ", got " + std::to_string(send.size());
         });
         separate<T>(send, recv, "reduce_scatter");
         return make<T>(op, send.data(), recv.data(), recv.size());
@@ -214,6 +214,11 @@ class communicator_ops {
         throw error(self().describe() + ": checked_call takes all_reduce, all_gather, reduce_scatter or "
                     "all_to_all, not " + to_string(op));
     }
+  }
+
+  /// a * b in words, or "more than 2^64 - 1" when the product does not fit.
+  static std::string product_text(std::size_t a, std::size_t b) {
+    return b != 0 && a > SIZE_MAX / b ? std::string("more than 2^64 - 1") : std::to_string(a * b);
   }
 
   template <class U>

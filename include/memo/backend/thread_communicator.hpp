@@ -430,6 +430,7 @@ class thread_communicator : public communicator_ops<thread_communicator, host_ba
 
   /// The work an issued call enqueues (runs the call on the calling thread).
   [[nodiscard]] auto task(const comm_call& call) const {
+    (void)state();  // a moved-from communicator is an error here, not a null task
     return [rank = state_, call](host_backend::native_stream) { rank->run(call); };
   }
 
