@@ -429,7 +429,6 @@ inline std::int64_t padded_tokens(double tokens, std::int64_t unit) {
   return (s + unit - 1) / unit * unit;
 }
 
-
 /// Every byte count of `r` is below 2^64, and the step time positive and
 /// finite; otherwise a memo::error naming the setting and the figure
 /// (`project_settings` adds the strategy, the length and the model): a

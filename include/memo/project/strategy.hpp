@@ -111,7 +111,9 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
     std::snprintf(text, sizeof text, "%.0f", s);
     const std::string message = std::string(strategy_name(kind)) + " at " + text + " tokens on model '" +
                                 memo::detail::quote(m.name) + "': " + e.message();
-    if (const auto* u = dynamic_cast<const uncountable_projection*>(&e)) throw uncountable_projection(message, u->setting());
+    if (const auto* u = dynamic_cast<const uncountable_projection*>(&e)) {
+      throw uncountable_projection(message, u->setting());
+    }
     throw error(message);
   }
   return {};
