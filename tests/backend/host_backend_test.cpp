@@ -160,6 +160,12 @@ TEST_CASE("host_backend: a copy rate below a byte a second is refused, and the l
                          doctest::Contains("host_to_device_bytes_per_second must be 0 (unthrottled) or a finite rate "
                                            "of at least 1 byte/s"),
                          memo::error);
+    options = {};
+    options.device_to_host_bytes_per_second = rate;
+    CHECK_THROWS_WITH_AS(memo::host_backend{options},
+                         doctest::Contains("device_to_host_bytes_per_second must be 0 (unthrottled) or a finite rate "
+                                           "of at least 1 byte/s"),
+                         memo::error);
   }
   // SIZE_MAX bytes at 1 byte/s: 1.8e19 s would overflow the clock's
   // nanoseconds; the booking ends 1e9 s after it begins.
@@ -168,6 +174,13 @@ TEST_CASE("host_backend: a copy rate below a byte a second is refused, and the l
   const auto booked = link.reserve(now, SIZE_MAX);
   CHECK(booked.begin == now);
   CHECK(std::chrono::duration<double>(booked.end - booked.begin).count() == doctest::Approx(1e9));
+  // Twenty more: the wait for the link ahead is cut too, so the bookings
+  // never pass the clock's 292 years (9.2e9 s).
+  for (int k = 0; k < 20; ++k) {
+    const auto next = link.reserve(now, SIZE_MAX);
+    CHECK(std::chrono::duration<double>(next.end - now).count() <= 2e9 * 1.000001);
+    CHECK(next.end > next.begin);
+  }
 }
 
 TEST_CASE("host_backend: throttled copies take at least bytes / bandwidth") {

@@ -163,6 +163,13 @@ TEST_CASE("mpi_communicator: a receive shorter than the message is a memo::error
   }
 }
 
+TEST_CASE("mpi_communicator: a timeout beyond 2^31 - 1 ms is refused before any MPI call") {
+  // milliseconds::max() overflowed the elapsed-time comparison into a
+  // timeout at the first poll.
+  CHECK_THROWS_WITH_AS(memo::mpi_communicator(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds::max()}),
+                       doctest::Contains("the timeout must be from 0 (none) to 2147483647 ms"), memo::error);
+}
+
 TEST_CASE("mpi_communicator: a thread level below MPI_THREAD_MULTIPLE is refused by name") {
   try {
     memo::detail::require_mpi_thread_multiple(MPI_THREAD_FUNNELED, "test");

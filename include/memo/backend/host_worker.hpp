@@ -99,15 +99,17 @@ class host_copy_engine {
     host_clock::time_point end;
   };
   /// Books `bytes` on the link no earlier than `ready`.
-  /// A booking longer than about 31 years (1e9 s) is cut there: the
-  /// clock's 64-bit nanoseconds hold 292 years, and a copy that long is
-  /// never waited for in earnest.
+  /// A booking longer than about 31 years (1e9 s) is cut there, and so is
+  /// the wait for the link ahead of it: the clock's 64-bit nanoseconds hold
+  /// 292 years, and a copy that long is never waited for in earnest.
   booking reserve(host_clock::time_point ready, std::size_t bytes) {
     constexpr double longest_seconds = 1e9;
+    const auto longest = std::chrono::duration_cast<host_clock::duration>(std::chrono::duration<double>(longest_seconds));
     const auto duration = std::chrono::duration_cast<host_clock::duration>(
         std::chrono::duration<double>(std::min(static_cast<double>(bytes) / bytes_per_second_, longest_seconds)));
     std::lock_guard lock(mutex_);
-    const auto begin = std::max(ready, free_at_);
+    // The queue ahead is cut the same way, so bookings never add up past the clock.
+    const auto begin = std::min(std::max(ready, free_at_), ready + longest);
     free_at_ = begin + duration;
     return {begin, free_at_};
   }

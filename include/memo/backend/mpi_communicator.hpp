@@ -46,10 +46,14 @@
 //   collective; a send Open MPI does not cancel) stays posted, its buffers
 //   MPI's until the job ends; a communicator holding such a call makes no
 //   MPI call when destroyed. Only the rank that timed out knows: its peers
-//   learn of it by their own timeouts, or when the job ends.
+//   learn of it by their own timeouts, or when the job ends. A call posted
+//   on another stream of the same communicator before the timeout is not
+//   refused, and may still take the peer's late message.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -130,7 +134,10 @@ struct mpi_comm_state {
     int pending = 1;
     // A failure with a request still posted withdraws it first.
     auto post = [&](int status, const char* name) {
-      if (status != MPI_SUCCESS) (void)withdraw(requests, pending, call, std::string(name) + " failed");
+      if (status != MPI_SUCCESS) {
+        int ignored = MPI_SUCCESS;  // the failure at hand is reported below
+        (void)withdraw(requests, pending, call, std::string(name) + " failed", ignored);
+      }
       check_mpi(status, name);
     };
     switch (call.op) {
@@ -189,9 +196,11 @@ struct mpi_comm_state {
              : call.op == comm_op::send_recv ? " sending to rank " + std::to_string(call.peer) +
                                                    " and receiving from rank " + std::to_string(call.source)
                                              : std::string(" for its peers"));
-        const withdrawal outcome = withdraw(requests, pending, call, waited);
+        int failure = MPI_SUCCESS;
+        const withdrawal outcome = withdraw(requests, pending, call, waited, failure);
         if (outcome == withdrawal::completed) return;  // done after all, before the cancel took
         mark_unusable(call, waited);
+        check_mpi(failure, completed(call.op));  // it ended in a failure while being withdrawn
         throw error(who() + ": " + waited + " (one may have failed or stopped); the communicator is unusable from "
                     "now on" +
                     (outcome == withdrawal::withdrawn ? std::string(" (the call was withdrawn)")
@@ -230,7 +239,10 @@ struct mpi_comm_state {
   /// requests allocated). What stays posted (a collective, or a send MPI
   /// does not cancel) is kept, and the communicator becomes unusable, as
   /// it does when some requests completed and others were cancelled.
-  withdrawal withdraw(MPI_Request* requests, int pending, const comm_call& call, const std::string& why) const {
+  /// `failure` receives the first error a request ended with (its call
+  /// then did not complete: never `withdrawal::completed`).
+  withdrawal withdraw(MPI_Request* requests, int pending, const comm_call& call, const std::string& why,
+                      int& failure) const {
     const bool cancellable = pairwise(call.op);
     bool cancelled = false, completed = false;
     auto settle = [&] {
@@ -239,10 +251,13 @@ struct mpi_comm_state {
         if (requests[i] == MPI_REQUEST_NULL) continue;
         int done = 0;
         MPI_Status status;
-        if (MPI_Test(&requests[i], &done, &status) != MPI_SUCCESS) {
-          if (cancellable) (void)MPI_Request_free(&requests[i]);  // erroneous for a collective's request
+        if (const int code = MPI_Test(&requests[i], &done, &status); code != MPI_SUCCESS) {
+          // Open MPI keeps a failed point-to-point request allocated (MPICH
+          // frees it and nulls the handle); freeing a collective's is erroneous.
+          if (cancellable && requests[i] != MPI_REQUEST_NULL) (void)MPI_Request_free(&requests[i]);
           requests[i] = MPI_REQUEST_NULL;
-          completed = true;  // it ended, with an error
+          if (failure == MPI_SUCCESS) failure = code;
+          cancelled = true;  // it did not complete
           continue;
         }
         if (done == 0) {
@@ -362,7 +377,11 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   /// duplicated so memo's traffic and error handler are its own.
   explicit mpi_communicator(MPI_Comm base = MPI_COMM_WORLD) : mpi_communicator(base, options{}) {}
   mpi_communicator(MPI_Comm base, options config) {
-    expects(config.timeout.count() >= 0, "mpi_communicator: the timeout must not be negative");
+    // Bounded, so that the elapsed time is always compared in range.
+    expects(config.timeout.count() >= 0 && config.timeout.count() <= std::numeric_limits<std::int32_t>::max(), [&] {
+      return "mpi_communicator: the timeout must be from 0 (none) to 2147483647 ms (about 24.8 days), got " +
+             std::to_string(config.timeout.count()) + " ms";
+    });
     expects(!detail::mpi_finalized(), "mpi_communicator: MPI is finalized");
     int initialized = 0;
     check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -401,6 +420,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   }
 
   [[nodiscard]] auto task(const comm_call& call) const {
+    (void)state();  // a moved-from communicator is an error here, not a null task
     return [state = state_, call](host_backend::native_stream) { state->run(call); };
   }
 

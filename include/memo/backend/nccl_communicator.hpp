@@ -163,6 +163,7 @@ class nccl_communicator : public communicator_ops<nccl_communicator, cuda_backen
   }
 
   [[nodiscard]] auto task(const comm_call& call) const {
+    (void)state();  // a moved-from communicator is an error here, not a null task
     return [state = state_, call](cudaStream_t stream) { state->run(call, stream); };
   }
 

@@ -177,7 +177,7 @@ inline sppo_solution solve_sppo(const sppo_solver_input& in) {
     std::uint64_t low, high;
   };
   std::vector<n_range> ranges;
-  std::uint64_t candidates = 0;  // saturates at max_candidates + 1
+  std::uint64_t candidates = 0;  // stops growing once the next range would pass max_candidates
   bool too_many = false;
   for (int sp = in.profile.gpus_per_node; sp >= 1; --sp) {
     if (gpus % sp != 0) continue;

@@ -210,6 +210,7 @@ class token_fraction_swapper {
     }
   }
 
+  /// The plan and layout of the rounding buffers (read from them: only while they exist).
   [[nodiscard]] const offload_plan& plan() const noexcept { return buffers_->plan(); }
   [[nodiscard]] const skeletal_layout& layout() const noexcept { return buffers_->layout(); }
   [[nodiscard]] std::size_t layers() const noexcept { return options_.layers; }
