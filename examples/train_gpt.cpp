@@ -305,7 +305,8 @@ options parse(int argc, char** argv) {
       }
       o.overlap_reduction = text == "on";
     } else if (arg == "--comm-timeout") {
-      o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 1 << 24);
+      // At most 2^31 - 1 ms, what mpi_communicator's timeout takes.
+      o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 2147483);
     } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
       throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
     } else {
