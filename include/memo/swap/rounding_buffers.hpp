@@ -220,9 +220,11 @@ class rounding_buffers {
     explicit exclusive_use(std::shared_ptr<detail::rounding_state> state) : state_(std::move(state)) {}
     void reset() noexcept {
       if (!state_) return;
-      std::lock_guard lock(state_->mutex);
-      state_->user.clear();
-      state_.reset();
+      // The state may go with this last handle: drop it only after its
+      // mutex is unlocked (buffers destroyed first leave this one the owner).
+      const std::shared_ptr<detail::rounding_state> state = std::move(state_);
+      std::lock_guard lock(state->mutex);
+      state->user.clear();
     }
     std::shared_ptr<detail::rounding_state> state_;
   };
