@@ -171,7 +171,7 @@ inline sppo_solution solve_sppo(const sppo_solver_input& in) {
   std::string last_reason = "no SP divides the GPUs of a node";
   // Per SP, the N whose tokens per GPU floor(s / (N SP)) lie in
   // [min_tokens, max_tokens]: N > floor(floor(s / SP) / (max + 1)) and
-  // N <= floor(floor(s / SP) / min) (max taken as at most s: the same set).
+  // N <= floor(floor(s / SP) / min).
   struct n_range {
     int sp;
     std::uint64_t low, high;
