@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -15,6 +16,8 @@
 #include <thread>
 #include <stdexcept>
 #include <vector>
+
+#include "../support/gate.hpp"
 
 using memo::copy_kind;
 using memo::host_backend;
@@ -477,4 +480,143 @@ TEST_CASE("host_backend: a functor's parallel_grain sets the indices per piece")
   backend.parallel_for(stream, memo::extent_2d{2, 128}, count_rows{&seen, 128});
   backend.synchronize(stream);
   CHECK(std::all_of(seen.begin(), seen.end(), [](const std::atomic<int>& n) { return n.load() == 1; }));
+}
+
+namespace {
+
+using memo_test::gate;
+
+// Every stream's error, as text, after the whole backend has drained.
+std::string all_errors(memo::host_backend& backend, std::vector<memo::host_backend::stream*> streams) {
+  std::string text;
+  for (auto* s : streams) {
+    try {
+      backend.synchronize(*s);
+    } catch (const std::exception& e) {
+      text += std::string(e.what()) + "\n";
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("host_backend: a task synchronising a stream that waits for this stream's later event fails, not hangs") {
+  memo::host_backend backend;
+  auto a = backend.make_stream("a");
+  auto b = backend.make_stream("b");
+  auto later = backend.make_event();
+  gate go;
+  std::atomic<bool> after_sync{false};
+  backend.enqueue(a, [&] {
+    go.pass();
+    backend.synchronize(b);  // b waits for `later`, which a records after this task
+    after_sync = true;
+  });
+  backend.record(later, a);
+  backend.wait(b, later);
+  std::atomic<int> b_work{0};
+  backend.enqueue(b, [&] { ++b_work; });
+  go.open();
+  const std::string errors = all_errors(backend, {&a, &b});
+  // Whichever of the two blocked last closed the cycle and names it.
+  const bool named = errors.find("stream 'a' waits for stream 'b', which waits for stream 'a'") != std::string::npos ||
+                     errors.find("stream 'b' waits for stream 'a', which waits for stream 'b'") != std::string::npos;
+  CHECK(named);
+  CHECK(errors.find("a cycle of waits") != std::string::npos);
+  CHECK_FALSE(after_sync);  // the synchronisation failed in the task
+  CHECK(b_work == 0);       // b's later work is skipped: it inherited a's failure
+  // The streams are usable again once their errors are reported.
+  backend.enqueue(b, [&] { ++b_work; });
+  backend.synchronize();
+  CHECK(b_work == 1);
+}
+
+TEST_CASE("host_backend: a cycle of event waits through three streams fails, whichever stream closes it") {
+  for (const bool task_first : {true, false}) {
+    INFO("the task blocks " << (task_first ? "before" : "after") << " the other streams");
+    memo::host_backend backend;
+    auto a = backend.make_stream("a");
+    auto b = backend.make_stream("b");
+    auto c = backend.make_stream("c");
+    auto ea = backend.make_event();
+    auto eb = backend.make_event();
+    auto ec = backend.make_event();
+    gate go_a, go_b;
+    std::atomic<bool> a_blocking{false};
+    backend.enqueue(a, [&] {
+      go_a.pass();
+      a_blocking = true;
+      backend.synchronize(ec);  // c records ec after waiting for eb, b records eb after waiting for ea
+    });
+    backend.record(ea, a);
+    backend.enqueue(b, [&] { go_b.pass(); });
+    backend.wait(b, ea);
+    backend.record(eb, b);
+    backend.wait(c, eb);
+    backend.record(ec, c);
+    if (task_first) {
+      go_a.open();
+      while (!a_blocking) std::this_thread::yield();
+      go_b.open();  // b then closes the cycle at its wait for ea (or a does, if it had not blocked yet)
+    } else {
+      go_b.open();
+      go_a.open();
+    }
+    const std::string errors = all_errors(backend, {&a, &b, &c});
+    CHECK(errors.find("a cycle of waits") != std::string::npos);
+    CHECK(errors.find("'a'") != std::string::npos);
+    CHECK(errors.find("'b'") != std::string::npos);
+    CHECK(errors.find("'c'") != std::string::npos);
+  }
+}
+
+TEST_CASE("host_backend: waits across streams that form no cycle are not refused") {
+  // a's task synchronises b, which waits for an event c records after slow
+  // work: a chain, not a cycle, so everything completes.
+  memo::host_backend backend;
+  auto a = backend.make_stream("a");
+  auto b = backend.make_stream("b");
+  auto c = backend.make_stream("c");
+  auto done_c = backend.make_event();
+  gate go;
+  std::atomic<int> steps{0};
+  backend.enqueue(c, [&] {
+    go.pass();
+    ++steps;
+  });
+  backend.record(done_c, c);
+  backend.wait(b, done_c);
+  backend.enqueue(b, [&] { ++steps; });
+  backend.enqueue(a, [&] {
+    backend.synchronize(b);
+    ++steps;
+  });
+  go.open();
+  CHECK_NOTHROW(backend.synchronize());
+  CHECK(steps == 3);
+}
+
+TEST_CASE("host_backend: events passed back and forth between two streams are never taken for a cycle") {
+  // a waits for b's event and b for a's, alternately, many times: each wait
+  // is for an event recorded before it, so none is a cycle, however the two
+  // threads interleave (an event fired just before its waiter is entered
+  // in the wait graph must not count as a wait).
+  memo::host_backend backend;
+  auto a = backend.make_stream("a");
+  auto b = backend.make_stream("b");
+  std::atomic<int> done{0};
+  for (int round = 0; round < 500; ++round) {
+    auto from_a = backend.make_event();
+    auto from_b = std::make_shared<memo::host_backend::event>(backend.make_event());
+    backend.enqueue(a, [&] { ++done; });
+    backend.record(from_a, a);
+    backend.wait(b, from_a);
+    backend.enqueue(b, [&] { ++done; });
+    backend.record(*from_b, b);
+    backend.wait(a, *from_b);
+    backend.enqueue(a, [&, from_b] { backend.synchronize(*from_b); });  // a task's wait too
+  }
+  CHECK_NOTHROW(backend.synchronize());
+  CHECK(done == 1000);
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -722,5 +723,27 @@ TEST_CASE("gpt2_model: initialize draws weights with the standard deviation aske
       const auto [s, n] = sample_std(name);
       CHECK(std::abs(s / (std_dev / 2) - 1) < 4 / std::sqrt(2 * n));
     }
+  }
+}
+
+TEST_CASE("gpt2_model: a model that outlives its backend refuses to train and is destroyed cleanly") {
+  const auto config = four_layers();
+  const std::int64_t T = 8;
+  // Offload and host K/V too, so pinned host memory, the swapper's stores
+  // and the planned arena all outlive the resources they came from.
+  for (const bool offload : {false, true}) {
+    INFO("offload " << offload);
+    auto backend = std::make_unique<memo::host_backend>(two_threads());
+    std::optional<model> m;
+    m.emplace(*backend, config,
+              memo::gpt2_model_options{.context = T, .attention_chunk = 4, .offload_alpha = offload ? 0.5 : 0.0,
+                                       .kv_offload = offload});
+    m->initialize(2);
+    (void)m->train_step(random_tokens(T, 11, 1), random_tokens(T, 11, 2), {});
+    backend.reset();
+    CHECK_THROWS_WITH_AS((void)m->token_losses(), doctest::Contains("after the memory resource that made it"),
+                         memo::error);
+    CHECK_THROWS_AS((void)m->train_step(random_tokens(T, 11, 1), random_tokens(T, 11, 2), {}), memo::error);
+    m.reset();  // AddressSanitizer reports any use of the backend's freed memory here
   }
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -506,6 +507,37 @@ TEST_CASE("planned_replay: lifetime errors are reported, not crashes") {
     }
     REQUIRE(reports.size() == 1);
     CHECK(reports[0].find("destroyed with 1 allocation(s) live") != std::string::npos);
+  }
+  SUBCASE("the arena destroyed, then the replay resource with a buffer live") {
+    // The replay resource takes its live buffers back when it goes, so the
+    // arena's memory is released then, and the buffer that outlives both
+    // returns nothing.
+    auto arena = std::make_unique<memo::planned_arena>(device, trace, plan, options);
+    auto replay = std::make_unique<memo::planned_replay_resource>(*arena);
+    memo::buffer<char, memo::planned_replay_resource> survivor(*replay, 64);
+    arena.reset();
+    CHECK(device.current_bytes() == 320);  // kept for the live buffer
+    replay.reset();
+    CHECK(device.current_bytes() == 0);
+    CHECK_FALSE(survivor.resource_alive());
+    CHECK_THROWS_AS((void)survivor.data(), memo::error);
+    REQUIRE(reports.size() == 2);
+    CHECK(reports[1].find("destroyed with 1 allocation(s) live") != std::string::npos);
+  }
+  SUBCASE("the device resource destroyed under a replayed buffer") {
+    // A buffer from the replay watches the replay resource, which is alive;
+    // the memory behind it is not, and the buffer says so.
+    auto owner = std::make_unique<memo::host_memory_resource>("short-lived device");
+    memo::planned_arena arena(*owner, trace, plan, options);
+    memo::planned_replay_resource replay(arena);
+    memo::buffer<char, memo::planned_replay_resource> inside(replay, 64);
+    CHECK(inside.resource_alive());
+    owner.reset();
+    CHECK_FALSE(inside.resource_alive());
+    CHECK_THROWS_WITH_AS((void)inside.data(), doctest::Contains("after the memory resource"), memo::error);
+    CHECK_THROWS_WITH_AS((void)replay.allocate(64), doctest::Contains("its arena was allocated from was destroyed"),
+                         memo::error);
+    inside = {};  // returned to the replay, which poisons nothing that is gone
   }
   SUBCASE("a trace that never frees a buffer cannot be replayed") {
     const auto unfreed = memo::parse_trace("malloc 0 64\nmalloc 1 64\nfree 1 64\n");

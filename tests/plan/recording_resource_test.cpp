@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -155,4 +157,37 @@ TEST_CASE("recording_resource: concurrent requests are all recorded, each pair i
   for (const auto& buffer : trace.problem.buffers) largest = std::max(largest, buffer.size_bytes);
   CHECK(memo::lower_bound_bytes(trace.problem) <= 2 * largest);
   CHECK(memo::parse_trace(recorder.text()).problem.buffers.size() == 600);
+}
+
+TEST_CASE("recording_resource: an upstream destroyed first is refused, not touched") {
+  auto device = std::make_unique<memo::host_memory_resource>("device");
+  memo::recording_resource recorder(*device, "short-lived upstream");
+  memo::buffer<char, memo::recording_resource<memo::host_memory_resource>> survivor(recorder, 64);
+  device.reset();  // frees the 64 bytes itself
+  CHECK_THROWS_WITH_AS((void)recorder.allocate(16), doctest::Contains("upstream memory resource was destroyed"),
+                       memo::error);
+  // The buffer watches the recorder, which is alive, but its memory was the upstream's.
+  CHECK_FALSE(survivor.resource_alive());
+  CHECK_THROWS_WITH_AS((void)survivor.data(), doctest::Contains("after the memory resource"), memo::error);
+  // The recorder is alive, so the buffer returns its bytes to it; the
+  // recorder records the free without reaching the upstream that is gone.
+  survivor = {};
+  CHECK(recorder.current_bytes() == 0);
+  CHECK(recorder.text() == "malloc 0 64\nfree 0 64\n");
+}
+
+TEST_CASE("recording_resource: allocations still live when it goes are returned to the upstream") {
+  memo::host_memory_resource device("device");
+  std::optional<memo::buffer<char, memo::recording_resource<memo::host_memory_resource>>> survivor;
+  {
+    memo::recording_resource recorder(device, "short-lived recorder");
+    survivor.emplace(recorder, 4096);
+    memo::buffer<char, memo::recording_resource<memo::host_memory_resource>> freed(recorder, 128);
+    CHECK(device.current_bytes() == 4096 + 128);
+  }
+  CHECK(device.current_bytes() == 0);
+  CHECK(device.deallocation_count() == 2);
+  CHECK_FALSE(survivor->resource_alive());
+  survivor.reset();  // returns nothing: its recorder is gone
+  CHECK(device.deallocation_count() == 2);
 }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "memo/backend/host_backend.hpp"
+#include "../support/gate.hpp"
 
 namespace {
 
@@ -28,12 +29,7 @@ memo::skeletal_layout layout() {
   });
 }
 
-// Blocks a stream until opened from the test thread.
-struct gate {
-  std::promise<void> promise;
-  std::shared_future<void> future = promise.get_future().share();
-  void open() { promise.set_value(); }
-};
+using memo_test::gate;
 
 }  // namespace
 

@@ -507,6 +507,16 @@ TEST_CASE("token_fraction_swapper: a step after its host store or buffers are go
                                                        : "token_fraction_swapper::begin_forward: its rounding "
                                                          "buffers were destroyed before it"),
                          memo::error);
+    // The plan and layout are read from the buffers: refused once they are gone.
+    if (store_first) {
+      CHECK(swapper->plan().alpha() == 0.5);
+      CHECK(swapper->layout().size() == test_layout().size());
+    } else {
+      CHECK_THROWS_WITH_AS((void)swapper->plan(), doctest::Contains("token_fraction_swapper::plan: its rounding"),
+                           memo::error);
+      CHECK_THROWS_WITH_AS((void)swapper->layout(),
+                           doctest::Contains("token_fraction_swapper::layout: its rounding"), memo::error);
+    }
     swapper.reset();
   }
 }

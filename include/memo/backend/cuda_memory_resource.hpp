@@ -4,7 +4,10 @@
 // `cudaMalloc` (or stream-ordered `cudaMallocAsync`) and page-locked host
 // memory from `cudaMallocHost`. The accounting matches the host backend's
 // exactly (requested bytes, current and peak, optional capacity), so a plan
-// validated on the host backend is measured the same way on a GPU.
+// validated on the host backend is measured the same way on a GPU. Like the
+// host backend's, each keeps a table of live allocations: a deallocation it
+// did not hand out is an error, and what is live when it is destroyed is
+// freed then (buffers that outlive it watch its liveness and return nothing).
 #pragma once
 
 #include <cstddef>
@@ -36,6 +39,13 @@ class cuda_device_memory_resource : public detail::accounted_resource {
  public:
   explicit cuda_device_memory_resource(std::optional<std::size_t> capacity_bytes = {})
       : accounted_resource("cuda device memory", capacity_bytes) {}
+  cuda_device_memory_resource(const cuda_device_memory_resource&) = delete;
+  cuda_device_memory_resource& operator=(const cuda_device_memory_resource&) = delete;
+  ~cuda_device_memory_resource() {
+    // Stream-ordered allocations too: cudaFree waits for the device, which
+    // is what a resource that goes away with allocations left needs.
+    live_.free_all([](void* pointer, const detail::allocation_table::block&) { (void)cudaFree(pointer); });
+  }
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     expects(alignment <= default_alignment_bytes, [&] {
@@ -45,12 +55,15 @@ class cuda_device_memory_resource : public detail::accounted_resource {
     return accounting_.charge(bytes, [&] {
       void* pointer = nullptr;
       check_cuda(cudaMalloc(&pointer, bytes == 0 ? 1 : bytes), "cudaMalloc");
+      remember(pointer, {bytes, alignment}, [](void* p) { (void)cudaFree(p); });
       return pointer;
     });
   }
-  void deallocate(void* pointer, std::size_t bytes, std::size_t = default_alignment_bytes) {
+  void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     if (pointer == nullptr) return;
+    live_.check(accounting_.name(), pointer, bytes, alignment);
     check_cuda(cudaFree(pointer), "cudaFree");
+    live_.erase(pointer);
     accounting_.remove(bytes);
   }
   /// Stream-ordered allocation: usable by work enqueued on `stream` after this call.
@@ -58,15 +71,31 @@ class cuda_device_memory_resource : public detail::accounted_resource {
     return accounting_.charge(bytes, [&] {
       void* pointer = nullptr;
       check_cuda(cudaMallocAsync(&pointer, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
+      remember(pointer, {bytes, default_alignment_bytes}, [stream](void* p) { (void)cudaFreeAsync(p, stream); });
       return pointer;
     });
   }
   /// Stream-ordered free: the memory is reused only after the stream's prior work.
   void deallocate_async(void* pointer, std::size_t bytes, cudaStream_t stream) {
     if (pointer == nullptr) return;
+    live_.check(accounting_.name(), pointer, bytes, std::nullopt);  // either allocate's alignment
     check_cuda(cudaFreeAsync(pointer, stream), "cudaFreeAsync");
+    live_.erase(pointer);
     accounting_.remove(bytes);
   }
+
+ private:
+  // Enters a fresh allocation in the table; if that fails, frees it first.
+  template <class Free>
+  void remember(void* pointer, detail::allocation_table::block allocation, Free free) {
+    try {
+      live_.insert(pointer, allocation);
+    } catch (...) {
+      free(pointer);
+      throw;
+    }
+  }
+  detail::allocation_table live_;
 };
 
 /// Page-locked host memory from cudaMallocHost, so copies can be asynchronous.
@@ -74,6 +103,11 @@ class cuda_pinned_memory_resource : public detail::accounted_resource {
  public:
   explicit cuda_pinned_memory_resource(std::optional<std::size_t> capacity_bytes = {})
       : accounted_resource("cuda pinned host memory", capacity_bytes) {}
+  cuda_pinned_memory_resource(const cuda_pinned_memory_resource&) = delete;
+  cuda_pinned_memory_resource& operator=(const cuda_pinned_memory_resource&) = delete;
+  ~cuda_pinned_memory_resource() {
+    live_.free_all([](void* pointer, const detail::allocation_table::block&) { (void)cudaFreeHost(pointer); });
+  }
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     expects(alignment <= 4096, [&] {
@@ -83,14 +117,25 @@ class cuda_pinned_memory_resource : public detail::accounted_resource {
     return accounting_.charge(bytes, [&] {
       void* pointer = nullptr;
       check_cuda(cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+      try {
+        live_.insert(pointer, {bytes, alignment});
+      } catch (...) {
+        (void)cudaFreeHost(pointer);
+        throw;
+      }
       return pointer;
     });
   }
-  void deallocate(void* pointer, std::size_t bytes, std::size_t = default_alignment_bytes) {
+  void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     if (pointer == nullptr) return;
+    live_.check(accounting_.name(), pointer, bytes, alignment);
     check_cuda(cudaFreeHost(pointer), "cudaFreeHost");
+    live_.erase(pointer);
     accounting_.remove(bytes);
   }
+
+ private:
+  detail::allocation_table live_;
 };
 
 }  // namespace memo

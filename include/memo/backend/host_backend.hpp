@@ -206,8 +206,9 @@ class host_backend {
     expects(marker.signal_->done() || detail::running_stream_tag != marker.signal_->recorder(),
             "synchronize(event) was called from a task running on the stream that records it, "
             "before the record: it would wait for itself forever");
-    marker.signal_->wait();
-    if (auto failure = marker.signal_->failure()) failure->raise();
+    const auto signal = marker.signal_;  // alive while waited for, whatever happens to `marker`
+    detail::wait_for(*signal, static_cast<const detail::host_worker*>(detail::running_stream_tag));
+    if (auto failure = signal->failure()) failure->raise();
   }
 
   /// Blocks until the stream's work is done; rethrows (and clears) its error.

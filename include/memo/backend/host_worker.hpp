@@ -17,19 +17,28 @@
 //   `synchronize()` reports;
 // - once its backend is gone, a stream rejects new work with a `memo::error`
 //   (the backend drained it first, so queued copies never touch a dead
-//   copy engine).
+//   copy engine);
+// - a stream that would wait forever because of a cycle of waits for events
+//   and stream synchronisations (its task synchronises a stream that waits
+//   for an event this stream records later, over any number of streams and
+//   backends) fails with a `memo::error` naming the cycle instead (see
+//   `wait_graph`). Other blocking calls (joining a stream whose last handle
+//   a task drops, destroying a backend, a communicator's collective) are not
+//   in that graph.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -58,7 +67,7 @@ class host_signal {
     }
     ready_.notify_all();
   }
-  void wait() {
+  void wait() const {
     std::unique_lock lock(mutex_);
     ready_.wait(lock, [&] { return done_; });
   }
@@ -80,7 +89,7 @@ class host_signal {
  private:
   const void* recorder_;
   mutable std::mutex mutex_;
-  std::condition_variable ready_;
+  mutable std::condition_variable ready_;
   bool done_ = false;
   stream_failure_ptr failure_;
   host_clock::time_point when_{};
@@ -119,6 +128,12 @@ class host_copy_engine {
   std::mutex mutex_;
   host_clock::time_point free_at_{};
 };
+
+class host_worker;
+
+/// Waits for `signal` on behalf of stream `waiter` (null: a thread that is
+/// no stream's, which no stream can wait for, so it closes no cycle).
+void wait_for(const host_signal& signal, const host_worker* waiter);
 
 class host_worker {
  public:
@@ -204,7 +219,7 @@ class host_worker {
     });
     auto signal = std::make_shared<host_signal>(this);
     if (!push_unless_finished({task_kind::fire, {}, signal})) return;  // its error went to the sink
-    signal->wait();
+    wait_for(*signal, static_cast<const host_worker*>(running_stream_tag));
     stream_failure_ptr failure;
     {
       std::lock_guard lock(mutex_);
@@ -263,7 +278,13 @@ class host_worker {
         return;
       }
       case task_kind::wait: {
-        item.signal->wait();
+        try {
+          wait_for(*item.signal, this);
+        } catch (...) {  // a cycle of waits: this stream fails instead of hanging
+          set_failure(stream_failure::capture_current());
+          ready_at_ = host_clock::now();
+          return;
+        }
         if (auto failure = item.signal->failure(); failure && !current_failure()) {
           set_failure(failure);
         }
@@ -329,6 +350,108 @@ class host_worker {
   stream_failure_ptr failure_;
   host_clock::time_point ready_at_{};  // touched only by the worker thread
 };
+
+// Who waits for whom. A stream is blocked while its worker executes a wait
+// for an event, or while a task of it (or a parallel_for piece of such a
+// task) synchronises an event or a stream; it then waits for the stream that
+// fires the signal, which fires it only after what is ahead of it in its
+// queue, so a blocked recorder cannot fire it before it is unblocked. A
+// cycle of such waits therefore never ends. Each blocked wait is entered
+// here; the one that would close a cycle is refused with a memo::error
+// naming the streams, so that stream fails instead, and the signals it then
+// fires carry the failure to the others. Waits that do not close a cycle
+// (every ordinary cross-stream wait) only pay for one lookup. Process-wide,
+// since streams of different backends may wait for each other's events.
+class wait_graph {
+ public:
+  static wait_graph& instance() {
+    static wait_graph* graph = new wait_graph;  // never destroyed: streams may wait during exit
+    return *graph;
+  }
+
+  /// `waiter` blocked on `signal`, entered in the graph for its lifetime.
+  class blocked {
+   public:
+    blocked(wait_graph& graph, const host_worker& waiter, const host_signal& signal)
+        : graph_(&graph), key_(graph.enter(waiter, signal)) {}
+    blocked(const blocked&) = delete;
+    blocked& operator=(const blocked&) = delete;
+    ~blocked() { graph_->leave(key_); }
+
+   private:
+    wait_graph* graph_;
+    std::uint64_t key_;
+  };
+
+ private:
+  static constexpr std::uint64_t not_entered = 0;
+
+  // Enters `waiter` as blocked on `signal`; throws if that closes a cycle
+  // (and then enters nothing). A signal that fired meanwhile is not a wait:
+  // checked under the lock, since its recorder may have fired it and then
+  // blocked on `waiter` (a recorder found blocked here has fired every
+  // signal queued ahead of the wait it is blocked in).
+  std::uint64_t enter(const host_worker& waiter, const host_signal& signal);
+  void leave(std::uint64_t key) noexcept {
+    if (key == not_entered) return;
+    std::lock_guard lock(mutex_);
+    blocked_.erase(key);
+  }
+
+  struct blocked_wait {
+    const host_worker* waiter;
+    const host_signal* signal;
+  };
+
+  // Whether stream `node`, by the waits it is blocked in, waits (directly or
+  // through other blocked streams) for `target`; appends the streams on the
+  // way to `path`. The caller holds mutex_.
+  bool reaches(const void* node, const host_worker* target, std::vector<const host_worker*>& path,
+               std::vector<const void*>& seen) const {
+    if (node == nullptr) return false;
+    if (node == target) return true;
+    if (std::find(seen.begin(), seen.end(), node) != seen.end()) return false;
+    seen.push_back(node);
+    for (const auto& [key, wait] : blocked_) {
+      if (wait.waiter != node || wait.signal->done()) continue;
+      path.push_back(wait.waiter);
+      if (reaches(wait.signal->recorder(), target, path, seen)) return true;
+      path.pop_back();
+    }
+    return false;
+  }
+
+  std::mutex mutex_;
+  std::uint64_t next_key_ = not_entered + 1;
+  std::unordered_map<std::uint64_t, blocked_wait> blocked_;
+};
+
+inline std::uint64_t wait_graph::enter(const host_worker& waiter, const host_signal& signal) {
+  std::lock_guard lock(mutex_);
+  if (signal.done()) return not_entered;
+  std::vector<const host_worker*> path;
+  std::vector<const void*> seen;
+  if (reaches(signal.recorder(), &waiter, path, seen)) {
+    // Every stream on the path is blocked, so alive: their names can be read.
+    std::string cycle = "stream '" + waiter.name() + "' waits for ";
+    for (const host_worker* w : path) cycle += "stream '" + w->name() + "', which waits for ";
+    throw error("host_backend: " + cycle + (path.empty() ? "itself" : "stream '" + waiter.name() + "'") +
+                ": a cycle of waits (each for an event or a synchronisation that the stream waited "
+                "for reaches only later) would never end");
+  }
+  const std::uint64_t key = next_key_++;
+  blocked_.emplace(key, blocked_wait{&waiter, &signal});
+  return key;
+}
+
+inline void wait_for(const host_signal& signal, const host_worker* waiter) {
+  if (waiter == nullptr || signal.done()) {
+    signal.wait();
+    return;
+  }
+  wait_graph::blocked entry(wait_graph::instance(), *waiter, signal);
+  signal.wait();
+}
 
 // A stream's handle on its worker: starts the worker's thread and, when the
 // last handle goes, stops it once the queue is drained. The thread shares

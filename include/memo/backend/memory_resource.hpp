@@ -17,9 +17,16 @@
 // allocations so a deallocation of a pointer it never handed out, or with a
 // size that differs from the allocation's, is an error instead of heap
 // corruption.
+//
+// Lifetime: a resource frees what is still allocated from it when it is
+// destroyed, and keeps a liveness token (`watch()`). A `buffer` or a
+// `planned_arena` made from it watches that token, so one that outlives its
+// resource returns nothing to it and refuses access to its memory with a
+// memo::error, instead of touching the freed resource.
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -31,6 +38,7 @@
 
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 
 namespace memo {
 
@@ -133,6 +141,18 @@ class memory_accounting {
   std::uint64_t deallocations_ = 0;
 };
 
+/// Whether the memory `resource` hands out still exists: a resource that
+/// forwards to another (a recorder, a replay over an arena) says so through
+/// `memory_alive()`; any other resource's memory lives as long as it does.
+template <class R>
+bool resource_memory_alive(const R& resource) noexcept {
+  if constexpr (requires { { resource.memory_alive() } -> std::convertible_to<bool>; }) {
+    return resource.memory_alive();
+  } else {
+    return true;
+  }
+}
+
 namespace detail {
 
 /// The accounting half every memo resource shares: its accessors read the
@@ -149,11 +169,65 @@ class accounted_resource {
   [[nodiscard]] std::uint64_t deallocation_count() const {
     return accounting_.deallocation_count();
   }
+  [[nodiscard]] const std::string& name() const noexcept { return accounting_.name(); }
+  /// Expires when the resource is destroyed; see the lifetime rule above.
+  [[nodiscard]] liveness_watch watch() const noexcept { return alive_; }
 
  protected:
   explicit accounted_resource(std::string name, std::optional<std::size_t> capacity_bytes = {})
       : accounting_(std::move(name), capacity_bytes) {}
   memory_accounting accounting_;
+
+ private:
+  liveness_token alive_ = make_liveness_token();
+};
+
+/// The live allocations of a resource: a deallocation of a pointer it never
+/// handed out, or with another size or alignment, is an error naming the
+/// resource; what is still live when the resource goes is freed by it.
+class allocation_table {
+ public:
+  struct block {
+    std::size_t bytes;
+    std::size_t alignment;
+  };
+
+  void insert(void* pointer, block allocation) {
+    std::lock_guard lock(mutex_);
+    live_.emplace(pointer, allocation);
+  }
+  /// Checks a deallocation of `bytes` at `pointer` (with `alignment`, if
+  /// given) against its allocation; nothing is removed.
+  void check(const std::string& resource, void* pointer, std::size_t bytes,
+             std::optional<std::size_t> alignment) const {
+    std::lock_guard lock(mutex_);
+    const auto it = live_.find(pointer);
+    expects(it != live_.end(), [&] {
+      return resource + ": deallocating a pointer it did not allocate (or twice)";
+    });
+    expects(it->second.bytes == bytes && (!alignment || it->second.alignment == *alignment), [&] {
+      return resource + ": deallocating " + std::to_string(bytes) + " bytes" +
+             (alignment ? " (alignment " + std::to_string(*alignment) + ")" : std::string()) +
+             " from an allocation of " + std::to_string(it->second.bytes) + " bytes (alignment " +
+             std::to_string(it->second.alignment) + ")";
+    });
+  }
+  /// Forgets `pointer` (once its memory is returned).
+  void erase(void* pointer) noexcept {
+    std::lock_guard lock(mutex_);
+    live_.erase(pointer);
+  }
+  /// Calls `free(pointer, block)` on every live allocation and forgets them.
+  template <class Free>
+  void free_all(Free&& free) noexcept {
+    std::lock_guard lock(mutex_);
+    for (const auto& [pointer, allocation] : live_) free(pointer, allocation);
+    live_.clear();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, block> live_;
 };
 
 }  // namespace detail
@@ -169,9 +243,9 @@ class host_memory_resource : public detail::accounted_resource {
   host_memory_resource(const host_memory_resource&) = delete;
   host_memory_resource& operator=(const host_memory_resource&) = delete;
   ~host_memory_resource() {
-    for (const auto& [pointer, allocation] : live_) {
+    live_.free_all([](void* pointer, const detail::allocation_table::block& allocation) {
       ::operator delete(pointer, std::align_val_t{allocation.alignment});
-    }
+    });
   }
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
@@ -191,8 +265,7 @@ class host_memory_resource : public detail::accounted_resource {
                     " bytes in use before the request)");
       }
       try {
-        std::lock_guard lock(mutex_);
-        live_.emplace(pointer, block{bytes, alignment});
+        live_.insert(pointer, {bytes, alignment});
       } catch (...) {
         ::operator delete(pointer, std::align_val_t{alignment});
         throw;
@@ -204,32 +277,14 @@ class host_memory_resource : public detail::accounted_resource {
   void deallocate(void* pointer, std::size_t bytes,
                   std::size_t alignment = default_alignment_bytes) {
     if (pointer == nullptr) return;
-    {
-      std::lock_guard lock(mutex_);
-      const auto it = live_.find(pointer);
-      expects(it != live_.end(), [&] {
-        return accounting_.name() + ": deallocating a pointer it did not allocate (or twice)";
-      });
-      expects(it->second.bytes == bytes && it->second.alignment == alignment, [&] {
-        return accounting_.name() + ": deallocating " + std::to_string(bytes) + " bytes (alignment " +
-               std::to_string(alignment) + ") from an allocation of " +
-               std::to_string(it->second.bytes) + " bytes (alignment " +
-               std::to_string(it->second.alignment) + ")";
-      });
-      live_.erase(it);
-    }
+    live_.check(accounting_.name(), pointer, bytes, alignment);
+    live_.erase(pointer);
     ::operator delete(pointer, std::align_val_t{alignment});
     accounting_.remove(bytes);
   }
 
-
  private:
-  struct block {
-    std::size_t bytes;
-    std::size_t alignment;
-  };
-  std::mutex mutex_;
-  std::unordered_map<void*, block> live_;
+  detail::allocation_table live_;
 };
 
 }  // namespace memo

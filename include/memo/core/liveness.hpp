@@ -10,7 +10,9 @@
 // one thread, not an owner destroyed concurrently with a use.
 #pragma once
 
+#include <concepts>
 #include <memory>
+#include <optional>
 
 namespace memo {
 
@@ -20,5 +22,21 @@ using liveness_token = std::shared_ptr<const int>;
 using liveness_watch = std::weak_ptr<const int>;
 
 inline liveness_token make_liveness_token() { return std::make_shared<const int>(0); }
+
+/// A watch of `owner` when it keeps a liveness token (has `watch()`);
+/// nothing for an owner that does not, whose lifetime stays the caller's rule.
+template <class Owner>
+std::optional<liveness_watch> watch_if_kept(const Owner& owner) {
+  if constexpr (requires { { owner.watch() } -> std::convertible_to<liveness_watch>; }) {
+    return owner.watch();
+  } else {
+    return std::nullopt;
+  }
+}
+
+/// True when `watch` watched an owner that is gone.
+inline bool owner_gone(const std::optional<liveness_watch>& watch) noexcept {
+  return watch.has_value() && watch->expired();
+}
 
 }  // namespace memo

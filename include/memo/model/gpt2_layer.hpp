@@ -361,6 +361,13 @@ class stream_synchronizing_resource {
   [[nodiscard]] std::size_t current_bytes() const { return upstream_->current_bytes(); }
   [[nodiscard]] std::size_t peak_bytes() const { return upstream_->peak_bytes(); }
   void reset_peak() { upstream_->reset_peak(); }
+  /// The upstream's liveness: its buffers are the upstream's memory.
+  [[nodiscard]] liveness_watch watch() const
+    requires requires(const Upstream& u) { u.watch(); }
+  {
+    return upstream_->watch();
+  }
+  [[nodiscard]] bool memory_alive() const noexcept { return resource_memory_alive(*upstream_); }
 
  private:
   B* backend_;

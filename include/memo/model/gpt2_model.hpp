@@ -298,7 +298,7 @@ class gpt2_model {
   }
 
   /// Per-token losses of the last forward_backward: [T].
-  [[nodiscard]] std::span<const float> token_losses() const noexcept { return host_losses_.span(); }
+  [[nodiscard]] std::span<const float> token_losses() const { return host_losses_.span(); }
   /// Mean of the last per-token losses over target positions `range`.
   [[nodiscard]] double mean_loss(position_range range) const {
     return mean_over(token_losses(), range, "gpt2_model::mean_loss");

@@ -51,14 +51,14 @@ class gpt2_parameter_state {
   /// Views of the parameters and of their gradients.
   [[nodiscard]] const gpt2_parameter_views<float>& parameters() const noexcept { return p_; }
   [[nodiscard]] const gpt2_parameter_views<float>& gradients() const noexcept { return g_; }
-  [[nodiscard]] std::span<float> gradient_span() noexcept { return grads_.span(); }
+  [[nodiscard]] std::span<float> gradient_span() { return grads_.span(); }
   /// Device bytes of the parameters, gradients and moments (4 x 4 bytes each).
   [[nodiscard]] std::size_t bytes() const noexcept { return 4 * params_.size_bytes(); }
   /// AdamW steps taken since the last load.
   [[nodiscard]] std::int64_t steps() const noexcept { return step_; }
   /// The pinned staging buffer (table().total values), for callers that
   /// fill or read it in place.
-  [[nodiscard]] std::span<float> staging() noexcept { return staging_.span(); }
+  [[nodiscard]] std::span<float> staging() { return staging_.span(); }
 
   /// Copies `values` (table().total of them, or the staging buffer itself)
   /// in as the parameters, zeroes the moments and the step count.
@@ -94,8 +94,8 @@ class gpt2_parameter_state {
   }
 
   /// The device buffers, for copies the caller places itself.
-  [[nodiscard]] const float* device_parameters() const noexcept { return params_.data(); }
-  [[nodiscard]] const float* device_gradients() const noexcept { return grads_.data(); }
+  [[nodiscard]] const float* device_parameters() const { return params_.data(); }
+  [[nodiscard]] const float* device_gradients() const { return grads_.data(); }
 
  private:
   B* backend_;

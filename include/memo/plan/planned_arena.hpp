@@ -60,6 +60,7 @@
 #include "memo/backend/concepts.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/core/tensor_view.hpp"
 #include "memo/plan/dsa_problem.hpp"
@@ -108,8 +109,10 @@ struct arena_core {
   std::byte poison_byte{0xFF};
   std::function<void(memory_region, std::byte)> fill;
   std::function<void(const error&)> on_lifetime_error;
-  // The owned allocation, if any: released through this type-erased call.
+  // The owned allocation, if any: released through this type-erased call,
+  // unless the resource (watched when it keeps a liveness token) is gone.
   void* resource = nullptr;
+  std::optional<liveness_watch> resource_watch;
   void (*release)(void* resource, void* data, std::size_t bytes, std::size_t alignment) = nullptr;
   std::size_t allocation_bytes = 0;
   std::size_t allocation_alignment = 0;
@@ -127,8 +130,10 @@ struct arena_core {
   [[nodiscard]] memory_region buffer_region(std::size_t i) const {
     return memory.subregion(offsets[i], buffers[i].size_bytes);
   }
+  /// True once the resource the memory came from is gone (so is the memory).
+  [[nodiscard]] bool memory_gone() const noexcept { return owner_gone(resource_watch); }
   void poison_buffer(std::size_t i) const {
-    if (poison) fill(buffer_region(i), poison_byte);
+    if (poison && !memory_gone()) fill(buffer_region(i), poison_byte);
   }
   void report(const error& problem) const noexcept {
     try {
@@ -144,6 +149,7 @@ struct arena_core {
   void release_memory() noexcept {
     if (release == nullptr) return;
     auto fn = std::exchange(release, nullptr);
+    if (memory_gone()) return;  // the resource freed it when it went
     try {
       fn(resource, memory.data, allocation_bytes, allocation_alignment);
     } catch (const error& e) {
@@ -180,6 +186,7 @@ class planned_arena {
       void* data = device.allocate(bytes, alignment);
       core_->memory = {static_cast<std::byte*>(data), bytes};
       core_->resource = &device;
+      core_->resource_watch = watch_if_kept(device);
       core_->allocation_bytes = bytes;
       core_->allocation_alignment = alignment;
       core_->release = [](void* resource, void* pointer, std::size_t n, std::size_t a) {
@@ -305,6 +312,9 @@ class planned_arena {
 
   [[nodiscard]] detail::arena_core& core() const {
     expects(core_ != nullptr, "planned_arena: use of a moved-from arena");
+    expects(!core_->memory_gone(),
+            "planned_arena: used after the memory resource it was allocated from was destroyed (the "
+            "resource must outlive the arena)");
     return *core_;
   }
   [[nodiscard]] std::size_t index_of(std::uint64_t id) const {

@@ -39,6 +39,7 @@
 // through the arena's `on_lifetime_error`.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -76,14 +77,26 @@ class planned_replay_resource : public detail::accounted_resource {
   }
   planned_replay_resource(const planned_replay_resource&) = delete;
   planned_replay_resource& operator=(const planned_replay_resource&) = delete;
+  /// Allocations still live are reported, then taken back: buffers that
+  /// outlive the replay resource return nothing, and an arena destroyed
+  /// before it releases its memory now.
   ~planned_replay_resource() {
-    std::lock_guard lock(core_->mutex);
-    core_->replay_attached = false;
-    if (live_count_ > 0) {
-      core_->report(error("planned_replay_resource destroyed with " + std::to_string(live_count_) +
-                          " allocation(s) live"));
+    bool release = false;
+    {
+      std::lock_guard lock(core_->mutex);
+      core_->replay_attached = false;
+      if (live_count_ > 0) {
+        core_->report(error("planned_replay_resource destroyed with " + std::to_string(live_count_) +
+                            " allocation(s) live"));
+        core_->live_replayed -= std::min(core_->live_replayed, live_count_);
+        release = !core_->arena_alive && core_->live_replayed == 0;
+      }
     }
+    if (release) core_->release_memory();
   }
+
+  /// False once the memory of its arena is gone with the resource it came from.
+  [[nodiscard]] bool memory_alive() const noexcept { return !core_->memory_gone(); }
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     expects(is_power_of_two(alignment), [&] {
@@ -94,6 +107,8 @@ class planned_replay_resource : public detail::accounted_resource {
     {
       std::lock_guard core_lock(core_->mutex);
       expects(core_->arena_alive, "planned replay: its planned_arena was destroyed");
+      expects(!core_->memory_gone(),
+              "planned replay: the memory resource its arena was allocated from was destroyed");
     }
     if (bytes == 0) {
       // Not in the trace (nothing to plan): an address never dereferenced.

@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,6 +47,7 @@
 #include "memo/backend/memory_resource.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
+#include "memo/core/liveness.hpp"
 #include "memo/plan/trace.hpp"
 
 namespace memo {
@@ -76,18 +78,39 @@ class recording_resource : public detail::accounted_resource {
   /// Records the requests served by `upstream`, which must outlive it.
   /// `source` names the trace in error messages.
   explicit recording_resource(Upstream& upstream, std::string source = "recorded trace")
-      : accounted_resource(source), upstream_(&upstream), builder_(source) {}
+      : accounted_resource(source), upstream_(&upstream), upstream_watch_(watch_if_kept(upstream)),
+        builder_(source) {}
   recording_resource(const recording_resource&) = delete;
   recording_resource& operator=(const recording_resource&) = delete;
+  /// Returns what is still allocated through it to the upstream (if that is
+  /// still there): buffers that outlive the recorder then return nothing.
+  ~recording_resource() {
+    if (owner_gone(upstream_watch_)) return;
+    for (const auto& [pointer, request] : live_) {
+      try {
+        upstream_->deallocate(pointer, request.bytes, alignments_[request.id]);
+      } catch (...) {
+        // The upstream refused its own allocation back: nothing better to do here.
+      }
+    }
+  }
+
+  /// False once the upstream, whose memory it hands out, is gone.
+  [[nodiscard]] bool memory_alive() const noexcept {
+    return !owner_gone(upstream_watch_) && resource_memory_alive(*upstream_);
+  }
 
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     std::lock_guard lock(mutex_);
+    expects(!owner_gone(upstream_watch_), [&] {
+      return builder_source() + ": allocating after its upstream memory resource was destroyed";
+    });
     void* pointer = accounting_.charge(bytes, [&] { return upstream_->allocate(bytes, alignment); });
     if (bytes == 0) return pointer;
     try {
       const std::uint64_t id = next_id_;
       builder_.malloc(id, bytes);
-      live_.emplace(pointer, id);
+      live_.emplace(pointer, allocation{id, bytes});
       alignments_.push_back(alignment);
       ++next_id_;
     } catch (...) {
@@ -110,10 +133,11 @@ class recording_resource : public detail::accounted_resource {
         return builder_source() + ": deallocating " + std::to_string(bytes) +
                " bytes at a pointer it did not allocate (or twice)";
       });
-      builder_.free(it->second, bytes);  // checks the size against the malloc
+      builder_.free(it->second.id, bytes);  // checks the size against the malloc
       live_.erase(it);
     }
-    upstream_->deallocate(pointer, bytes, alignment);
+    // An upstream that is gone freed the memory when it went.
+    if (!owner_gone(upstream_watch_)) upstream_->deallocate(pointer, bytes, alignment);
     accounting_.remove(bytes);
   }
 
@@ -153,9 +177,14 @@ class recording_resource : public detail::accounted_resource {
   [[nodiscard]] const std::string& builder_source() const noexcept { return accounting_.name(); }
 
   Upstream* upstream_;
+  std::optional<liveness_watch> upstream_watch_;
   mutable std::mutex mutex_;
   trace_builder builder_;
-  std::unordered_map<void*, std::uint64_t> live_;  // pointer -> id
+  struct allocation {
+    std::uint64_t id;
+    std::size_t bytes;
+  };
+  std::unordered_map<void*, allocation> live_;  // pointer -> its request
   std::vector<std::size_t> alignments_;            // by id
   std::uint64_t next_id_ = 0;
 };

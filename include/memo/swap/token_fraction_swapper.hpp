@@ -210,9 +210,16 @@ class token_fraction_swapper {
     }
   }
 
-  /// The plan and layout of the rounding buffers (read from them: only while they exist).
-  [[nodiscard]] const offload_plan& plan() const noexcept { return buffers_->plan(); }
-  [[nodiscard]] const skeletal_layout& layout() const noexcept { return buffers_->layout(); }
+  /// The plan and layout of the rounding buffers (read from them: an error
+  /// once they are gone).
+  [[nodiscard]] const offload_plan& plan() const {
+    check_buffers_alive("plan");
+    return buffers_->plan();
+  }
+  [[nodiscard]] const skeletal_layout& layout() const {
+    check_buffers_alive("layout");
+    return buffers_->layout();
+  }
   [[nodiscard]] std::size_t layers() const noexcept { return options_.layers; }
   [[nodiscard]] std::size_t resident_last_layers() const noexcept { return protocol_options_.resident_last_layers; }
   [[nodiscard]] std::size_t swapped_layers() const noexcept { return protocol_options_.swapped_layers(); }
@@ -421,11 +428,14 @@ class token_fraction_swapper {
  private:
   // The buffers and the store must outlive the swapper: a step on either
   // after its end is an error, not a use of freed memory.
-  void check_alive(const char* call) const {
+  void check_buffers_alive(const char* call) const {
     expects(claim_.buffers_alive(), [&] {
       return std::string("token_fraction_swapper::") + call +
              ": its rounding buffers were destroyed before it (they must outlive the swapper)";
     });
+  }
+  void check_alive(const char* call) const {
+    check_buffers_alive(call);
     expects(!store_alive_.expired(), [&] {
       return std::string("token_fraction_swapper::") + call +
              ": its host store was destroyed before it (it must outlive the swapper)";
