@@ -539,6 +539,24 @@ TEST_CASE("planned_replay: lifetime errors are reported, not crashes") {
                          memo::error);
     inside = {};  // returned to the replay, which poisons nothing that is gone
   }
+  SUBCASE("an arena allocated through a recorder whose upstream is destroyed") {
+    // The arena watches the recorder, which is alive; the memory was its upstream's.
+    auto owner = std::make_unique<memo::host_memory_resource>("short-lived device");
+    memo::recording_resource recorder(*owner, "arena allocation");
+    memo::arena_options poisoning = options;
+    poisoning.poison = true;
+    poisoning.fill = [](memo::memory_region region, std::byte value) {
+      std::memset(region.data, static_cast<int>(value), region.bytes);
+    };
+    memo::planned_arena arena(recorder, trace, plan, poisoning);
+    memo::planned_replay_resource replay(arena);
+    owner.reset();
+    CHECK_THROWS_WITH_AS((void)arena.region(0), doctest::Contains("after the memory resource"), memo::error);
+    CHECK_FALSE(replay.memory_alive());
+    // Refused before anything is poisoned (a write into freed memory).
+    CHECK_THROWS_WITH_AS((void)replay.allocate(64), doctest::Contains("its arena was allocated from was destroyed"),
+                         memo::error);
+  }
   SUBCASE("a trace that never frees a buffer cannot be replayed") {
     const auto unfreed = memo::parse_trace("malloc 0 64\nmalloc 1 64\nfree 1 64\n");
     memo::planned_arena arena(device, unfreed, plan, options);

@@ -80,8 +80,8 @@ class buffer {
   [[nodiscard]] std::span<const T> span() const { return {data(), count_}; }
   /// False once the resource that made the buffer is gone, or the memory it
   /// forwarded from another (a recorder's upstream, a replayed arena's
-  /// resource); never for an empty buffer, or one from a resource that keeps
-  /// no liveness token.
+  /// resource); never for a default-constructed or moved-from buffer, or one
+  /// from a resource that keeps no liveness token.
   [[nodiscard]] bool resource_alive() const noexcept {
     if (!watched_) return true;  // unwatched: the caller's rule
     return !resource_watch_.expired() && resource_memory_alive(*resource_);

@@ -61,9 +61,8 @@ class cuda_device_memory_resource : public detail::accounted_resource {
   }
   void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     if (pointer == nullptr) return;
-    live_.check(accounting_.name(), pointer, bytes, alignment);
-    check_cuda(cudaFree(pointer), "cudaFree");
-    live_.erase(pointer);
+    live_.remove(accounting_.name(), pointer, bytes, alignment,
+                 [](void* p, const detail::allocation_table::block&) { check_cuda(cudaFree(p), "cudaFree"); });
     accounting_.remove(bytes);
   }
   /// Stream-ordered allocation: usable by work enqueued on `stream` after this call.
@@ -78,9 +77,10 @@ class cuda_device_memory_resource : public detail::accounted_resource {
   /// Stream-ordered free: the memory is reused only after the stream's prior work.
   void deallocate_async(void* pointer, std::size_t bytes, cudaStream_t stream) {
     if (pointer == nullptr) return;
-    live_.check(accounting_.name(), pointer, bytes, std::nullopt);  // either allocate's alignment
-    check_cuda(cudaFreeAsync(pointer, stream), "cudaFreeAsync");
-    live_.erase(pointer);
+    live_.remove(accounting_.name(), pointer, bytes, std::nullopt,  // either allocate's alignment
+                 [stream](void* p, const detail::allocation_table::block&) {
+                   check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync");
+                 });
     accounting_.remove(bytes);
   }
 
@@ -89,7 +89,7 @@ class cuda_device_memory_resource : public detail::accounted_resource {
   template <class Free>
   void remember(void* pointer, detail::allocation_table::block allocation, Free free) {
     try {
-      live_.insert(pointer, allocation);
+      live_.insert(accounting_.name(), pointer, allocation);
     } catch (...) {
       free(pointer);
       throw;
@@ -118,7 +118,7 @@ class cuda_pinned_memory_resource : public detail::accounted_resource {
       void* pointer = nullptr;
       check_cuda(cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes), "cudaMallocHost");
       try {
-        live_.insert(pointer, {bytes, alignment});
+        live_.insert(accounting_.name(), pointer, {bytes, alignment});
       } catch (...) {
         (void)cudaFreeHost(pointer);
         throw;
@@ -128,9 +128,8 @@ class cuda_pinned_memory_resource : public detail::accounted_resource {
   }
   void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment_bytes) {
     if (pointer == nullptr) return;
-    live_.check(accounting_.name(), pointer, bytes, alignment);
-    check_cuda(cudaFreeHost(pointer), "cudaFreeHost");
-    live_.erase(pointer);
+    live_.remove(accounting_.name(), pointer, bytes, alignment,
+                 [](void* p, const detail::allocation_table::block&) { check_cuda(cudaFreeHost(p), "cudaFreeHost"); });
     accounting_.remove(bytes);
   }
 

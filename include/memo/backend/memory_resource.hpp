@@ -192,14 +192,21 @@ class allocation_table {
     std::size_t alignment;
   };
 
-  void insert(void* pointer, block allocation) {
+  /// Enters a fresh allocation; an address already live is an error (the
+  /// allocator handed out memory the table still holds).
+  void insert(const std::string& resource, void* pointer, block allocation) {
     std::lock_guard lock(mutex_);
-    live_.emplace(pointer, allocation);
+    expects(live_.emplace(pointer, allocation).second,
+            [&] { return resource + ": the allocator returned an address that is still allocated"; });
   }
   /// Checks a deallocation of `bytes` at `pointer` (with `alignment`, if
-  /// given) against its allocation; nothing is removed.
-  void check(const std::string& resource, void* pointer, std::size_t bytes,
-             std::optional<std::size_t> alignment) const {
+  /// given) against its allocation, runs `free(pointer)` and forgets the
+  /// allocation, all under one lock: two deallocations of one pointer
+  /// cannot both pass, and the address cannot be handed out again before
+  /// the table forgets it. If `free` throws, the allocation stays.
+  template <class Free>
+  void remove(const std::string& resource, void* pointer, std::size_t bytes, std::optional<std::size_t> alignment,
+              Free&& free) {
     std::lock_guard lock(mutex_);
     const auto it = live_.find(pointer);
     expects(it != live_.end(), [&] {
@@ -211,11 +218,8 @@ class allocation_table {
              " from an allocation of " + std::to_string(it->second.bytes) + " bytes (alignment " +
              std::to_string(it->second.alignment) + ")";
     });
-  }
-  /// Forgets `pointer` (once its memory is returned).
-  void erase(void* pointer) noexcept {
-    std::lock_guard lock(mutex_);
-    live_.erase(pointer);
+    free(pointer, it->second);
+    live_.erase(it);
   }
   /// Calls `free(pointer, block)` on every live allocation and forgets them.
   template <class Free>
@@ -265,7 +269,7 @@ class host_memory_resource : public detail::accounted_resource {
                     " bytes in use before the request)");
       }
       try {
-        live_.insert(pointer, {bytes, alignment});
+        live_.insert(accounting_.name(), pointer, {bytes, alignment});
       } catch (...) {
         ::operator delete(pointer, std::align_val_t{alignment});
         throw;
@@ -277,9 +281,10 @@ class host_memory_resource : public detail::accounted_resource {
   void deallocate(void* pointer, std::size_t bytes,
                   std::size_t alignment = default_alignment_bytes) {
     if (pointer == nullptr) return;
-    live_.check(accounting_.name(), pointer, bytes, alignment);
-    live_.erase(pointer);
-    ::operator delete(pointer, std::align_val_t{alignment});
+    live_.remove(accounting_.name(), pointer, bytes, alignment,
+                 [](void* p, const detail::allocation_table::block& allocation) {
+                   ::operator delete(p, std::align_val_t{allocation.alignment});
+                 });
     accounting_.remove(bytes);
   }
 

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "memo/backend/concepts.hpp"
+#include "memo/backend/memory_resource.hpp"
 #include "memo/core/bytes.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/liveness.hpp"
@@ -113,6 +114,9 @@ struct arena_core {
   // unless the resource (watched when it keeps a liveness token) is gone.
   void* resource = nullptr;
   std::optional<liveness_watch> resource_watch;
+  // Whether the memory behind the resource still exists (a recorder's
+  // upstream, say); asked only while the resource itself is alive.
+  bool (*resource_memory)(const void* resource) = nullptr;
   void (*release)(void* resource, void* data, std::size_t bytes, std::size_t alignment) = nullptr;
   std::size_t allocation_bytes = 0;
   std::size_t allocation_alignment = 0;
@@ -131,7 +135,10 @@ struct arena_core {
     return memory.subregion(offsets[i], buffers[i].size_bytes);
   }
   /// True once the resource the memory came from is gone (so is the memory).
-  [[nodiscard]] bool memory_gone() const noexcept { return owner_gone(resource_watch); }
+  [[nodiscard]] bool memory_gone() const noexcept {
+    if (owner_gone(resource_watch)) return true;
+    return resource_watch && resource_memory != nullptr && !resource_memory(resource);
+  }
   void poison_buffer(std::size_t i) const {
     if (poison && !memory_gone()) fill(buffer_region(i), poison_byte);
   }
@@ -187,6 +194,9 @@ class planned_arena {
       core_->memory = {static_cast<std::byte*>(data), bytes};
       core_->resource = &device;
       core_->resource_watch = watch_if_kept(device);
+      core_->resource_memory = [](const void* r) {
+        return resource_memory_alive(*static_cast<const Resource*>(r));
+      };
       core_->allocation_bytes = bytes;
       core_->allocation_alignment = alignment;
       core_->release = [](void* resource, void* pointer, std::size_t n, std::size_t a) {

@@ -33,6 +33,7 @@
 // so record multi-threaded programs with their requests on one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -86,12 +87,11 @@ class recording_resource : public detail::accounted_resource {
   /// still there): buffers that outlive the recorder then return nothing.
   ~recording_resource() {
     if (owner_gone(upstream_watch_)) return;
-    for (const auto& [pointer, request] : live_) {
-      try {
-        upstream_->deallocate(pointer, request.bytes, alignments_[request.id]);
-      } catch (...) {
-        // The upstream refused its own allocation back: nothing better to do here.
-      }
+    try {
+      for (const auto& [pointer, request] : live_) upstream_->deallocate(pointer, request.bytes, alignments_[request.id]);
+      for (const auto& [pointer, alignment] : zero_byte_) upstream_->deallocate(pointer, 0, alignment);
+    } catch (...) {
+      // The upstream refused its own allocation back: nothing better to do here.
     }
   }
 
@@ -106,7 +106,16 @@ class recording_resource : public detail::accounted_resource {
       return builder_source() + ": allocating after its upstream memory resource was destroyed";
     });
     void* pointer = accounting_.charge(bytes, [&] { return upstream_->allocate(bytes, alignment); });
-    if (bytes == 0) return pointer;
+    if (bytes == 0) {  // not recorded (nothing to plan), but returned upstream with the rest
+      try {
+        zero_byte_.emplace_back(pointer, alignment);
+      } catch (...) {
+        upstream_->deallocate(pointer, 0, alignment);
+        accounting_.remove(0);
+        throw;
+      }
+      return pointer;
+    }
     try {
       const std::uint64_t id = next_id_;
       builder_.malloc(id, bytes);
@@ -135,6 +144,10 @@ class recording_resource : public detail::accounted_resource {
       });
       builder_.free(it->second.id, bytes);  // checks the size against the malloc
       live_.erase(it);
+    } else {
+      const auto it = std::find_if(zero_byte_.begin(), zero_byte_.end(),
+                                   [&](const auto& entry) { return entry.first == pointer; });
+      if (it != zero_byte_.end()) zero_byte_.erase(it);
     }
     // An upstream that is gone freed the memory when it went.
     if (!owner_gone(upstream_watch_)) upstream_->deallocate(pointer, bytes, alignment);
@@ -185,6 +198,9 @@ class recording_resource : public detail::accounted_resource {
     std::size_t bytes;
   };
   std::unordered_map<void*, allocation> live_;  // pointer -> its request
+  // Zero-byte allocations (pointer, alignment); an upstream may hand out one
+  // address for all of them, so a list.
+  std::vector<std::pair<void*, std::size_t>> zero_byte_;
   std::vector<std::size_t> alignments_;            // by id
   std::uint64_t next_id_ = 0;
 };
