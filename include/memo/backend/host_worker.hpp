@@ -133,7 +133,7 @@ class host_worker;
 
 /// Waits for `signal` on behalf of stream `waiter` (null: a thread that is
 /// no stream's, which no stream can wait for, so it closes no cycle).
-void wait_for(const host_signal& signal, const host_worker* waiter);
+inline void wait_for(const host_signal& signal, const host_worker* waiter);
 
 class host_worker {
  public:
@@ -359,9 +359,11 @@ class host_worker {
 // cycle of such waits therefore never ends. Each blocked wait is entered
 // here; the one that would close a cycle is refused with a memo::error
 // naming the streams, so that stream fails instead, and the signals it then
-// fires carry the failure to the others. Waits that do not close a cycle
-// (every ordinary cross-stream wait) only pay for one lookup. Process-wide,
-// since streams of different backends may wait for each other's events.
+// fires carry the failure to the others. A wait whose signal has already
+// fired costs nothing; any other pays for a search of the waits blocked at
+// that moment (few: at most one per stream thread and pool thread).
+// Process-wide, since streams of different backends may wait for each
+// other's events.
 class wait_graph {
  public:
   static wait_graph& instance() {
