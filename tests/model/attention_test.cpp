@@ -915,7 +915,6 @@ TEST_CASE("chunked_causal_attention: a call after its shared scratch is gone is 
   // checks that in the sanitizer build).
   memo::host_backend backend;
   using scratch_type = memo::chunked_attention_scratch<memo::host_backend>;
-  using attention = memo::chunked_causal_attention<memo::host_backend>;
   for (const bool offload : {false, true}) {
     CAPTURE(offload);
     const attention_shape s{.tokens = 8, .heads = 2, .kv_heads = 1, .head_dim = 4, .chunk = 4, .offload = offload};

@@ -177,9 +177,9 @@ TEST_CASE("distributed_attention: runs forward in order and backward in reverse 
           memo_test::rank_tensors x(layout, r, in, H, K, D);
           auto &q = x.q, &k = x.k, &v = x.v, &dout = x.dout, &o = x.o, &dq = x.dq, &dk = x.dk, &dv = x.dv;
           std::vector<float> lse(static_cast<std::size_t>(attention.local_heads() * c.T));
-          auto rows = [&](auto& x, std::int64_t heads, std::int64_t a, std::int64_t n) {
-            using E = std::remove_reference_t<decltype(x[0])>;
-            return tensor_view<E, 3>(x.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
+          auto rows = [&](auto& values, std::int64_t heads, std::int64_t a, std::int64_t n) {
+            using E = std::remove_reference_t<decltype(values[0])>;
+            return tensor_view<E, 3>(values.data() + a * heads * D, {n, heads, D}, {heads * D, D, 1});
           };
           // The whole sequence's log-sum-exp, or run j's columns at offset
           // a P (its global tokens) of the same buffer, viewed alone.
@@ -261,9 +261,9 @@ TEST_CASE("distributed_attention: with host offload the backward sends no Q, K o
           memo_test::rank_tensors x(layout, r, in, H, K, D);
           auto &q = x.q, &k = x.k, &v = x.v, &dout = x.dout, &o = x.o, &dq = x.dq, &dk = x.dk, &dv = x.dv;
           std::vector<float> lse(static_cast<std::size_t>(attention.local_heads() * T));
-          auto all = [&](auto& x, std::int64_t heads) {
-            using E = std::remove_reference_t<decltype(x[0])>;
-            return tensor_view<E, 3>::contiguous(x.data(), {L, heads, D});
+          auto all = [&](auto& values, std::int64_t heads) {
+            using E = std::remove_reference_t<decltype(values[0])>;
+            return tensor_view<E, 3>::contiguous(values.data(), {L, heads, D});
           };
           const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {attention.local_heads(), T});
           attention.forward_queries(stream, {0, L}, all(std::as_const(q), H), all(std::as_const(k), K),

@@ -51,12 +51,12 @@ struct gpt2_parallel_training {
   std::uint64_t seed = 1;                     ///< initialisation, unless `parameters`
   double init_std = 0.02;                     ///< the weights' standard deviation (GPT-2's 0.02)
   std::span<const float> parameters{};        ///< the whole model's (a checkpoint), or empty
-  std::optional<position_range> predictable;  ///< targets a built-in task makes predictable
+  std::optional<position_range> predictable{};  ///< targets a built-in task makes predictable
   std::string predictable_label = "predictable loss";  ///< how the progress lines name their loss
   std::string predictable_key = "predictable_loss";    ///< the JSON key of their losses
-  std::optional<position_range> far;          ///< the predictable targets far from their source
-  std::string data_name;                      ///< for the report
-  std::string checkpoint_out;                 ///< written by rank 0 after the last step
+  std::optional<position_range> far{};        ///< the predictable targets far from their source
+  std::string data_name{};                    ///< for the report
+  std::string checkpoint_out{};               ///< written by rank 0 after the last step
   bool json = false;
   std::FILE* out = stdout;
 };
