@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -34,8 +35,7 @@ class buffer {
   buffer(Resource& resource, std::size_t count,
          std::size_t alignment = default_alignment_bytes)
       : resource_(&resource),
-        watched_(watch_if_kept(resource).has_value()),
-        resource_watch_(watch_if_kept(resource).value_or(liveness_watch{})),
+        resource_watch_(watch_if_kept(resource)),
         data_(static_cast<T*>(resource.allocate(checked_mul(count, sizeof(T)), alignment))),
         count_(count),
         alignment_(alignment) {}
@@ -43,8 +43,7 @@ class buffer {
   buffer& operator=(const buffer&) = delete;
   buffer(buffer&& other) noexcept
       : resource_(std::exchange(other.resource_, nullptr)),
-        watched_(std::exchange(other.watched_, false)),
-        resource_watch_(std::exchange(other.resource_watch_, liveness_watch{})),
+        resource_watch_(std::exchange(other.resource_watch_, std::nullopt)),
         data_(std::exchange(other.data_, nullptr)),
         count_(std::exchange(other.count_, 0)),
         alignment_(other.alignment_) {}
@@ -52,8 +51,7 @@ class buffer {
     if (this != &other) {
       release();
       resource_ = std::exchange(other.resource_, nullptr);
-      watched_ = std::exchange(other.watched_, false);
-      resource_watch_ = std::exchange(other.resource_watch_, liveness_watch{});
+      resource_watch_ = std::exchange(other.resource_watch_, std::nullopt);
       data_ = std::exchange(other.data_, nullptr);
       count_ = std::exchange(other.count_, 0);
       alignment_ = other.alignment_;
@@ -83,8 +81,8 @@ class buffer {
   /// resource); never for a default-constructed or moved-from buffer, or one
   /// from a resource that keeps no liveness token.
   [[nodiscard]] bool resource_alive() const noexcept {
-    if (!watched_) return true;  // unwatched: the caller's rule
-    return !resource_watch_.expired() && resource_memory_alive(*resource_);
+    if (!resource_watch_) return true;  // unwatched: the caller's rule
+    return !owner_gone(resource_watch_) && resource_memory_alive(*resource_);
   }
 
  private:
@@ -99,18 +97,17 @@ class buffer {
     // A resource that is gone freed its memory itself; nothing to return.
     // One that is alive takes it back even if the memory behind it is gone
     // (it then only does its bookkeeping).
-    if (resource_ != nullptr && data_ != nullptr && !(watched_ && resource_watch_.expired())) {
+    if (resource_ != nullptr && data_ != nullptr && !owner_gone(resource_watch_)) {
       resource_->deallocate(data_, count_ * sizeof(T), alignment_);
     }
     data_ = nullptr;
     count_ = 0;
-    watched_ = false;
     resource_watch_.reset();
   }
 
   Resource* resource_ = nullptr;
-  bool watched_ = false;            // the resource keeps a liveness token
-  liveness_watch resource_watch_;  // of the resource, when watched_
+  // Of the resource, when it keeps a liveness token.
+  std::optional<liveness_watch> resource_watch_;
   T* data_ = nullptr;
   std::size_t count_ = 0;
   std::size_t alignment_ = default_alignment_bytes;

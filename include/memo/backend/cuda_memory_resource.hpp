@@ -55,7 +55,7 @@ class cuda_device_memory_resource : public detail::accounted_resource {
     return accounting_.charge(bytes, [&] {
       void* pointer = nullptr;
       check_cuda(cudaMalloc(&pointer, bytes == 0 ? 1 : bytes), "cudaMalloc");
-      remember(pointer, {bytes, alignment}, [](void* p) { (void)cudaFree(p); });
+      live_.insert(accounting_.name(), pointer, {bytes, alignment}, [](void* p) { (void)cudaFree(p); });
       return pointer;
     });
   }
@@ -70,7 +70,8 @@ class cuda_device_memory_resource : public detail::accounted_resource {
     return accounting_.charge(bytes, [&] {
       void* pointer = nullptr;
       check_cuda(cudaMallocAsync(&pointer, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
-      remember(pointer, {bytes, default_alignment_bytes}, [stream](void* p) { (void)cudaFreeAsync(p, stream); });
+      live_.insert(accounting_.name(), pointer, {bytes, default_alignment_bytes},
+                   [stream](void* p) { (void)cudaFreeAsync(p, stream); });
       return pointer;
     });
   }
@@ -85,16 +86,6 @@ class cuda_device_memory_resource : public detail::accounted_resource {
   }
 
  private:
-  // Enters a fresh allocation in the table; if that fails, frees it first.
-  template <class Free>
-  void remember(void* pointer, detail::allocation_table::block allocation, Free free) {
-    try {
-      live_.insert(accounting_.name(), pointer, allocation);
-    } catch (...) {
-      free(pointer);
-      throw;
-    }
-  }
   detail::allocation_table live_;
 };
 
@@ -117,12 +108,7 @@ class cuda_pinned_memory_resource : public detail::accounted_resource {
     return accounting_.charge(bytes, [&] {
       void* pointer = nullptr;
       check_cuda(cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes), "cudaMallocHost");
-      try {
-        live_.insert(accounting_.name(), pointer, {bytes, alignment});
-      } catch (...) {
-        (void)cudaFreeHost(pointer);
-        throw;
-      }
+      live_.insert(accounting_.name(), pointer, {bytes, alignment}, [](void* p) { (void)cudaFreeHost(p); });
       return pointer;
     });
   }

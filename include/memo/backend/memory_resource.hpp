@@ -192,12 +192,19 @@ class allocation_table {
     std::size_t alignment;
   };
 
-  /// Enters a fresh allocation; an address already live is an error (the
-  /// allocator handed out memory the table still holds).
-  void insert(const std::string& resource, void* pointer, block allocation) {
-    std::lock_guard lock(mutex_);
-    expects(live_.emplace(pointer, allocation).second,
-            [&] { return resource + ": the allocator returned an address that is still allocated"; });
+  /// Enters a fresh allocation. An address already live is an error (the
+  /// allocator handed out memory the table still holds); when the entry
+  /// cannot be made, `free(pointer)` returns the fresh memory first.
+  template <class Free>
+  void insert(const std::string& resource, void* pointer, block allocation, Free&& free) {
+    try {
+      std::lock_guard lock(mutex_);
+      expects(live_.emplace(pointer, allocation).second,
+              [&] { return resource + ": the allocator returned an address that is still allocated"; });
+    } catch (...) {
+      free(pointer);
+      throw;
+    }
   }
   /// Checks a deallocation of `bytes` at `pointer` (with `alignment`, if
   /// given) against its allocation, runs `free(pointer)` and forgets the
@@ -268,12 +275,8 @@ class host_memory_resource : public detail::accounted_resource {
                     " bytes (" + std::to_string(accounting_.current_bytes() - bytes) +
                     " bytes in use before the request)");
       }
-      try {
-        live_.insert(accounting_.name(), pointer, {bytes, alignment});
-      } catch (...) {
-        ::operator delete(pointer, std::align_val_t{alignment});
-        throw;
-      }
+      live_.insert(accounting_.name(), pointer, {bytes, alignment},
+                   [alignment](void* p) { ::operator delete(p, std::align_val_t{alignment}); });
       return pointer;
     });
   }
