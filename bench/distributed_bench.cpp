@@ -382,6 +382,29 @@ struct offload_row {
   double predicted_kv_drop = 0, predicted_kv_host = 0;
 };
 
+/// Rank 0's subsequence rows under offload ratio `alpha`: the longest
+/// subsequence, every row of every layer, and the rows of every layer kept
+/// on the device and sent to the host, less the last two (layer,
+/// subsequence) units of the forward, which stay in the swapper's slots.
+struct stage_rows {
+  double longest = 0, all = 0, kept = 0, offloaded = 0;
+};
+template <class Model>
+stage_rows rows_of(const Model& model, int subsequences, double alpha) {
+  stage_rows out;
+  const std::int64_t layers = model.shape().stage_layers, units = layers * subsequences;
+  for (int j = 0; j < subsequences; ++j) {
+    const auto [r0, r1] = model.shape().rows(j);
+    const auto n = static_cast<double>(r1 - r0), o = std::round(alpha * n);
+    out.longest = std::max(out.longest, n);
+    for (std::int64_t l = 0; l < layers; ++l) {
+      out.all += n;
+      if (j * layers + l < units - 2) out.kept += n - o, out.offloaded += o;
+    }
+  }
+  return out;
+}
+
 /// What host K/V adds to `row`'s offload, alignment aside: each layer's
 /// attention state of the sequence against one of the longest subsequence,
 /// and a larger attention scratch (shared by the layers); qkv (3C per row) out of the swapper's
@@ -392,12 +415,8 @@ void kv_prediction(const Model& model, offload_row& row) {
   using attention = memo::distributed_attention<memo::thread_communicator, memo::host_backend>;
   const auto& shape = model.shape();
   const std::int64_t C = model.config().channels;
-  double longest = 0, kept = 0;
-  for (int j = 0; j < row.subsequences; ++j) {
-    const auto [r0, r1] = shape.rows(j);
-    const auto n = static_cast<double>(r1 - r0);
-    longest = std::max(longest, n), kept += n - std::round(row.alpha * n);
-  }
+  const stage_rows rows = rows_of(model, row.subsequences, row.alpha);
+  const double longest = rows.longest;
   memo::distributed_attention_shape a{.tokens = shape.tokens, .heads = model.config().num_heads,
                                       .kv_heads = model.config().num_heads, .head_dim = model.config().head_size(),
                                       .layout_chunk = shape.layout_chunk, .attention_chunk = shape.attention_chunk,
@@ -409,7 +428,7 @@ void kv_prediction(const Model& model, offload_row& row) {
   const double layers = static_cast<double>(shape.stage_layers), qkv_row = 3.0 * static_cast<double>(C) * 4;
   row.predicted_kv_drop = layers * static_cast<double>(device.state) + static_cast<double>(device.attention_device) -
                           static_cast<double>(host.state) - static_cast<double>(host.attention_device) +
-                          (2 * longest + layers * kept) * qkv_row - static_cast<double>(shape.local_tokens) * qkv_row;
+                          (2 * longest + rows.kept) * qkv_row - static_cast<double>(shape.local_tokens) * qkv_row;
   row.predicted_kv_host = layers * static_cast<double>(host.attention_pinned);
 }
 
@@ -445,15 +464,9 @@ offload_row offload_memory(const model_shape& m, offload_row row) {
         double bytes_per_row = 0;
         const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(m.config, 1);
         for (const auto& t : layout.tensors()) bytes_per_row += static_cast<double>(t.bytes_per_token);
-        const double layers = static_cast<double>(model.shape().stage_layers);
-        double all = 0, kept = 0, longest = 0, offloaded = 0;
-        for (int j = 0; j < row.subsequences; ++j) {
-          const auto [r0, r1] = model.shape().rows(j);
-          const auto n = static_cast<double>(r1 - r0), o = std::round(row.alpha * n);
-          all += n, kept += n - o, offloaded += o, longest = std::max(longest, n);
-        }
-        row.predicted_drop = (layers * all - 2 * longest - layers * kept) * bytes_per_row;
-        row.predicted_host = layers * offloaded * bytes_per_row;
+        const stage_rows rows = rows_of(model, row.subsequences, row.alpha);
+        row.predicted_drop = (rows.all - 2 * rows.longest - rows.kept) * bytes_per_row;
+        row.predicted_host = rows.offloaded * bytes_per_row;
       });
     }
     for (auto& t : threads) t.join();

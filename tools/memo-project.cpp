@@ -244,6 +244,9 @@ struct row {
   mp::strategy kind;
   std::optional<mp::projection> result;
   std::string no_setting;     ///< why no setting applies, when none does
+  /// Every setting at the length is too large to count in 64 bits (more
+  /// than any memory holds): why, naming one.
+  std::string uncountable;
   bool capped = false;        ///< --seq max reached the search's upper bound
   /// --seq max found nothing that fits: `result` is the projection at the
   /// shortest length the search tried, which already does not fit.
@@ -299,6 +302,11 @@ std::string nothing_fits_text(const row& r) {
 
 void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.begin_object().field("strategy", std::string(mp::strategy_name(r.kind)));
+  if (!r.uncountable.empty()) {
+    j.field("fits", false).field("limit", "every setting is too large to count").field("reason", r.uncountable)
+        .end_object();
+    return;
+  }
   if (!r.result) {
     j.field("fits", false).field("limit", "no setting applies to this GPU count and length")
         .field("reason", r.no_setting).end_object();
@@ -323,7 +331,7 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
   j.field("link_bound", p.link_bound());
   j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp).field("sp", p.chosen.sp)
       .field("pp", p.chosen.pp).field("dp", p.chosen.dp).field("subsequences", p.chosen.subsequences)
-      .field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high)
+      .field("multiplexed", p.chosen.multiplexed).field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high)
       .field("chunk_tokens", bytes(p.chosen.chunk_tokens)).field("gpus_used", p.chosen.gpus())
       .field("gpus_idle", gpus - p.chosen.gpus()).end_object();
   // Each part rounded to a whole byte, and the sums made of the rounded
@@ -349,6 +357,10 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
 
 void write_text(const row& r, bool best, int gpus) {
   std::cout << (best ? "* " : "  ") << mp::strategy_name(r.kind) << ": ";
+  if (!r.uncountable.empty()) {
+    std::cout << "does not fit: every setting is too large to count: " << r.uncountable << "\n";
+    return;
+  }
   if (!r.result) {
     std::cout << "no setting applies to this GPU count and length: " << r.no_setting << "\n";
     return;
@@ -382,6 +394,7 @@ void write_text(const row& r, bool best, int gpus) {
     std::printf(" alpha %.3f", p.chosen.alpha);
   }
   if (p.chosen.chunk_tokens > 0) std::printf(" chunk %s", tokens_text(p.chosen.chunk_tokens).c_str());
+  if (pipeline && p.chosen.pp > 1) std::printf(p.chosen.multiplexed ? ", multiplexed" : ", plain pipeline");
   if (p.chosen.gpus() < gpus) std::printf(" (on %d GPUs, %d idle)", p.chosen.gpus(), gpus - p.chosen.gpus());
   std::printf("\n    GPU GiB: params %s grads %s optimizer %s skeletal %s transient %s framework %s\n",
               gib_text(d.params).c_str(), gib_text(d.grads).c_str(), gib_text(d.optimizer).c_str(),
@@ -488,14 +501,25 @@ int run(const arguments& a) {
       limit.at(k, s);
       return mp::project(k, model, c, s, simulate, a.pin);
     };
-    row r{k, {}, {}, false};
+    row r{k, {}, {}, {}, false};
     auto probe = [&](double s) { return project(s, false); };
     // The search starts where the strategy's rules first admit a setting.
     const std::optional<double> shortest =
         search ? mp::shortest_with_setting(probe, search_grid, search_limit) : std::nullopt;
     const double first = search ? shortest.value_or(search_grid) : parse_length(a.seq);
+    // A length at which no setting can be counted does not end the other
+    // strategies' answers (asked about one strategy, it is the error).
+    auto counted = [&](double s) -> std::optional<mp::projection> {
+      try {
+        return project(s, true);
+      } catch (const mp::uncountable_projection& e) {
+        if (kinds.size() == 1) throw;
+        r.uncountable = e.message();
+        return std::nullopt;
+      }
+    };
     if (!search) {
-      r.result = project(first, true);
+      r.result = counted(first);
     } else if (shortest) {
       r.result = mp::longest_fitting_from([&](double s) { return project(s, true); }, probe, search_grid,
                                           search_limit, *shortest);
@@ -503,8 +527,12 @@ int run(const arguments& a) {
     if (search && r.result) r.capped = r.result->sequence + search_grid > search_limit;
     // Nothing fits: the shortest length searched says what runs out first.
     if (search && !r.result) {
-      r.result = project(first, true);
+      r.result = counted(first);
       r.nothing_fits = r.result.has_value();
+    }
+    if (!r.uncountable.empty()) {
+      rows.push_back(std::move(r));
+      continue;
     }
     if (r.result && !r.result->fits()) {
       limit.doing("finding where each resource of " + std::string(mp::strategy_name(k)) + " runs out");

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <span>
@@ -27,6 +28,27 @@ TEST_CASE("json: writer handles commas, nesting, escapes and non-finite numbers"
       .null()
       .end_object();
   CHECK(j.str() == R"({"a":1,"s":"q\"\\\u000a","list":[true,2.5,{}],"nan":null,"n":null})");
+}
+
+TEST_CASE("json: numbers are the shortest text that reads back as the same value") {
+  // Parsed with strtod, independently of the writer's to_chars.
+  const double doubles[] = {0.1, 1.0 / 3.0, 1075063000575.25, 6.02214076e23, 5e-324, 1.7976931348623157e308, -0.0, 42.0};
+  for (const double x : doubles) {
+    memo::json_writer j;
+    j.value(x);
+    CAPTURE(j.str());
+    CHECK(std::strtod(j.str().c_str(), nullptr) == x);
+    CHECK(j.str().size() <= 24);
+  }
+  memo::json_writer short_ones;
+  short_ones.begin_array().value(0.1).value(2.345f).value(1e21).value(0.5f).end_array();
+  CHECK(short_ones.str() == "[0.1,2.345,1e+21,0.5]");
+  // A float keeps its own digits, and reads back as the same float.
+  const float f = 0.1f + 0.2f;
+  memo::json_writer one;
+  one.value(f);
+  CHECK(std::strtof(one.str().c_str(), nullptr) == f);
+  CHECK(one.str() == "0.3");
 }
 
 TEST_CASE("json: writer writes an optional as its value or null") {

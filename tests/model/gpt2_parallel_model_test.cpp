@@ -576,22 +576,30 @@ std::vector<rank_memory> offload_memory(const offload_setting& s, const std::opt
     if (!alpha) return;
     // Device: every layer's tensors of every local row, against two slots
     // of the longest subsequence and layers x sum_j (n_j - o_j) rows.
-    // Host: layers x sum_j o_j rows, o_j = round(alpha_j n_j).
+    // Host: layers x sum_j o_j rows, o_j = round(alpha_j n_j). Less, in
+    // both stores, the last two (layer, subsequence) units of the forward
+    // (subsequences 0..N-1, layers ascending in each): they stay in the
+    // slots until their backward, which comes next.
     const std::int64_t layers = shape().num_layers / s.pp;
     std::int64_t longest = 0, kept = 0, offloaded = 0;
     for (int j = 0; j < s.subsequences; ++j) {
       const auto [r0, r1] = m.shape().rows(j);
       const std::int64_t n = r1 - r0, o = std::llround((*alpha)[static_cast<std::size_t>(j)] * static_cast<double>(n));
-      longest = std::max(longest, n), kept += n - o, offloaded += o;
+      longest = std::max(longest, n);
+      for (std::int64_t l = 0; l < layers; ++l) {
+        const std::int64_t unit = j * layers + l, units = s.subsequences * layers;
+        if (unit >= units - 2) continue;  // resident
+        kept += n - o, offloaded += o;
+      }
     }
     // The plan starts every buffer at a multiple of 256 bytes.
     auto buffer = [](std::uint64_t bytes) { return (bytes + 255) / 256 * 256; };
     const std::uint64_t row = skeletal_row_bytes(shape());
     const std::uint64_t before = buffer(aligned_tensor_bytes(shape(), context / s.sp, static_cast<int>(layers)));
     const std::uint64_t after = buffer(aligned_tensor_bytes(shape(), longest, 2)) +
-                                buffer(static_cast<std::uint64_t>(layers * kept) * row);
+                                buffer(static_cast<std::uint64_t>(kept) * row);
     mine.predicted_drop = before - after;
-    mine.predicted_host_bytes = static_cast<std::uint64_t>(layers * offloaded) * row;
+    mine.predicted_host_bytes = static_cast<std::uint64_t>(offloaded) * row;
   });
   for (const auto& e : errors) REQUIRE(e == "");
   return out;

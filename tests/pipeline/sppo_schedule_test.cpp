@@ -258,3 +258,25 @@ TEST_CASE("sppo_schedule: a multiplexed schedule or a missing stage has no execu
   CHECK_THROWS_WITH_AS(memo::sppo_stage_program(memo::build_sppo_schedule(o), 2), doctest::Contains("stage 2"),
                        memo::error);
 }
+
+TEST_CASE("sppo_schedule: the op count is the built schedule's, without building it") {
+  for (int pp = 1; pp <= 6; ++pp) {
+    for (int n = pp; n <= pp + 5; ++n) {
+      for (const bool multiplexed : {false, true}) {
+        for (const double p2p : {0.0, 0.5}) {
+          CAPTURE(pp);
+          CAPTURE(n);
+          CAPTURE(multiplexed);
+          CAPTURE(p2p);
+          memo::sppo_schedule_options o;
+          o.stages = pp;
+          o.forward_seconds.assign(static_cast<std::size_t>(n), 1.0);
+          o.backward_seconds.assign(static_cast<std::size_t>(n), 2.0);
+          o.multiplexed = multiplexed;
+          o.p2p_seconds = p2p;
+          CHECK(memo::sppo_schedule_ops(o) == memo::build_sppo_schedule(o).ops().size());
+        }
+      }
+    }
+  }
+}

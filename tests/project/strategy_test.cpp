@@ -118,6 +118,63 @@ TEST_CASE("strategy: a setting too large to count is left out, not the end of th
   CHECK(longest->chosen.cp == 8);
 }
 
+TEST_CASE("strategy: a count that overflows inside a setting leaves that setting out, not the strategy") {
+  // One layer 2^21 wide, 64 GPUs, 2^40 tokens: the per-token byte counts of
+  // CP 1 settings overflow 64 bits inside the layer's own tables (a plain
+  // count, not the projection's totals), while CP 64 is countable (and
+  // does not fit).
+  const mp::cluster c{mp::load_cluster_profile("a800"), 64, 8};
+  const mp::model_shape one = mp::parse_model_shape("1,2097152,1,1,1");
+  const double s = 1099511627776.0;
+  const auto all = mp::project_settings(mp::strategy::recompute, one, c, s);
+  REQUIRE_FALSE(all.empty());
+  for (const auto& r : all) CHECK(r.uncountable.empty());
+  mp::settings_pin pin;
+  pin.cp = 64;
+  const auto at_cp64 = mp::project(mp::strategy::recompute, one, c, s, true, pin);
+  REQUIRE(at_cp64);
+  CHECK_FALSE(at_cp64->fits());
+  // Alone, the uncountable setting is named as such.
+  pin = {};
+  pin.cp = 1;
+  pin.dp = 64;
+  CHECK_THROWS_WITH_AS(mp::project(mp::strategy::recompute, one, c, s, true, pin),
+                       doctest::Contains("setting TP 1 CP 1 SP 1 PP 1 DP 64: byte count"), mp::uncountable_projection);
+  // SPPO at 2^32 tokens: the causal cost of a position does not fit 63
+  // bits, so every setting is uncountable; an uncountable_projection, which
+  // the other strategies' answers survive (the command line's `all`).
+  const mp::cluster node{mp::load_cluster_profile("a800"), 8, 8};
+  const mp::model_shape seven = mp::parse_model_shape("7b");
+  CHECK_THROWS_WITH_AS(mp::project(mp::strategy::sppo, seven, node, 4294967296.0),
+                       doctest::Contains("the causal pair count of a position overflows 63 bits"),
+                       mp::uncountable_projection);
+  CHECK_NOTHROW((void)mp::project(mp::strategy::memo, seven, node, 4294967296.0));
+}
+
+TEST_CASE("strategy: tensor and sequence parallelism only where they split the FFN width too") {
+  // An FFN width of 2 x 5503: TP 1 and 2 split it, 4 and 8 do not.
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  const mp::model_shape odd = mp::parse_model_shape("32,4096,32,50257,11006");
+  CHECK(odd.splits_over(2));
+  CHECK_FALSE(odd.splits_over(4));
+  CHECK_FALSE(odd.splits_over(0));
+  for (const auto kind : {mp::strategy::memo, mp::strategy::recompute}) {
+    const auto all = mp::project_settings(kind, odd, c, 65536);
+    REQUIRE_FALSE(all.empty());
+    for (const auto& r : all) CHECK(11006 % r.chosen.tp == 0);
+  }
+  const auto sppo = mp::project_settings(mp::strategy::sppo, odd, c, 1048576);
+  REQUIRE_FALSE(sppo.empty());
+  for (const auto& r : sppo) CHECK(11006 % r.chosen.sp == 0);
+  // Pinned to a TP that does not split it: no setting, and the reason
+  // lists the TPs there are, not an error from inside the layer.
+  mp::settings_pin pin;
+  pin.tp = 4;
+  CHECK_FALSE(mp::project(mp::strategy::memo, odd, c, 65536, true, pin));
+  CHECK(mp::no_setting_reason(mp::strategy::memo, odd, c, 65536, pin) ==
+        "no setting has TP 4; the settings here have TP 1, 2");
+}
+
 TEST_CASE("strategy: project picks a fitting setting of highest MFU, else the closest to fitting") {
   const auto m = mp::parse_model_shape("7b");
   const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
@@ -212,8 +269,12 @@ TEST_CASE("strategy: misuse of the API is an error naming what was wrong") {
   // A length whose bytes a 64-bit count cannot hold: an error saying where.
   const auto one = mp::parse_model_shape("1,2097152,1,1");
   const mp::cluster gpu{mp::load_cluster_profile("a800"), 1, 8};
-  CHECK_THROWS_WITH(mp::project(mp::strategy::memo, one, gpu, 1099511627776.0),
-                    doctest::Contains("memo at 1099511627776 tokens on model '1,2097152,1,1': byte count"));
+  // Its one setting is named, and it counts as too large to count (not as
+  // a malformed input).
+  CHECK_THROWS_WITH_AS(mp::project(mp::strategy::memo, one, gpu, 1099511627776.0),
+                       doctest::Contains("memo at 1099511627776 tokens on model '1,2097152,1,1': setting TP 1 CP 1 "
+                                         "SP 1 PP 1 DP 1: byte count"),
+                       mp::uncountable_projection);
   CHECK_THROWS_WITH(mp::project(mp::strategy::fpdt, one, gpu, 1099511627776.0),
                     doctest::Contains("is not a byte count below 2^64"));
 }

@@ -1,8 +1,9 @@
 // Tests of memo/swap/subsequence_swapper.hpp: what a forward writes comes
 // back to its backward through the host and the device store, whichever
 // slot either ran in; the stores are exactly the offloaded and kept rows;
-// a backward's refill of the next unit runs during this backward; units out
-// of order and bad ratios are errors.
+// a backward's refill of the next unit runs during this backward; the last
+// forward units can stay in their slots, with no copies and no room in the
+// stores; units out of order and bad ratios are errors.
 #include "memo/swap/subsequence_swapper.hpp"
 
 #include <doctest/doctest.h>
@@ -38,12 +39,17 @@ memo::skeletal_layout layout() {
 struct swapper_setup {
   device_bytes slots, kept;
   swapper_type swapper;
+  // `resident`: how many of the last forward units stay in their slots;
+  // the kept store is exactly what the swapper then needs.
   swapper_setup(host_backend& backend, host_backend::stream& compute, const memo::subsequence_offload_plan& plan,
-                std::int64_t layers)
+                std::int64_t layers, int resident = 0)
       : slots(backend.device_memory(), swapper_type::slot_bytes(layout())),
-        kept(backend.device_memory(), swapper_type::kept_bytes(layout(), plan, layers)),
+        kept(backend.device_memory(),
+             swapper_type::kept_bytes(layout(), plan, layers,
+                                      swapper_type::resident_units(order(plan, false), order(plan, true), layers,
+                                                                   resident))),
         swapper(backend, compute, layout(), plan, layers, order(plan, false), order(plan, true),
-                {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()}) {}
+                {slots.data(), slots.size_bytes()}, {kept.data(), kept.size_bytes()}, resident) {}
   static std::vector<int> order(const memo::subsequence_offload_plan& plan, bool reversed) {
     std::vector<int> out(plan.rows.size());
     for (std::size_t j = 0; j < out.size(); ++j) out[j] = static_cast<int>(reversed ? out.size() - 1 - j : j);
@@ -317,4 +323,109 @@ TEST_CASE("subsequence_swapper: units out of order and bad ratios are errors") {
                        doctest::Contains("who: 1 offload ratios given for 2 subsequences"), memo::error);
   CHECK_THROWS_WITH_AS(memo::subsequence_offload_plan::from_alpha({4, 4}, {std::nan(""), 0.0}, "who"),
                        doctest::Contains("offload ratio 0 is nan"), memo::error);
+}
+
+TEST_CASE("subsequence_swapper: resident units are the last forwards whose backwards come next") {
+  using unit = swapper_type::unit;
+  auto pairs = [](const std::vector<unit>& units) {
+    std::vector<std::pair<std::int64_t, int>> out;
+    for (const unit& u : units) out.emplace_back(u.layer, u.subsequence);
+    return out;
+  };
+  using list = std::vector<std::pair<std::int64_t, int>>;
+  // Two layers: the last subsequence's layers 1 and 0.
+  CHECK(pairs(swapper_type::resident_units({0, 1, 2}, {2, 1, 0}, 2, 2)) == list{{1, 2}, {0, 2}});
+  CHECK(pairs(swapper_type::resident_units({0, 1, 2}, {2, 1, 0}, 2, 1)) == list{{1, 2}});
+  CHECK(pairs(swapper_type::resident_units({0, 1, 2}, {2, 1, 0}, 2, 0)).empty());
+  // One layer: the last two subsequences.
+  CHECK(pairs(swapper_type::resident_units({0, 1, 2}, {2, 1, 0}, 1, 2)) == list{{0, 2}, {0, 1}});
+  // One unit in all.
+  CHECK(pairs(swapper_type::resident_units({0}, {0}, 1, 2)) == list{{0, 0}});
+  // A backward that does not start with the last forward keeps nothing;
+  // one whose second unit is not the mirror keeps one.
+  CHECK(pairs(swapper_type::resident_units({0, 1, 2}, {1, 2, 0}, 2, 2)).empty());
+  CHECK(pairs(swapper_type::resident_units({0, 1, 2}, {2, 0, 1}, 1, 2)) == list{{0, 2}});
+  CHECK_THROWS_WITH_AS((void)swapper_type::resident_units({0}, {0}, 1, 3), doctest::Contains("0 to 2"), memo::error);
+
+  // The stores lose exactly the resident units' rows: subsequences of 4
+  // and 2 rows, 2 and 2 of them offloaded, two layers, 20 bytes a row.
+  const auto plan = memo::subsequence_offload_plan::from_alpha({4, 2}, {0.5, 1.0}, "test");
+  const auto resident = swapper_type::resident_units({0, 1}, {1, 0}, 2, 2);  // both layers of subsequence 1
+  CHECK(swapper_type::host_bytes(layout(), plan, 2, resident) == (2 * (2 + 2) - 2 * 2) * 20);
+  CHECK(swapper_type::kept_bytes(layout(), plan, 2, resident) == 2 * 2 * 20);  // subsequence 1 kept nothing
+  const auto one_layer = swapper_type::resident_units({0, 1}, {1, 0}, 1, 2);   // every unit of a one-layer stage
+  CHECK(swapper_type::host_bytes(layout(), plan, 1, one_layer) == 0);
+  CHECK(swapper_type::kept_bytes(layout(), plan, 1, one_layer) == 0);
+  CHECK_THROWS_WITH_AS((void)swapper_type::kept_bytes(layout(), plan, 2, {{0, 1, true}, {0, 1, true}}),
+                       doctest::Contains("listed twice"), memo::error);
+  CHECK_THROWS_WITH_AS((void)swapper_type::kept_bytes(layout(), plan, 2, {{2, 0, true}}),
+                       doctest::Contains("not one of 2 layers x 2 subsequences"), memo::error);
+}
+
+TEST_CASE("subsequence_swapper: resident units come back from their slots, the others through the stores") {
+  host_backend backend;
+  auto compute = backend.make_stream("compute");
+  const std::uint64_t row = swapper_type::row_bytes(layout());
+  struct setting {
+    std::vector<std::int64_t> rows;
+    std::vector<double> alpha;
+    std::int64_t layers;
+  };
+  const setting settings[] = {{{4, 3, 2}, {1.0, 0.5, 0.5}, 3},
+                              {{4, 3, 2}, {0.0, 1.0, 1.0}, 1},
+                              {{4, 2}, {0.5, 1.0}, 2},
+                              {{4}, {1.0}, 1},
+                              {{4}, {0.5}, 2}};
+  for (const setting& s : settings) {
+    for (const int resident : {1, 2}) {
+      CAPTURE(s.layers);
+      CAPTURE(s.rows.size());
+      CAPTURE(resident);
+      const auto plan = memo::subsequence_offload_plan::from_alpha(s.rows, s.alpha, "test");
+      swapper_setup setup(backend, compute, plan, s.layers, resident);
+      swapper_type& swapper = setup.swapper;
+      // Counted here, independently: the last `resident` units of the
+      // forward (subsequences in order, layers ascending) move nothing.
+      const auto n = static_cast<std::int64_t>(s.rows.size());
+      const std::int64_t units = n * s.layers;
+      const std::int64_t stay = std::min<std::int64_t>(resident, units);
+      CHECK(swapper.resident() == static_cast<std::size_t>(stay));
+      std::uint64_t host_rows = 0;
+      for (std::int64_t u = 0; u < units - stay; ++u) {
+        host_rows += static_cast<std::uint64_t>(plan.offloaded[static_cast<std::size_t>(u / s.layers)]);
+      }
+      CHECK(swapper.host_bytes() == host_rows * row);
+      // Slots alternate in the forward; a resident unit's backward runs in
+      // its forward's slot (the first backward unit mirrors the last
+      // forward one).
+      const std::size_t forwards = swapper.units().size() / 2;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(stay); ++k) {
+        CHECK(swapper.slot_of(forwards + k) == swapper.slot_of(forwards - 1 - k));
+      }
+      for (std::size_t u = 1; u < swapper.units().size(); ++u) {
+        if (u != forwards) CHECK(swapper.slot_of(u) != swapper.slot_of(u - 1));
+      }
+      int bad_rows = 0;
+      for (int step = 0; step < 2; ++step) {
+        std::vector<int> fw(s.rows.size()), bw(s.rows.size());
+        for (std::size_t j = 0; j < fw.size(); ++j) fw[j] = static_cast<int>(j), bw[j] = static_cast<int>(fw.size() - 1 - j);
+        run_step(backend, compute, swapper, plan, s.layers, fw, bw, bad_rows);
+      }
+      CHECK(bad_rows == 0);
+      CHECK(swapper.offloaded_bytes() == 2 * host_rows * row);
+      CHECK(swapper.prefetched_bytes() == 2 * host_rows * row);
+      // Abandoned with the resident units' slots still held, the next step
+      // runs whole and right.
+      for (std::size_t u = 0; u < forwards; ++u) {
+        const auto& w = swapper.units()[u];
+        (void)swapper.begin_forward(w.layer, w.subsequence);
+        swapper.end_forward(w.layer, w.subsequence);
+      }
+      swapper.abandon();
+      std::vector<int> fw(s.rows.size()), bw(s.rows.size());
+      for (std::size_t j = 0; j < fw.size(); ++j) fw[j] = static_cast<int>(j), bw[j] = static_cast<int>(fw.size() - 1 - j);
+      run_step(backend, compute, swapper, plan, s.layers, fw, bw, bad_rows);
+      CHECK(bad_rows == 0);
+    }
+  }
 }

@@ -34,16 +34,13 @@ class buffer {
   buffer() = default;
   buffer(Resource& resource, std::size_t count,
          std::size_t alignment = default_alignment_bytes)
-      : resource_(&resource),
-        resource_watch_(watch_if_kept(resource)),
-        data_(static_cast<T*>(resource.allocate(checked_mul(count, sizeof(T)), alignment))),
-        count_(count),
-        alignment_(alignment) {}
+      : buffer(resource, watch_if_kept(resource), count, alignment) {}
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
   buffer(buffer&& other) noexcept
       : resource_(std::exchange(other.resource_, nullptr)),
-        resource_watch_(std::exchange(other.resource_watch_, std::nullopt)),
+        watched_(std::exchange(other.watched_, false)),
+        resource_watch_(std::exchange(other.resource_watch_, liveness_watch{})),
         data_(std::exchange(other.data_, nullptr)),
         count_(std::exchange(other.count_, 0)),
         alignment_(other.alignment_) {}
@@ -51,7 +48,8 @@ class buffer {
     if (this != &other) {
       release();
       resource_ = std::exchange(other.resource_, nullptr);
-      resource_watch_ = std::exchange(other.resource_watch_, std::nullopt);
+      watched_ = std::exchange(other.watched_, false);
+      resource_watch_ = std::exchange(other.resource_watch_, liveness_watch{});
       data_ = std::exchange(other.data_, nullptr);
       count_ = std::exchange(other.count_, 0);
       alignment_ = other.alignment_;
@@ -81,11 +79,19 @@ class buffer {
   /// resource); never for a default-constructed or moved-from buffer, or one
   /// from a resource that keeps no liveness token.
   [[nodiscard]] bool resource_alive() const noexcept {
-    if (!resource_watch_) return true;  // unwatched: the caller's rule
-    return !owner_gone(resource_watch_) && resource_memory_alive(*resource_);
+    if (!watched_) return true;  // unwatched: the caller's rule
+    return !resource_watch_.expired() && resource_memory_alive(*resource_);
   }
 
  private:
+  buffer(Resource& resource, const std::optional<liveness_watch>& watch, std::size_t count, std::size_t alignment)
+      : resource_(&resource),
+        watched_(watch.has_value()),
+        resource_watch_(watch.value_or(liveness_watch{})),
+        data_(static_cast<T*>(resource.allocate(checked_mul(count, sizeof(T)), alignment))),
+        count_(count),
+        alignment_(alignment) {}
+
   void check_resource() const {
     expects(resource_alive(), [&] {
       return "buffer of " + std::to_string(size_bytes()) +
@@ -97,17 +103,18 @@ class buffer {
     // A resource that is gone freed its memory itself; nothing to return.
     // One that is alive takes it back even if the memory behind it is gone
     // (it then only does its bookkeeping).
-    if (resource_ != nullptr && data_ != nullptr && !owner_gone(resource_watch_)) {
+    if (resource_ != nullptr && data_ != nullptr && !(watched_ && resource_watch_.expired())) {
       resource_->deallocate(data_, count_ * sizeof(T), alignment_);
     }
     data_ = nullptr;
     count_ = 0;
+    watched_ = false;
     resource_watch_.reset();
   }
 
   Resource* resource_ = nullptr;
-  // Of the resource, when it keeps a liveness token.
-  std::optional<liveness_watch> resource_watch_;
+  bool watched_ = false;            // the resource keeps a liveness token
+  liveness_watch resource_watch_;  // of the resource, when watched_
   T* data_ = nullptr;
   std::size_t count_ = 0;
   std::size_t alignment_ = default_alignment_bytes;

@@ -48,27 +48,27 @@ inline bool is_aligned(const void* pointer, std::size_t alignment) {
   return reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0;
 }
 
-/// `align_up` that throws instead of wrapping around.
+/// `align_up` that throws `count_overflow` instead of wrapping around.
 inline std::uint64_t checked_align_up(std::uint64_t bytes, std::uint64_t alignment) {
   expects(alignment > 0, "alignment must be positive");
-  expects(bytes <= std::numeric_limits<std::uint64_t>::max() - (alignment - 1), [&] {
+  expects_countable(bytes <= std::numeric_limits<std::uint64_t>::max() - (alignment - 1), [&] {
     return "rounding " + std::to_string(bytes) + " bytes up to alignment " +
            std::to_string(alignment) + " overflows 64 bits";
   });
   return align_up(bytes, alignment);
 }
 
-/// a + b, throwing on overflow.
+/// a + b, throwing `count_overflow` on overflow.
 inline std::uint64_t checked_add(std::uint64_t a, std::uint64_t b) {
-  expects(b <= std::numeric_limits<std::uint64_t>::max() - a, [&] {
+  expects_countable(b <= std::numeric_limits<std::uint64_t>::max() - a, [&] {
     return "byte count " + std::to_string(a) + " + " + std::to_string(b) + " overflows 64 bits";
   });
   return a + b;
 }
 
-/// a * b, throwing on overflow.
+/// a * b, throwing `count_overflow` on overflow.
 inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b) {
-  expects(a == 0 || b <= std::numeric_limits<std::uint64_t>::max() / a, [&] {
+  expects_countable(a == 0 || b <= std::numeric_limits<std::uint64_t>::max() / a, [&] {
     return "byte count " + std::to_string(a) + " * " + std::to_string(b) + " overflows 64 bits";
   });
   return a * b;

@@ -72,6 +72,23 @@ class error : public std::runtime_error {
   std::optional<long> status_;
 };
 
+/// A count (bytes, elements, a cost) that does not fit the integer that
+/// holds it: the input is too large to count, not malformed. Code that
+/// weighs many candidates (memo-project's settings) sets the one that threw
+/// aside and goes on with the others.
+class count_overflow : public error {
+ public:
+  using error::error;
+};
+
+/// Throws `memo::count_overflow(message)` when `condition` is false.
+template <class MessageFn>
+  requires std::is_invocable_r_v<std::string, MessageFn>
+inline void expects_countable(bool condition, MessageFn&& message,
+                              std::source_location where = std::source_location::current()) {
+  if (!condition) throw count_overflow(message(), where);
+}
+
 /// Throws `memo::error(message)` when `condition` is false. The message is
 /// only built on failure when passed as a callable returning a string.
 inline void expects(bool condition, std::string_view message,

@@ -7,6 +7,7 @@
 // and manages the commas; programs print exactly one object with it.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -47,17 +48,13 @@ class json_writer {
     out_ += flag ? "true" : "false";
     return *this;
   }
-  json_writer& value(double number) {
-    separate();
-    if (!std::isfinite(number)) {
-      out_ += "null";
-    } else {
-      char text[40];
-      std::snprintf(text, sizeof text, "%.6g", number);
-      out_ += text;
-    }
-    return *this;
-  }
+  /// The shortest text that reads back as the same number (so figures
+  /// that add up still add up when parsed); JSON has no NaN or infinity,
+  /// so those are written as null.
+  json_writer& value(double number) { return real(number); }
+  /// A float as its own shortest text (2.345f is "2.345", not the 17
+  /// digits of the double it widens to).
+  json_writer& value(float number) { return real(number); }
   template <class Int>
     requires std::is_integral_v<Int>
   json_writer& value(Int number) {
@@ -96,6 +93,20 @@ class json_writer {
   [[nodiscard]] const std::string& str() const noexcept { return out_; }
 
  private:
+  template <class Real>
+  json_writer& real(Real number) {
+    separate();
+    if (!std::isfinite(number)) {
+      out_ += "null";
+      return *this;
+    }
+    char text[64];
+    const auto [end, failed] = std::to_chars(text, text + sizeof text, number);
+    expects(failed == std::errc{}, "json_writer: a number did not fit its text buffer");
+    out_.append(text, end);
+    return *this;
+  }
+
   json_writer& open(char c) {
     separate();
     out_ += c;

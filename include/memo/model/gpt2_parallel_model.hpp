@@ -89,11 +89,13 @@
 // stream sends round(alpha_j n_j) of its rows to pinned host memory and
 // keeps the rest in a device store, while the next layer computes; before
 // its backward the slot is refilled (the next layer's refill runs behind
-// this layer's backward). K/V stay on the device in the attention's state
-// (the first level), or with kv_offload in its host store. The slots and the kept rows are outside buffers of
-// the plan, so the device holds 2 n_max + layers x sum_j (n_j - o_j)
-// skeletal rows instead of layers x sum_j n_j; losses and gradients are
-// the same bits.
+// this layer's backward). The stage's last two layer-subsequence units
+// stay in their slots: their backwards come next. K/V stay on the device in
+// the attention's state (the first level), or with kv_offload in its host
+// store. The slots and the kept rows are outside buffers of the plan, so
+// the device holds 2 n_max + layers x sum_j (n_j - o_j) skeletal rows (less
+// the two resident units') instead of layers x sum_j n_j; losses and
+// gradients are the same bits.
 //
 // Errors. Ranks given different configs or options fail on every rank at
 // the constructor's first collectives, which gather them
@@ -690,7 +692,10 @@ class gpt2_parallel_model {
     if (shape_.offload) {
       // All subsequences' kept rows coexist after the last forward (the
       // step's peak), so one region for the whole step costs nothing more.
-      const std::uint64_t kept = skeletal_swapper::kept_bytes(slot_layout(), *shape_.offload, shape_.stage_layers);
+      const auto [forwards, backwards] = program_subsequences();
+      const std::uint64_t kept = skeletal_swapper::kept_bytes(
+          slot_layout(), *shape_.offload, shape_.stage_layers,
+          skeletal_swapper::resident_units(forwards, backwards, shape_.stage_layers, resident_units));
       if (kept > 0) out.push_back({"skeletal kept", kept});
     }
     for (auto& b : out) b.born = gpt2_step_phase::step_begin, b.dies = gpt2_step_phase::step_end;
@@ -726,6 +731,16 @@ class gpt2_parallel_model {
   [[nodiscard]] gpt2_qkv_skeletal qkv_skeletal() const noexcept {
     return gpt2_qkv_skeletal_for(options_.kv_offload);
   }
+
+  /// The subsequences of this stage's forwards and backwards, in program order.
+  [[nodiscard]] std::pair<std::vector<int>, std::vector<int>> program_subsequences() const {
+    std::pair<std::vector<int>, std::vector<int>> out;
+    for (const sppo_stage_op& op : program_) (op.forward ? out.first : out.second).push_back(op.subsequence);
+    return out;
+  }
+  /// The last forward units that stay in the swapper's slots until their
+  /// backward (subsequence_swapper's resident units): both slots' worth.
+  static constexpr int resident_units = 2;
 
   /// One layer's skeletal tensors of the longest subsequence (the swapper's slots).
   [[nodiscard]] skeletal_layout slot_layout() const {
@@ -777,11 +792,10 @@ class gpt2_parallel_model {
     outside_.emplace(std::move(outside), *arena_, *replay_);
     bind_views();
     if (shape_.offload) {
-      std::vector<int> forwards, backwards;
-      for (const sppo_stage_op& op : program_) (op.forward ? forwards : backwards).push_back(op.subsequence);
+      const auto [forwards, backwards] = program_subsequences();
       const bool kept = outside_has("skeletal kept");
       swapper_.emplace(b, *stream_, slot_layout(), *shape_.offload, shape_.stage_layers, forwards, backwards,
-                       region("skeletal"), kept ? region("skeletal kept") : memory_region{});
+                       region("skeletal"), kept ? region("skeletal kept") : memory_region{}, resident_units);
     }
     // The attention of every layer over its regions of the arena.
     const auto layers = static_cast<std::size_t>(shape_.stage_layers);

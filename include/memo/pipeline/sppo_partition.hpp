@@ -71,7 +71,7 @@ namespace detail {
 
 inline std::uint64_t checked_cost_mul(std::uint64_t a, std::uint64_t b, const char* what,
                                       const char* remedy = "use smaller relative weights") {
-  expects(a == 0 || b <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / a, [&] {
+  expects_countable(a == 0 || b <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / a, [&] {
     return std::string("sppo partition: ") + what + " overflows 63 bits (" + std::to_string(a) + " * " +
            std::to_string(b) + "); " + remedy;
   });
@@ -81,7 +81,8 @@ inline std::uint64_t checked_cost_mul(std::uint64_t a, std::uint64_t b, const ch
 /// sum_{t=a}^{b-1} (t + 1) = (b (b+1) - a (a+1)) / 2.
 inline std::uint64_t causal_pairs(std::uint64_t a, std::uint64_t b) {
   auto tri = [](std::uint64_t x) {
-    expects(x < std::numeric_limits<std::uint64_t>::max(), "sppo partition: a token position overflows");
+    expects_countable(x < std::numeric_limits<std::uint64_t>::max(),
+                      [] { return std::string("sppo partition: a token position overflows"); });
     constexpr const char* what = "the causal pair count of a position";
     constexpr const char* remedy = "the sequence is too long for exact costs";
     return x % 2 == 0 ? checked_cost_mul(x / 2, x + 1, what, remedy) : checked_cost_mul(x, (x + 1) / 2, what, remedy);
@@ -105,7 +106,8 @@ inline std::uint64_t causal_cost(std::uint64_t a, std::uint64_t b, const causal_
   const std::uint64_t linear = detail::checked_cost_mul(weights.linear_weight, b - a, "linear cost");
   const std::uint64_t attention = detail::checked_cost_mul(weights.attention_weight, detail::causal_pairs(a, b),
                                                       "attention cost");
-  expects(linear <= std::numeric_limits<std::uint64_t>::max() / 2 - attention, "causal_cost: cost overflows");
+  expects_countable(linear <= std::numeric_limits<std::uint64_t>::max() / 2 - attention,
+                    [] { return std::string("causal_cost: cost overflows"); });
   return linear + attention;
 }
 

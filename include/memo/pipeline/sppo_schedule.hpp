@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -341,6 +342,29 @@ inline std::vector<sppo_stage_op> sppo_stage_program(const stream_schedule& sche
     program.push_back(op);
   }
   return program;
+}
+
+/// The number of operations `build_sppo_schedule(options)` writes, without
+/// building it: 2 N PP forwards and backwards; with multiplexing, each op
+/// split over k > 1 stages as k pieces and a marker (about 4 PP^3 / 3 in
+/// all); with hand-offs, 2 N (PP - 1) more. The simulator's time and memory
+/// grow with it.
+inline std::uint64_t sppo_schedule_ops(const sppo_schedule_options& options) {
+  const auto pp = static_cast<std::uint64_t>(options.stages);
+  const auto n = static_cast<std::uint64_t>(options.forward_seconds.size());
+  detail::check_pipeline_shape(options.stages, static_cast<int>(n), "sppo_schedule_ops");
+  std::uint64_t pass = 0;  // forward ops of every stage (the backward has as many)
+  for (std::uint64_t i = 0; i < pp; ++i) {
+    if (!options.multiplexed) {
+      pass += n;
+      continue;
+    }
+    // Left-SP [0, PP-1-i) over PP - i stages, Right-SP [N-i, N) over i + 1.
+    const std::uint64_t left = pp - 1 - i, right = i;
+    pass += (n - left - right) + left * (pp - i + 1) + right * (i + 2);
+  }
+  const std::uint64_t hand_offs = options.p2p_seconds > 0.0 ? 2 * n * (pp - 1) : 0;
+  return 2 * pass + hand_offs;
 }
 
 /// Step-time figures of one simulated schedule.

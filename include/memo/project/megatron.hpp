@@ -197,14 +197,15 @@ inline std::vector<projection> megatron_settings(strategy kind, const model_shap
   const bool full_recompute = kind == strategy::recompute || kind == strategy::recompute_planned;
   std::vector<projection> out;
   auto add = [&](int tp, int cp, int dp, int pp) {
-    add_setting(out, kind, s, [&] { return megatron(kind, m, c, s, tp, cp, dp, fixed_alpha, pp); });
+    const settings setting{.tp = tp, .cp = cp, .pp = pp, .dp = dp};
+    add_setting(out, kind, s, setting, [&] { return megatron(kind, m, c, s, tp, cp, dp, fixed_alpha, pp); });
     if (kind == strategy::memo && !fixed_alpha && out.back().chosen.alpha > 0) {
       // One shared buffer (MEMO 4.1).
-      add_setting(out, kind, s, [&] { return megatron(kind, m, c, s, tp, cp, dp, 0.0); });
+      add_setting(out, kind, s, setting, [&] { return megatron(kind, m, c, s, tp, cp, dp, 0.0); });
     }
   };
   for (int tp = 1; tp <= std::min({c.gpus_per_node, m.kv_head_count(), c.gpus}); tp *= 2) {
-    if (m.kv_head_count() % tp != 0 || m.heads % tp != 0) continue;
+    if (!m.splits_over(tp)) continue;
     for (int pp = 1; pp <= (full_recompute ? c.gpus / tp : 1); ++pp) {
       if (m.layers % pp != 0) continue;
       const int rest = c.gpus / tp / pp;

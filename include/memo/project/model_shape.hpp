@@ -61,6 +61,12 @@ struct model_shape {
 
   [[nodiscard]] double ffn_width() const { return ffn > 0 ? ffn : 4.0 * hidden; }
   [[nodiscard]] int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  /// Whether `ranks` tensor- or sequence-parallel ranks split the layer:
+  /// its heads, its key/value heads and its FFN width.
+  [[nodiscard]] bool splits_over(int ranks) const {
+    return ranks >= 1 && heads % ranks == 0 && kv_head_count() % ranks == 0 &&
+           std::fmod(ffn_width(), static_cast<double>(ranks)) == 0.0;
+  }
   /// h_kv = h / a * a_kv: the width of K and of V.
   [[nodiscard]] double kv_width() const { return static_cast<double>(hidden) / heads * kv_head_count(); }
 

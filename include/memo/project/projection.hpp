@@ -147,8 +147,11 @@ struct settings {
   [[nodiscard]] int gpus() const { return tp * cp * sp * pp * dp; }
   int subsequences = 1;            ///< sppo: N
   double alpha = 0.0;              ///< memo: fraction of the other skeletal tokens offloaded
-  std::vector<double> alpha_i;     ///< sppo: per subsequence (SPPO 5.2)
+  std::vector<double> alpha_i{};   ///< sppo: per subsequence (SPPO 5.2)
   double chunk_tokens = 0.0;       ///< fpdt: global tokens per chunk
+  /// sppo: Left-SP / Right-SP pieces spread over idle stages (section 6.2),
+  /// chosen where they shorten the step.
+  bool multiplexed = false;
 };
 
 /// Settings a user fixes instead of letting the search choose them
@@ -399,10 +402,10 @@ inline constexpr double bytes_per_element = 2.0;          ///< bf16 activations
 /// 64-bit count holds); false for negative and non-finite values.
 inline bool representable_bytes(double bytes) { return bytes >= 0 && std::nearbyint(bytes) < 0x1p64; }
 
-/// `bytes` as a 64-bit count, rounded to the nearest byte; a memo::error
-/// naming `what` when it is not `representable_bytes`.
+/// `bytes` as a 64-bit count, rounded to the nearest byte; a
+/// `count_overflow` naming `what` when it is not `representable_bytes`.
 inline std::uint64_t byte_count(double bytes, std::string_view what) {
-  expects(representable_bytes(bytes), [&] {
+  expects_countable(representable_bytes(bytes), [&] {
     char text[32];
     std::snprintf(text, sizeof text, "%.4g", bytes);
     return std::string(what) + " of " + text + " bytes is not a byte count below 2^64";
@@ -411,6 +414,14 @@ inline std::uint64_t byte_count(double bytes, std::string_view what) {
 }
 
 namespace detail {
+
+/// "TP 4 CP 2 SP 1 PP 1 DP 1" (N too for a pipeline of subsequences).
+inline std::string describe(const settings& c) {
+  std::string text = "TP " + std::to_string(c.tp) + " CP " + std::to_string(c.cp) + " SP " + std::to_string(c.sp) +
+                     " PP " + std::to_string(c.pp) + " DP " + std::to_string(c.dp);
+  if (c.subsequences > 1) text += " N " + std::to_string(c.subsequences);
+  return text;
+}
 
 inline double gemm_seconds(const cluster_profile& p, double flops) {
   return flops / (p.peak_flops * p.gemm_efficiency);
@@ -445,11 +456,11 @@ inline void check_counts(const projection& r) {
       {"host bytes per node", r.host_per_node}};
   for (const auto& [what, value] : bytes) {
     if (representable_bytes(value)) continue;
-    char text[160];
-    std::snprintf(text, sizeof text, "setting TP %d CP %d SP %d PP %d DP %d: %s %.4g", r.chosen.tp, r.chosen.cp,
-                  r.chosen.sp, r.chosen.pp, r.chosen.dp, what, value);
-    throw uncountable_projection(
-        std::string(text) + " is not a byte count below 2^64: the model or the length is too large to count", r.chosen);
+    char text[80];
+    std::snprintf(text, sizeof text, "%s %.4g", what, value);
+    throw uncountable_projection("setting " + describe(r.chosen) + ": " + text +
+                                     " is not a byte count below 2^64: the model or the length is too large to count",
+                                 r.chosen);
   }
   expects(std::isfinite(r.step_seconds) && r.step_seconds > 0, [&] {
     return "the step time is not a positive finite number of seconds (" + std::to_string(r.step_seconds) + ")";
@@ -466,20 +477,27 @@ inline std::optional<resource> memory_limit(memory_breakdown d, double host_per_
   return std::nullopt;
 }
 
-/// Appends the projection `make()` returns or, when its byte counts do not
-/// fit in 64 bits, that setting marked `uncountable` (without figures), so
-/// one setting too large to count does not end the others' projection.
+/// Appends the projection `make()` returns for `setting` or, when its
+/// counts do not fit their integers (bytes in 64 bits, a partition's costs
+/// in 63), that setting marked `uncountable` (without figures), so one
+/// setting too large to count does not end the others' projection.
 template <class Make>
-void add_setting(std::vector<projection>& out, strategy kind, double s, Make&& make) {
-  try {
-    out.push_back(make());
-  } catch (const uncountable_projection& e) {
+void add_setting(std::vector<projection>& out, strategy kind, double s, const settings& setting, Make&& make) {
+  auto uncountable = [&](const settings& chosen, std::string message) {
     projection r;
     r.kind = kind;
     r.sequence = s;
-    r.chosen = e.setting();
-    r.uncountable = e.message();
+    r.chosen = chosen;
+    r.uncountable = std::move(message);
     out.push_back(std::move(r));
+  };
+  try {
+    out.push_back(make());
+  } catch (const uncountable_projection& e) {
+    uncountable(e.setting(), e.message());
+  } catch (const count_overflow& e) {
+    uncountable(setting, "setting " + describe(setting) + ": " + e.message() +
+                             ": the model or the length is too large to count");
   }
 }
 

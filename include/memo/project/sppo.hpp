@@ -78,6 +78,12 @@ inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is 
 /// the schedule simulator walks N x PP operations, and 16384 of them take
 /// tens of seconds and about a gigabyte.
 inline constexpr int sppo_max_pinned_subsequences = 16384;
+/// The most operations a simulated schedule may have (sppo_schedule_ops:
+/// 2 N PP, and about 4 PP^3 / 3 more for the multiplexed pieces). A setting
+/// with more is timed by section 4's closed form, which leaves out what
+/// multiplexing saves (an upper bound on its step): the simulator holds
+/// about 2 KB per operation, so this keeps a projection below 1 GB.
+inline constexpr std::uint64_t sppo_max_simulated_ops = 350'000;
 
 namespace detail {
 
@@ -195,10 +201,21 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // the others (what `project` ranks them by is how close they come to
   // fitting, not their time).
   const bool fits = !memory_limit(d, r.host_per_node, c);
-  if (hopeless || !fits || figures.work_seconds > prune_above) {
+  // SPPO multiplexes only when the pipeline "still exhibits excessive
+  // bubble ratios" (section 4's workflow, step 3): both schedules are
+  // simulated and the shorter kept. Splitting a subsequence over up to PP
+  // stages pays each piece an exchange across nodes, so with many stages
+  // the plain pipeline can be the shorter.
+  sppo_schedule_options plain = options;
+  plain.multiplexed = false;
+  if (hopeless || !fits || figures.work_seconds > prune_above || sppo_schedule_ops(plain) > sppo_max_simulated_ops) {
     figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
   } else {
-    figures = simulate_sppo(options, p.device());
+    figures = simulate_sppo(plain, p.device());
+    if (options.multiplexed && sppo_schedule_ops(options) <= sppo_max_simulated_ops) {
+      const sppo_pipeline_figures multiplexed = simulate_sppo(options, p.device());
+      if (multiplexed.step_seconds < figures.step_seconds) figures = multiplexed, r.chosen.multiplexed = true;
+    }
   }
   const double classifier = gemm_seconds(p, 3 * m.classifier_flops(s) / sp);
   const double work = compute + communication + recompute;
@@ -269,9 +286,11 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
     if (c.gpus % sp != 0) continue;
     const int pp = c.gpus / sp;
     if ((pin.sp && *pin.sp != sp) || (pin.pp && *pin.pp != pp)) continue;
-    if (m.heads % sp != 0 || m.kv_head_count() % sp != 0) {
-      reject(sp, pp, "SP must divide the heads (" + std::to_string(m.heads) + ") and key/value heads (" +
-                         std::to_string(m.kv_head_count()) + ")");
+    if (!m.splits_over(sp)) {
+      char ffn[32];
+      std::snprintf(ffn, sizeof ffn, "%.0f", m.ffn_width());
+      reject(sp, pp, "SP must divide the heads (" + std::to_string(m.heads) + "), key/value heads (" +
+                         std::to_string(m.kv_head_count()) + ") and FFN width (" + ffn + ")");
       continue;
     }
     // Before the length's rules: no length makes this PP divide the layers.
@@ -311,7 +330,8 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
         reject(sp, pp, reason);
         continue;
       }
-      add_setting(out, kind, s, [&] { return sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0); });
+      add_setting(out, kind, s, {.sp = sp, .pp = pp, .subsequences = n},
+                  [&] { return sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0); });
       if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds);
     }
   }

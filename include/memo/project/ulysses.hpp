@@ -168,11 +168,12 @@ inline std::vector<projection> ulysses_settings(strategy kind, const model_shape
     if (m.heads % sp != 0) continue;
     const int replicas = c.gpus / sp;
     if (sp * replicas == c.gpus || leave_idle) {
-      add_setting(out, kind, s, [&] { return ulysses(kind, m, c, s, sp, chunk, false, replicas); });
+      add_setting(out, kind, s, {.sp = sp, .dp = replicas},
+                  [&] { return ulysses(kind, m, c, s, sp, chunk, false, replicas); });
     }
     if (!leave_idle || kind != strategy::fpdt) continue;
     for (int dp = 1; dp < replicas && sp * dp < c.gpus_per_node; ++dp) {
-      add_setting(out, kind, s, [&] { return ulysses(kind, m, c, s, sp, chunk, false, dp); });
+      add_setting(out, kind, s, {.sp = sp, .dp = dp}, [&] { return ulysses(kind, m, c, s, sp, chunk, false, dp); });
     }
   }
   return out;

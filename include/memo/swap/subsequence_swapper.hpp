@@ -36,6 +36,17 @@
 //                         the compute stream waits for this unit's refill.
 //   end_backward(l, j)    the slot is released on the compute stream.
 //
+// Resident units. A stage's last forward subsequence is its first
+// backward (every SPPO program: pipeline/sppo_schedule.hpp), so the last
+// forward unit's backward is the very next unit, and the one before it the
+// unit after that. With `resident` = 1 or 2 those last units stay in their
+// slot from forward to backward: no copy out, no refill, and no room in the
+// stores (MEMO section 4.1 keeps its last two layers on the device for the
+// same reason). A backward unit then runs in the slot its forward used;
+// otherwise the slots simply alternate. On the last pipeline stage this
+// takes the copies off the critical path: its backward of that subsequence
+// follows the forward at once.
+//
 // One copy stream carries both directions: a stage's forwards all precede
 // its backwards, so the two seldom overlap, and its FIFO order puts every
 // refill after the copy out of the same bytes. A tensor whose bytes for n_j
@@ -142,22 +153,51 @@ class subsequence_swapper {
     bool forward = true;
   };
 
+  /// The units kept in their slots (see the header comment): of the last
+  /// `count` forward units (0, 1 or 2), those whose backward is the step's
+  /// next backward unit in mirror order (the last forward's backward first,
+  /// the one before it second), stopping at the first that is not.
+  [[nodiscard]] static std::vector<unit> resident_units(const std::vector<int>& forward_order,
+                                                        const std::vector<int>& backward_order, std::int64_t layers,
+                                                        int count) {
+    expects(count >= 0 && count <= 2, [&] {
+      return "subsequence_swapper: " + std::to_string(count) + " resident units asked for; the two slots hold 0 to 2";
+    });
+    expects(layers >= 1, "subsequence_swapper: a stage needs at least one layer");
+    std::vector<unit> out;
+    const auto forward_units = static_cast<std::int64_t>(forward_order.size()) * layers;
+    for (std::int64_t k = 0; k < count && k < forward_units; ++k) {
+      // Forward unit F - 1 - k and backward unit k (forwards: layers
+      // ascending; backwards: layers descending).
+      const std::int64_t f = forward_units - 1 - k;
+      const unit forward{f % layers, forward_order[static_cast<std::size_t>(f / layers)], true};
+      if (k / layers >= static_cast<std::int64_t>(backward_order.size())) break;
+      const unit backward{layers - 1 - k % layers, backward_order[static_cast<std::size_t>(k / layers)], false};
+      if (forward.layer != backward.layer || forward.subsequence != backward.subsequence ||
+          is_in(out, forward.layer, forward.subsequence)) {
+        break;
+      }
+      out.push_back(forward);
+    }
+    return out;
+  }
+
   /// Device bytes of the two slots for `layout` (every tensor of n_max
   /// rows, the plan's max_rows()).
   [[nodiscard]] static std::size_t slot_bytes(const skeletal_layout& layout) {
     return rounding_buffers<B>::required_bytes(offload_plan(layout, 1.0), 2);
   }
-  /// Device bytes of the kept rows of `layers` layers (packed).
+  /// Device bytes of the kept rows of `layers` layers (packed), without
+  /// those of the `resident` units.
   [[nodiscard]] static std::uint64_t kept_bytes(const skeletal_layout& layout, const subsequence_offload_plan& plan,
-                                                std::int64_t layers) {
-    return checked_mul(checked_mul(static_cast<std::uint64_t>(plan.kept_rows()), row_bytes(layout)),
-                       static_cast<std::uint64_t>(layers));
+                                                std::int64_t layers, const std::vector<unit>& resident = {}) {
+    return store_bytes(layout, plan, layers, resident, [&](std::size_t j) { return plan.kept(j); });
   }
-  /// Pinned host bytes of the offloaded rows of `layers` layers (packed).
+  /// Pinned host bytes of the offloaded rows of `layers` layers (packed),
+  /// without those of the `resident` units.
   [[nodiscard]] static std::uint64_t host_bytes(const skeletal_layout& layout, const subsequence_offload_plan& plan,
-                                                std::int64_t layers) {
-    return checked_mul(checked_mul(static_cast<std::uint64_t>(plan.offloaded_rows()), row_bytes(layout)),
-                       static_cast<std::uint64_t>(layers));
+                                                std::int64_t layers, const std::vector<unit>& resident = {}) {
+    return store_bytes(layout, plan, layers, resident, [&](std::size_t j) { return plan.offloaded[j]; });
   }
   /// Bytes of one row of every tensor of `layout`.
   [[nodiscard]] static std::uint64_t row_bytes(const skeletal_layout& layout) {
@@ -168,11 +208,14 @@ class subsequence_swapper {
 
   /// `layout`: one layer's skeletal tensors of plan.max_rows() rows each.
   /// `forward_order` / `backward_order`: the subsequences of the step's
-  /// forwards and backwards, in program order. `slots` and `kept` are
-  /// regions of slot_bytes(layout) and kept_bytes(layout, plan, layers).
+  /// forwards and backwards, in program order. `resident`: how many of the
+  /// last forward units may stay in their slots (resident_units). `slots`
+  /// and `kept` are regions of slot_bytes(layout) and kept_bytes(layout,
+  /// plan, layers, resident_units(...)).
   subsequence_swapper(B& backend, stream_type& compute, skeletal_layout layout, subsequence_offload_plan plan,
                       std::int64_t layers, const std::vector<int>& forward_order,
-                      const std::vector<int>& backward_order, memory_region slots, memory_region kept)
+                      const std::vector<int>& backward_order, memory_region slots, memory_region kept,
+                      int resident = 0)
       : backend_(&backend), compute_(&compute), layout_(std::move(layout)), plan_(std::move(plan)),
         layers_(layers) {
     const std::int64_t n_max = plan_.max_rows();
@@ -183,10 +226,6 @@ class subsequence_swapper {
       });
     }
     expects(layers_ >= 1, "subsequence_swapper: a stage needs at least one layer");
-    expects(kept.bytes >= kept_bytes(layout_, plan_, layers_), [&] {
-      return "subsequence_swapper: the kept region has " + std::to_string(kept.bytes) + " bytes, the plan needs " +
-             std::to_string(kept_bytes(layout_, plan_, layers_));
-    });
     // Each subsequence forward once, and backward once: the backward order
     // is a permutation of the forward order.
     expects(!forward_order.empty(), "subsequence_swapper: the step has no subsequence to run");
@@ -213,12 +252,21 @@ class subsequence_swapper {
     // Unit u uses slot u % 2: the step must end where it began.
     expects(units_.size() % 2 == 0 && forward_order.size() == backward_order.size(),
             "subsequence_swapper: every forward needs its backward");
-    // Where each (layer, subsequence) lives in the two stores.
+    const std::vector<unit> stay = resident_units(forward_order, backward_order, layers_, resident);
+    resident_ = stay.size();
+    const std::uint64_t needed = kept_bytes(layout_, plan_, layers_, stay);
+    expects(kept.bytes >= needed, [&] {
+      return "subsequence_swapper: the kept region has " + std::to_string(kept.bytes) + " bytes, the plan needs " +
+             std::to_string(needed);
+    });
+    // Where each (layer, subsequence) lives in the two stores (a resident
+    // unit nowhere).
     const std::uint64_t row = row_bytes(layout_);
     std::uint64_t host = 0, device = 0;
     for (std::int64_t l = 0; l < layers_; ++l) {
       for (std::size_t j = 0; j < plan_.subsequences(); ++j) {
         host_offset_.push_back(host), kept_offset_.push_back(device);
+        if (is_in(stay, l, static_cast<int>(j))) continue;
         host += static_cast<std::uint64_t>(plan_.offloaded[j]) * row;
         device += static_cast<std::uint64_t>(plan_.kept(j)) * row;
       }
@@ -244,6 +292,15 @@ class subsequence_swapper {
   [[nodiscard]] std::uint64_t host_bytes() const noexcept { return host_.size_bytes(); }
   /// The units of a step, in the order they must be driven.
   [[nodiscard]] const std::vector<unit>& units() const noexcept { return units_; }
+  /// How many of the last forward units stay in their slots (0 to 2).
+  [[nodiscard]] std::size_t resident() const noexcept { return resident_; }
+  /// The slot (0 or 1) unit `u` runs in.
+  [[nodiscard]] std::size_t slot_of(std::size_t u) const noexcept {
+    // Backward unit F + k mirrors forward unit F - 1 - k; with resident
+    // units it takes that unit's slot, so backwards run one parity over.
+    const std::size_t forwards = units_.size() / 2;
+    return (u < forwards || resident_ == 0 ? u : u + 1) % 2;
+  }
   /// Payload bytes copied to and from the host so far.
   [[nodiscard]] std::uint64_t offloaded_bytes() const noexcept { return offloaded_bytes_; }
   [[nodiscard]] std::uint64_t prefetched_bytes() const noexcept { return prefetched_bytes_; }
@@ -256,20 +313,22 @@ class subsequence_swapper {
   /// by work enqueued on the compute stream from now on.
   [[nodiscard]] std::vector<skeletal_slice> begin_forward(std::int64_t layer, int j) {
     expect_next(layer, j, true, "begin_forward");
-    held_[next_ % 2] = slots_->acquire(next_, *compute_);
+    held_[slot_of(next_)] = slots_->acquire(slot_of(next_), *compute_);
     in_unit_ = true;
     return slices(next_);
   }
 
   /// Ends the forward: the unit's rows go to the stores once the compute
-  /// stream reaches this point.
+  /// stream reaches this point (a resident unit keeps its slot).
   void end_forward(std::int64_t layer, int j) {
     expect_end(layer, j, true, "end_forward");
-    backend_->record(*computed_, *compute_);
-    backend_->wait(*copy_, *computed_);
-    copy_unit(next_, true);
-    slots_->release(std::move(*held_[next_ % 2]), *copy_);
-    held_[next_ % 2].reset();
+    if (!is_resident(next_)) {
+      backend_->record(*computed_, *compute_);
+      backend_->wait(*copy_, *computed_);
+      copy_unit(next_, true);
+      slots_->release(std::move(*held_[slot_of(next_)]), *copy_);
+      held_[slot_of(next_)].reset();
+    }
     finish_unit();
   }
 
@@ -279,7 +338,8 @@ class subsequence_swapper {
     expect_next(layer, j, false, "begin_backward");
     if (filled_up_to_ <= next_) fill(next_);
     if (next_ + 1 < units_.size()) fill(next_ + 1);
-    backend_->wait(*compute_, filled_[next_ % 2]);
+    // A resident unit's bytes were written on the compute stream itself.
+    if (!is_resident(next_)) backend_->wait(*compute_, filled_[slot_of(next_)]);
     in_unit_ = true;
     return slices(next_);
   }
@@ -288,8 +348,8 @@ class subsequence_swapper {
   /// was the unit's last read of its slot).
   void end_backward(std::int64_t layer, int j) {
     expect_end(layer, j, false, "end_backward");
-    slots_->release(std::move(*held_[next_ % 2]), *compute_);
-    held_[next_ % 2].reset();
+    slots_->release(std::move(*held_[slot_of(next_)]), *compute_);
+    held_[slot_of(next_)].reset();
     finish_unit();
   }
 
@@ -339,12 +399,48 @@ class subsequence_swapper {
     next_ = 0, filled_up_to_ = 0;
   }
 
-  /// Refills the slot of backward unit `u` on the copy stream.
+  /// Refills the slot of backward unit `u` on the copy stream (a resident
+  /// unit's slot still holds its bytes, and its lease).
   void fill(std::size_t u) {
-    held_[u % 2] = slots_->acquire(u, *copy_);
-    copy_unit(u, false);
-    backend_->record(filled_[u % 2], *copy_);
     filled_up_to_ = u + 1;
+    if (is_resident(u)) return;
+    held_[slot_of(u)] = slots_->acquire(slot_of(u), *copy_);
+    copy_unit(u, false);
+    backend_->record(filled_[slot_of(u)], *copy_);
+  }
+
+  /// Whether unit `u` (forward or backward) is one of the resident units:
+  /// the last `resident_` forwards and the first `resident_` backwards.
+  [[nodiscard]] bool is_resident(std::size_t u) const noexcept {
+    const std::size_t forwards = units_.size() / 2;
+    return u < forwards ? forwards - u <= resident_ : u - forwards < resident_;
+  }
+  [[nodiscard]] static bool is_in(const std::vector<unit>& units, std::int64_t layer, int j) {
+    return std::ranges::any_of(units, [&](const unit& w) { return w.layer == layer && w.subsequence == j; });
+  }
+  /// Bytes of a store: `rows_of(j)` rows of every unit but the resident ones.
+  template <class RowsOf>
+  [[nodiscard]] static std::uint64_t store_bytes(const skeletal_layout& layout, const subsequence_offload_plan& plan,
+                                                 std::int64_t layers, const std::vector<unit>& resident,
+                                                 RowsOf rows_of) {
+    std::uint64_t rows = 0;
+    for (std::size_t j = 0; j < plan.subsequences(); ++j) {
+      rows = checked_add(rows, checked_mul(static_cast<std::uint64_t>(rows_of(j)), static_cast<std::uint64_t>(layers)));
+    }
+    for (std::size_t k = 0; k < resident.size(); ++k) {
+      const unit& w = resident[k];
+      expects(!is_in({resident.begin(), resident.begin() + static_cast<std::ptrdiff_t>(k)}, w.layer, w.subsequence),
+              "subsequence_swapper: a resident unit is listed twice");
+      expects(w.subsequence >= 0 && static_cast<std::size_t>(w.subsequence) < plan.subsequences() && w.layer >= 0 &&
+                  w.layer < layers,
+              [&] {
+                return "subsequence_swapper: resident unit (layer " + std::to_string(w.layer) + ", subsequence " +
+                       std::to_string(w.subsequence) + ") is not one of " + std::to_string(layers) + " layers x " +
+                       std::to_string(plan.subsequences()) + " subsequences";
+              });
+      rows -= static_cast<std::uint64_t>(rows_of(static_cast<std::size_t>(w.subsequence)));
+    }
+    return checked_mul(rows, row_bytes(layout));
   }
 
   /// Unit u's slot <-> the stores, on the copy stream: for every tensor,
@@ -381,7 +477,7 @@ class subsequence_swapper {
     const auto rows = static_cast<std::size_t>(plan_.rows[static_cast<std::size_t>(units_[u].subsequence)]);
     std::vector<skeletal_slice> out;
     for (std::size_t t = 0; t < layout_.size(); ++t) {
-      skeletal_slice s = (*held_[u % 2])[t];
+      skeletal_slice s = (*held_[slot_of(u)])[t];
       s.tokens = rows;
       out.push_back(s);
     }
@@ -416,6 +512,7 @@ class subsequence_swapper {
   std::optional<event_type> computed_, copied_;
   std::vector<event_type> filled_;          // [2]: a slot's refill
   std::optional<lease> held_[2];            // the leases of the two slots
+  std::size_t resident_ = 0;                // the last forward units that stay in their slots
   std::size_t next_ = 0;                    // the unit whose begin or end comes next
   std::size_t filled_up_to_ = 0;            // backward units before this one have their refill issued
   bool in_unit_ = false;
