@@ -194,6 +194,13 @@ options parse(int argc, char** argv) {
     };
     if (arg == "--help") {
       std::fputs(usage, stdout);
+      // Among several ranks the others may be waiting to start MPI with
+      // this one: a non-zero status makes mpirun end them instead of
+      // leaving them to wait forever.
+      if (launched_ranks() > 1) {
+        std::fprintf(stderr, "train_gpt: --help on one of %d ranks: ending the job\n", launched_ranks());
+        std::exit(2);
+      }
       std::exit(0);
     } else if (arg == "--json") {
       o.json = true;

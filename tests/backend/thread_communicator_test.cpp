@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <span>
 #include <stdexcept>
@@ -248,4 +249,84 @@ TEST_CASE("thread_communicator: gather_host_values with different counts fails o
     CHECK(e.find("gather_host_values needs as many values from every rank: 2 on ranks 0, 2; 3 on rank 1") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("thread_communicator: no rank returns from a collective while another still reads its buffer") {
+  // Three ranks on few cores with a 2 ms timeout and 8 MiB to gather: a
+  // rank done reading early waits far longer than the timeout for one the
+  // scheduler holds back. Each rank overwrites its send buffer as soon as
+  // the call returns, so a peer still reading it would gather -1s. So every
+  // round either fails for every rank before anyone reads (a rank came late
+  // to the call), or succeeds for every rank with exactly the ranks' values.
+  thread_communicator::options options;
+  options.timeout = std::chrono::milliseconds(2);
+  const std::size_t n = std::size_t{1} << 21;
+  int succeeded = 0;
+  for (int round = 0; round < 6; ++round) {
+    CAPTURE(round);
+    std::vector<int> ok(3, 0);
+    const auto reports = run_ranks(
+        3,
+        [&](thread_communicator& comm, host_backend& backend) {
+          rank_report report;
+          std::vector<float> send(n, static_cast<float>(comm.rank())), recv(3 * n, 0.0f);
+          auto stream = backend.make_stream("gather");
+          try {
+            comm.all_gather<float>(backend, stream, send, recv);
+            backend.synchronize(stream);
+          } catch (const memo::error& e) {
+            std::fill(send.begin(), send.end(), -1.0f);
+            report.problems.push_back(e.message());
+            return report;
+          }
+          std::fill(send.begin(), send.end(), -1.0f);
+          for (std::size_t i = 0; i < recv.size(); ++i) {
+            if (recv[i] != static_cast<float>(i / n)) {
+              report.problems.push_back("element " + std::to_string(i) + " is " + std::to_string(recv[i]));
+              break;
+            }
+          }
+          ok[static_cast<std::size_t>(comm.rank())] = report.problems.empty() ? 1 : 0;
+          return report;
+        },
+        options);
+    const auto failures = failures_of(reports);
+    const int passed = ok[0] + ok[1] + ok[2];
+    CHECK((passed == 0 || passed == 3));
+    if (passed == 3) ++succeeded;
+    for (const auto& f : failures) {
+      if (!f.empty()) CHECK(f.find("never joined") != std::string::npos);
+    }
+  }
+  MESSAGE("rounds in which every rank gathered: " << succeeded << " of 6");
+}
+
+TEST_CASE("thread_communicator: after a collective every rank waits for the others' reading, past any timeout") {
+  // The group's own rendezvous, driven by hand: both ranks join a call,
+  // rank 0 ends its reading and must wait for rank 1's, though the group's
+  // timeout (200 ms) passes three times over meanwhile.
+  memo::detail::thread_group group(2, std::chrono::milliseconds(200), "reading");
+  memo::comm_call call;
+  call.op = memo::comm_op::barrier;
+  std::thread other([&] { (void)group.arrive(1, {call}); });
+  (void)group.arrive(0, {call});
+  other.join();
+  std::atomic<bool> returned{false};
+  std::thread reader([&] {
+    group.finish_reading();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK_FALSE(returned.load());
+  group.finish_reading();  // rank 1 is done too
+  reader.join();
+  CHECK(returned.load());
+  // The group is still usable: the next call joins as usual.
+  std::thread again([&] {
+    (void)group.arrive(1, {call});
+    group.finish_reading();
+  });
+  (void)group.arrive(0, {call});
+  group.finish_reading();
+  again.join();
 }

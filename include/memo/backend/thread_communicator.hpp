@@ -14,8 +14,11 @@
 // missing event between the stream that fills a buffer and the collective
 // is a data race ThreadSanitizer reports, not something the group hides.
 //
-// Guarantees: no hang. Every wait is bounded by the group's timeout, and a
-// failure is reported on every rank as a `memo::error`, after which the
+// Guarantees: no hang. Every wait for a rank to arrive is bounded by the
+// group's timeout. The wait for the others' reading is not, on purpose: a
+// rank that has arrived is copying (a bounded amount of memory), and a rank
+// that gave up there could free or overwrite a buffer another still reads.
+// A failure is reported on every rank as a `memo::error`, after which the
 // group refuses further calls:
 //   - ranks whose calls differ (op, element type, element count) fail when
 //     the last of them arrives, with every rank's call in the message;
@@ -52,6 +55,7 @@ namespace memo {
 namespace detail {
 
 inline std::string describe_call(const comm_call& call) {
+  if (call.op == comm_op::barrier) return "barrier()";
   std::string text = std::string(to_string(call.op)) + "(" + to_string(call.type) + " x " + std::to_string(call.count);
   if (call.op == comm_op::send_recv) text += ", recv " + std::to_string(call.recv_count);
   return text + ")";
@@ -72,7 +76,6 @@ class thread_group {
  public:
   struct posting {
     comm_call call{};
-    int phase = 0;   // 0: the call; 1: done reading the others' buffers
     bool split = false;
     int color = 0;
     int key = 0;
@@ -115,6 +118,8 @@ class thread_group {
         broken_ = *mismatch;
       } else if (mine.split) {
         make_children(*result);
+      } else {
+        readers_ = size_;  // every rank now reads the others' send buffers
       }
       last_ = std::move(result);
       ++generation_;
@@ -139,6 +144,21 @@ class thread_group {
     auto result = last_;
     if (broken_) throw_if_broken(rank);
     return result;
+  }
+
+  /// Ends this rank's reading of the other ranks' send buffers in the
+  /// collective that just completed, and waits until every rank has ended
+  /// its own: only then may any of them return and free its buffers. No
+  /// timeout and no failure ends this wait early (a rank that has passed
+  /// `arrive` is reading, a bounded copy, and always gets here); a failure
+  /// of the group meanwhile is reported by the next call.
+  void finish_reading() noexcept {
+    std::unique_lock lock(mutex_);
+    if (--readers_ == 0) {
+      changed_.notify_all();
+      return;
+    }
+    changed_.wait(lock, [&] { return readers_ == 0; });
   }
 
   /// Hands `count` elements at `data` to rank `to`; waits until taken.
@@ -261,7 +281,7 @@ class thread_group {
 
   static std::optional<std::string> find_mismatch(const std::vector<posting>& postings) {
     const auto same = [](const posting& a, const posting& b) {
-      if (a.phase != b.phase || a.split != b.split) return false;
+      if (a.split != b.split) return false;
       if (a.split) return true;
       return a.call.op == b.call.op && a.call.type == b.call.type && a.call.count == b.call.count;
     };
@@ -307,6 +327,7 @@ class thread_group {
   std::vector<std::uint64_t> arrived_at_;  // [rank] generation last posted in
   std::vector<bool> departed_;             // [rank]
   std::shared_ptr<const round> last_;
+  int readers_ = 0;  // ranks still reading the send buffers of the last collective
   std::optional<std::string> broken_;
   std::map<std::pair<int, int>, std::deque<std::shared_ptr<mailbox_entry>>> mailbox_;  // (from, to)
 };
@@ -325,7 +346,18 @@ struct thread_rank {
   void collective(const comm_call& call) const {
     const std::size_t n = call.count;
     const int p = group->size();
-    const auto round = group->arrive(rank, {call, 0});
+    const auto round = group->arrive(rank, {call});
+    // Every rank reads the others' send buffers until all are done, even
+    // when this one throws (no rank frees or overwrites, in place, a buffer
+    // another still reads).
+    struct reading {
+      thread_group* group;
+      void done() noexcept {
+        if (group != nullptr) group->finish_reading();
+        group = nullptr;
+      }
+      ~reading() { done(); }
+    } reader{group.get()};
     std::vector<const T*> sends;
     sends.reserve(static_cast<std::size_t>(p));
     for (const auto& posted : round->postings) sends.push_back(static_cast<const T*>(posted.call.send));
@@ -355,7 +387,7 @@ struct thread_rank {
         break;
       default: break;  // barrier
     }
-    group->arrive(rank, {call, 1});
+    reader.done();
     if (!result.empty()) std::copy(result.begin(), result.end(), static_cast<T*>(call.recv));
   }
 
