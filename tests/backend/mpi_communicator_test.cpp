@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -105,6 +106,34 @@ TEST_CASE("mpi_communicator: a collective that timed out leaves the communicator
   backend.synchronize(stream);
 }
 
+TEST_CASE("mpi_communicator: split honours the timeout: a rank that never comes fails it, naming the wait") {
+  memo::host_backend backend;
+  memo::mpi_communicator world;  // no timeout
+  const bool early = world.rank() == 0;
+  // Rank 0 splits with a 200 ms timeout while the others stay away; they
+  // then complete its stranded gather with a plain all_gather of the same
+  // shape (calling split would take them into MPI_Comm_split without it).
+  memo::mpi_communicator quick(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(early ? 200 : 60000)});
+  auto stream = backend.make_stream("quick");
+  if (early) {
+    const std::string timed_out = error_of(backend, stream, [&] { (void)quick.split(0, 0); });
+    CHECK_MESSAGE(timed_out.find("waited 200 ms in all_gather for its peers") != std::string::npos, timed_out);
+    const std::string refused = error_of(backend, stream, [&] { (void)quick.split(0, 0); });
+    CHECK_MESSAGE(refused.find("split refused: the communicator is unusable") != std::string::npos, refused);
+  }
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
+  if (!early) {
+    std::vector<std::int32_t> mine = {7, 7, 7}, all(3 * static_cast<std::size_t>(world.size()));
+    quick.all_gather(backend, stream, std::span<const std::int32_t>(mine), std::span<std::int32_t>(all));
+    backend.synchronize(stream);
+    CHECK(all[0] == memo::mpi_communicator::split_marker);  // rank 0's (marker, color, key)
+    CHECK(all[1] == 0);
+  }
+  world.barrier(backend, stream);
+  backend.synchronize(stream);
+}
+
 TEST_CASE("mpi_communicator: after a point-to-point timeout the communicator refuses the next call") {
   // Rank 0 sends and receives with rank 1, which never answers. A small
   // send may be delivered at once, so a later send could be taken for it:
@@ -160,6 +189,33 @@ TEST_CASE("mpi_communicator: a receive shorter than the message is a memo::error
     } catch (const memo::error& e) {
       CHECK(std::string(e.what()).find("MPI_Recv failed") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("mpi_communicator: a message shorter than the receive is a memo::error naming both counts") {
+  memo::host_backend backend;
+  memo::mpi_communicator world;
+  // Pairs (0, 1), (2, 3): the even rank sends 4 elements, the odd one asks
+  // for 8; then both exchange with send_recv, the odd one asking for 6 of 3.
+  memo::mpi_communicator pair = world.split(world.rank() / 2, world.rank());
+  if (pair.size() < 2) return;
+  auto stream = backend.make_stream("pair");
+  std::vector<float> data(8, -1.0f);
+  if (pair.rank() == 0) {
+    pair.send(backend, stream, std::span<const float>(data.data(), 4), 1);
+    backend.synchronize(stream);
+    std::vector<float> back(3);
+    pair.send_recv(backend, stream, std::span<const float>(data.data(), 3), 1, std::span<float>(back), 1);
+    backend.synchronize(stream);
+  } else {
+    const std::string short_recv =
+        error_of(backend, stream, [&] { pair.recv(backend, stream, std::span<float>(data), 0); });
+    CHECK(short_recv.find("recv of 8 float32 from rank 0 got 4 (the sender sent fewer)") != std::string::npos);
+    const std::string short_exchange = error_of(backend, stream, [&] {
+      std::vector<float> six(6);
+      pair.send_recv(backend, stream, std::span<const float>(data.data(), 3), 0, std::span<float>(six), 0);
+    });
+    CHECK(short_exchange.find("send_recv of 6 float32 from rank 0 got 3") != std::string::npos);
   }
 }
 

@@ -21,7 +21,12 @@
 //   released without MPI calls. A group made by `split` refuses to issue
 //   once the communicator it was split from is gone.
 // - MPI cannot see a mismatch of element counts between ranks in every
-//   case; what it reports (a truncated receive) surfaces as a `memo::error`.
+//   case; what it reports (a truncated receive) surfaces as a `memo::error`,
+//   and so does a receive that got fewer elements than it asked for. Nor
+//   does it see a float32 sent and an int32 received (the same size), or
+//   collectives of different kinds issued against each other (Open MPI
+//   matches nonblocking collectives by order, not by kind): the ranks must
+//   issue the same calls in the same order, as with every MPI program.
 // - Timeouts: MPI's calls have none, so a rank that stops taking part
 //   (stuck, or dead without the launcher noticing) would hold its peers
 //   forever. Every call is made with the nonblocking MPI-3 form (so ranks
@@ -32,8 +37,11 @@
 //   sleeps about 50-100 us between polls (the timer's slack included):
 //   calls that take longer give their core to the ranks and backend
 //   threads that share it, at that much latency each. Nonblocking
-//   collectives may use other algorithms than the blocking ones. Groups
-//   made by `split` inherit the timeout.
+//   collectives may use other algorithms than the blocking ones. `split`
+//   gathers every rank's color and key that way first (so the timeout
+//   bounds it too), then calls MPI_Comm_split, which has no nonblocking
+//   form, once every rank is known to be there. Groups made by `split`
+//   inherit the timeout.
 // - After a timeout the communicator is unusable: every later call on it
 //   (and `split`) is a `memo::error` naming the call that timed out, and
 //   the job should end (`MPI_Abort`, as train_gpt does). A peer's late
@@ -188,7 +196,10 @@ struct mpi_comm_state {
         }
       }
       post(status, completed(call.op));
-      if (done != 0) return;
+      if (done != 0) {
+        if (call.op == comm_op::recv || call.op == comm_op::send_recv) check_received(call, statuses[0], type);
+        return;
+      }
       if (timeout.count() > 0 && std::chrono::steady_clock::now() - start >= timeout) {
         const std::string waited =
             "waited " + std::to_string(timeout.count()) + " ms in " + to_string(call.op) +
@@ -212,6 +223,23 @@ struct mpi_comm_state {
       }
       if (std::chrono::steady_clock::now() - start >= spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  /// A receive that completed with fewer elements than it asked for (MPI
+  /// completes it, leaving the rest of the buffer as it was) is an error
+  /// naming both counts; a longer message already failed as truncated.
+  void check_received(const comm_call& call, const MPI_Status& status, MPI_Datatype type) const {
+    const std::size_t wanted = call.op == comm_op::recv ? call.count : call.recv_count;
+    const int from = call.op == comm_op::recv ? call.peer : call.source;
+    int received = 0;
+    check_mpi(MPI_Get_count(&status, type, &received), "MPI_Get_count");
+    expects(received >= 0 && static_cast<std::size_t>(received) == wanted, [&] {
+      return who() + ": " + to_string(call.op) + " of " + std::to_string(wanted) + " " + to_string(call.type) +
+             " from rank " + std::to_string(from) + " got " +
+             (received == MPI_UNDEFINED ? std::string("a message that is not a whole number of them")
+                                        : std::to_string(received)) +
+             " (the sender sent fewer)";
+    });
   }
 
   /// A memo::error once a call timed out or was left posted (see withdraw).
@@ -406,11 +434,43 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   /// The MPI communicator, for calls memo does not wrap.
   [[nodiscard]] MPI_Comm native() const { return state().comm; }
 
-  /// MPI_Comm_split: a host call, collective over this communicator.
+  /// MPI_Comm_split: a host call, collective over this communicator. It
+  /// first gathers every rank's (marker, color, key) with the polled
+  /// nonblocking all_gather, under the communicator's timeout: a rank that
+  /// never comes, or comes with another call, fails here instead of holding
+  /// the others in MPI_Comm_split (which has no nonblocking form); once
+  /// every rank is known to be in split, MPI_Comm_split follows at once.
   [[nodiscard]] mpi_communicator split(int color, int key) {
     check_usable();
     state().check_usable("split");
     expects(color >= 0, [&] { return describe() + ": split color must be >= 0, got " + std::to_string(color); });
+    // On the heap: a gather that times out stays posted, its buffers MPI's
+    // until the others come (then they are left to the end of the job).
+    struct gathered {
+      std::int32_t mine[3];
+      std::vector<std::int32_t> all;
+    };
+    auto buffers = std::make_unique<gathered>(gathered{{split_marker, color, key}, {}});
+    buffers->all.resize(3 * static_cast<std::size_t>(size()));
+    comm_call gather;
+    gather.op = comm_op::all_gather;
+    gather.type = comm_type::int32;
+    gather.send = buffers->mine;
+    gather.recv = buffers->all.data();
+    gather.count = 3;
+    try {
+      state().run(gather);
+    } catch (...) {
+      (void)buffers.release();
+      throw;
+    }
+    for (int r = 0; r < size(); ++r) {
+      if (buffers->all[3 * static_cast<std::size_t>(r)] == split_marker) continue;
+      const std::string why = "split met another call from rank " + std::to_string(r);
+      state().mark_unusable(gather, why);
+      throw error(describe() + ": " + why + " (every rank must call split together); the communicator is unusable "
+                  "from now on");
+    }
     MPI_Comm child = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(state().comm, color, key, &child), "MPI_Comm_split");
     mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child, state().timeout));
@@ -418,6 +478,9 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     result.has_parent_ = true;
     return result;
   }
+
+  /// What every rank's `split` gathers first, beside its color and key.
+  static constexpr std::int32_t split_marker = 0x53504c54;  // "SPLT"
 
   [[nodiscard]] auto task(const comm_call& call) const {
     (void)state();  // a moved-from communicator is an error here, not a null task
