@@ -160,7 +160,9 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
 /// Of the settings with that SP these need the least device memory (ZeRO-3
 /// shards over every GPU used) or the least host memory per node, so a
 /// cluster with more GPUs always has a setting that fits whenever a smaller
-/// one does.
+/// one does. Every such replica count up to 1024 is tried, and above that
+/// counts 1/32 apart (a node of a million GPUs would otherwise cost a
+/// million projections per SP).
 inline std::vector<projection> ulysses_settings(strategy kind, const model_shape& m, const cluster& c, double s,
                                                 bool leave_idle = false, double chunk = fpdt_default_chunk) {
   std::vector<projection> out;
@@ -172,7 +174,7 @@ inline std::vector<projection> ulysses_settings(strategy kind, const model_shape
                   [&] { return ulysses(kind, m, c, s, sp, chunk, false, replicas); });
     }
     if (!leave_idle || kind != strategy::fpdt) continue;
-    for (int dp = 1; dp < replicas && sp * dp < c.gpus_per_node; ++dp) {
+    for (int dp = 1; dp < replicas && sp * dp < c.gpus_per_node; dp += dp < 1024 ? 1 : dp / 32) {
       add_setting(out, kind, s, {.sp = sp, .dp = dp}, [&] { return ulysses(kind, m, c, s, sp, chunk, false, dp); });
     }
   }
