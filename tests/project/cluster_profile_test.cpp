@@ -119,6 +119,15 @@ TEST_CASE("cluster_profile: files are read, unknown names and endless files are 
   std::remove(path.c_str());
   CHECK_THROWS_WITH(memo::project::load_cluster_profile("/nonexistent/x.profile"),
                     doctest::Contains("neither a preset (a800, a100, a100x4, h100, h200) nor a readable file"));
+  // The cause is named: a missing file, a path through a regular file.
+  CHECK_THROWS_WITH(memo::project::load_cluster_profile("/nonexistent/x.profile"),
+                    doctest::Contains("nor a readable file: it does not exist"));
+  {
+    std::ofstream out(path);
+    out << good;
+  }
+  CHECK_THROWS_WITH(memo::project::load_cluster_profile(path + "/x"), doctest::Contains("nor a readable file: "));
+  std::remove(path.c_str());
 }
 
 TEST_CASE("cluster_profile: a byte-order mark, CRLF line ends and binary junk") {

@@ -151,6 +151,17 @@ TEST_CASE("strategy: a count that overflows inside a setting leaves that setting
   CHECK_NOTHROW((void)mp::project(mp::strategy::memo, seven, node, 4294967296.0));
 }
 
+TEST_CASE("strategy: order_shortfalls refuses a grid that is not a finite number >= 1") {
+  const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};
+  auto r = mp::project(mp::strategy::memo, mp::parse_model_shape("7b"), c, 4194304);
+  REQUIRE(r);
+  REQUIRE_FALSE(r->fits());
+  for (const double grid : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 0.5}) {
+    CHECK_THROWS_WITH_AS(mp::order_shortfalls(*r, mp::parse_model_shape("7b"), c, grid),
+                         doctest::Contains("grid must be a finite number >= 1"), memo::error);
+  }
+}
+
 TEST_CASE("strategy: tensor and sequence parallelism only where they split the FFN width too") {
   // An FFN width of 2 x 5503: TP 1 and 2 split it, 4 and 8 do not.
   const mp::cluster c{mp::load_cluster_profile("a800"), 8, 8};

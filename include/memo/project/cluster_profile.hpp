@@ -72,6 +72,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -315,10 +317,16 @@ inline cluster_profile load_cluster_profile(const std::string& name_or_path) {
            ", not a regular file: a profile is a file of 'key = value' lines";
   });
   expects(status.what != kind::uninspectable, [&] { return "profile '" + shown + "' " + status.problem; });
+  const auto unreadable = [&](const std::string& why) {
+    return error("profile '" + shown + "' is neither a preset (" + cluster_preset_names() +
+                 ") nor a readable file: " + why);
+  };
+  if (status.what == kind::missing) throw unreadable("it " + status.problem);
+  errno = 0;
   std::ifstream in(name_or_path, std::ios::binary);
   if (!in) {
-    throw error("profile '" + shown + "' is neither a preset (" + cluster_preset_names() +
-                ") nor a readable file");
+    const int cause = errno;
+    throw unreadable(cause != 0 ? std::string(std::strerror(cause)) : std::string("it cannot be opened"));
   }
   // A profile is a dozen lines; a longer file (or an endless one such as a
   // device) is a mistake, reported instead of read to the end.

@@ -201,7 +201,8 @@ inline std::optional<projection> project(strategy kind, const model_shape& m, co
 /// memory exceeded.
 inline void order_shortfalls(projection& r, const model_shape& m, const cluster& c, double grid = 65536,
                              const settings_pin& pin = {}) {
-  expects(grid >= 1, [&] { return "order_shortfalls: grid must be >= 1, got " + std::to_string(grid); });
+  expects(grid >= 1 && std::isfinite(grid),
+          [&] { return "order_shortfalls: grid must be a finite number >= 1, got " + std::to_string(grid); });
   for (auto& f : r.shortfalls) {
     if (!f.is_memory()) continue;
     auto exceeded = [&](double steps) {
