@@ -330,3 +330,42 @@ TEST_CASE("thread_communicator: after a collective every rank waits for the othe
   group.finish_reading();
   again.join();
 }
+
+TEST_CASE("thread_communicator: a round that completed stands when the group breaks before a waiter wakes") {
+  // Rank 0 waits in a barrier; rank 1 completes it and at once breaks the
+  // group with a mismatched receive (its "other stream"). Rank 0's round
+  // completed, so it returns it and ends its reading, whenever it wakes;
+  // had it thrown instead, rank 1 would wait in finish_reading forever.
+  // The failure reaches rank 0 with its next call.
+  for (int trial = 0; trial < 40; ++trial) {
+    CAPTURE(trial);
+    memo::detail::thread_group group(2, std::chrono::seconds(5), "breaks");
+    memo::comm_call barrier;
+    barrier.op = memo::comm_op::barrier;
+    float three[3] = {1, 2, 3};
+    float five[5] = {};
+    std::thread sender([&] {  // rank 0's other stream: 3 floats to rank 1
+      try {
+        group.send(0, 1, memo::comm_type::float32, three, 3);
+      } catch (const memo::error&) {
+      }
+    });
+    std::atomic<bool> rank0_threw{false};
+    std::thread rank0([&] {
+      try {
+        (void)group.arrive(0, {barrier});
+        group.finish_reading();
+      } catch (const memo::error&) {
+        rank0_threw = true;
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    (void)group.arrive(1, {barrier});
+    CHECK_THROWS_AS(group.recv(1, 0, memo::comm_type::float32, five, 5), memo::error);  // 3 sent, 5 asked
+    group.finish_reading();
+    rank0.join();
+    sender.join();
+    CHECK_FALSE(rank0_threw.load());
+    CHECK_THROWS_WITH_AS((void)group.arrive(0, {barrier}), doctest::Contains("sent 3"), memo::error);
+  }
+}

@@ -158,3 +158,55 @@ TEST_CASE("sppo: a setting that cannot fit before the schedule still reports its
   REQUIRE(r.chosen.alpha_i.size() == 128);
   CHECK(r.chosen.alpha_i.front() == doctest::Approx(1.0));
 }
+
+TEST_CASE("sppo: the shorter of the plain and the multiplexed pipeline is kept, and says which") {
+  // PP 4 of SP 4 over 8 subsequences: the plain pipeline idles (PP - 1) / N
+  // = 3/8 of the work. Over a network that costs nothing, multiplexing
+  // fills that bubble; over a slow one each split piece's exchange across
+  // nodes costs more than the bubble, and the plain pipeline is kept.
+  const double s = 65536;
+  const int n = 8;
+  auto bubble_share = [&](const mp::projection& r) {
+    return r.time.bubble / (r.step_seconds - r.time.bubble);
+  };
+  mp::cluster fast = node(16);
+  fast.profile.inter_node_bytes_per_second = 1e18;
+  const auto filled = mp::detail::sppo(mp::strategy::sppo, small, fast, s, 4, 4, n);
+  REQUIRE(filled.fits());
+  CHECK(filled.chosen.multiplexed);
+  CHECK(bubble_share(filled) < 0.5 * 3.0 / n);
+  mp::cluster slow = node(16);
+  slow.profile.inter_node_bytes_per_second = 1e6;
+  const auto kept = mp::detail::sppo(mp::strategy::sppo, small, slow, s, 4, 4, n);
+  REQUIRE(kept.fits());
+  CHECK_FALSE(kept.chosen.multiplexed);
+  // Megatron-LM on the pipeline never multiplexes.
+  CHECK_FALSE(mp::detail::sppo(mp::strategy::sppo_recompute, small, fast, s, 4, 4, n).chosen.multiplexed);
+}
+
+TEST_CASE("sppo: a schedule too large to simulate is timed as the plain pipeline with its hand-offs") {
+  // PP 8 (one layer each) over 12288 subsequences: 2 N PP forwards and
+  // backwards and 2 N (PP - 1) hand-offs, 368640 operations, beyond
+  // sppo_max_simulated_ops. The closed form alone leaves out the first
+  // forward's and the last backward's hand-offs through the stages.
+  const int n = 12288;
+  memo::sppo_schedule_options plain;
+  plain.stages = 8;
+  plain.forward_seconds.assign(n, 1.0);
+  plain.backward_seconds.assign(n, 2.0);
+  plain.p2p_seconds = 1.0;
+  REQUIRE(memo::sppo_schedule_ops(plain) > mp::sppo_max_simulated_ops);
+  mp::cluster c = node(8);
+  c.profile.inter_node_bytes_per_second = 1e6;  // hand-offs that show
+  const double s = 1 << 20;
+  const auto r = mp::detail::sppo(mp::strategy::sppo, small, c, s, 1, 8, n);
+  REQUIRE(r.fits());
+  CHECK_FALSE(r.chosen.multiplexed);
+  const double classifier = 3 * 2 * s * 64 * 100 / 1 / (1e12 * 0.5);
+  const double work = r.time.compute - classifier + r.time.communication + r.time.recompute;
+  const double closed = (8 - 1 + n) / double(n) * work;
+  // The longest subsequence's rows cross each of the 7 stage boundaries
+  // twice: more than nothing, less than the whole step.
+  CHECK(r.step_seconds - classifier > closed * (1 + 1e-9));
+  CHECK(r.step_seconds - classifier < 2 * closed);
+}

@@ -38,10 +38,13 @@
 //   calls that take longer give their core to the ranks and backend
 //   threads that share it, at that much latency each. Nonblocking
 //   collectives may use other algorithms than the blocking ones. `split`
-//   gathers every rank's color and key that way first (so the timeout
-//   bounds it too), then calls MPI_Comm_split, which has no nonblocking
-//   form, once every rank is known to be there. Groups made by `split`
-//   inherit the timeout.
+//   gathers every rank's color and key that way first (so a rank that
+//   never comes fails it after the timeout), then calls MPI_Comm_split,
+//   which has no nonblocking form. One case stays unbounded: a rank whose
+//   gather times out just as the others' complete leaves them in
+//   MPI_Comm_split until the job ends (which it should: that rank's
+//   communicator is unusable, and train_gpt calls MPI_Abort). Groups made
+//   by `split` inherit the timeout.
 // - After a timeout the communicator is unusable: every later call on it
 //   (and `split`) is a `memo::error` naming the call that timed out, and
 //   the job should end (`MPI_Abort`, as train_gpt does). A peer's late
@@ -208,8 +211,12 @@ struct mpi_comm_state {
                                                    " and receiving from rank " + std::to_string(call.source)
                                              : std::string(" for its peers"));
         int failure = MPI_SUCCESS;
-        const withdrawal outcome = withdraw(requests, pending, call, waited, failure);
-        if (outcome == withdrawal::completed) return;  // done after all, before the cancel took
+        MPI_Status received{};
+        const withdrawal outcome = withdraw(requests, pending, call, waited, failure, &received);
+        if (outcome == withdrawal::completed) {  // done after all, before the cancel took
+          if (call.op == comm_op::recv || call.op == comm_op::send_recv) check_received(call, received, type);
+          return;
+        }
         mark_unusable(call, waited);
         check_mpi(failure, completed(call.op));  // it ended in a failure while being withdrawn
         throw error(who() + ": " + waited + " (one may have failed or stopped); the communicator is unusable from "
@@ -268,9 +275,10 @@ struct mpi_comm_state {
   /// does not cancel) is kept, and the communicator becomes unusable, as
   /// it does when some requests completed and others were cancelled.
   /// `failure` receives the first error a request ended with (its call
-  /// then did not complete: never `withdrawal::completed`).
+  /// then did not complete: never `withdrawal::completed`); `first`, if
+  /// given, the status of request 0 when it completed (a receive's count).
   withdrawal withdraw(MPI_Request* requests, int pending, const comm_call& call, const std::string& why,
-                      int& failure) const {
+                      int& failure, MPI_Status* first = nullptr) const {
     const bool cancellable = pairwise(call.op);
     bool cancelled = false, completed = false;
     auto settle = [&] {
@@ -295,6 +303,7 @@ struct mpi_comm_state {
         int flag = 0;
         (void)MPI_Test_cancelled(&status, &flag);
         (flag != 0 ? cancelled : completed) = true;
+        if (i == 0 && flag == 0 && first != nullptr) *first = status;  // what a completed receive got
       }
       return all;
     };

@@ -81,6 +81,7 @@ class thread_group {
     int key = 0;
   };
   struct round {
+    bool failed = false;                                  // the ranks' calls differed
     std::vector<posting> postings;                        // [rank]
     std::vector<std::shared_ptr<thread_group>> children;  // [rank], split only
     std::vector<int> child_rank;                          // [rank], split only
@@ -116,6 +117,7 @@ class thread_group {
       result->postings = posted_;
       if (auto mismatch = find_mismatch(result->postings)) {
         broken_ = *mismatch;
+        result->failed = true;
       } else if (mine.split) {
         make_children(*result);
       } else {
@@ -141,8 +143,12 @@ class thread_group {
       }
       if (generation_ == generation) throw_if_broken(rank);
     }
+    // A round that completed stands even if the group broke since (another
+    // stream's call failed): every rank of it reads the others' buffers and
+    // ends its reading (finish_reading), or the others would wait for it
+    // forever; the next call reports the failure.
     auto result = last_;
-    if (broken_) throw_if_broken(rank);
+    if (result->failed) throw_if_broken(rank);
     return result;
   }
 

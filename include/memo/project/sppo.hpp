@@ -80,9 +80,10 @@ inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is 
 inline constexpr int sppo_max_pinned_subsequences = 16384;
 /// The most operations a simulated schedule may have (sppo_schedule_ops:
 /// 2 N PP, and about 4 PP^3 / 3 more for the multiplexed pieces). A setting
-/// with more is timed by section 4's closed form, which leaves out what
-/// multiplexing saves (an upper bound on its step): the simulator holds
-/// about 2 KB per operation, so this keeps a projection below 1 GB.
+/// with more is timed as the plain pipeline by section 4's closed form and
+/// the hand-offs (exact for equal subsequences), without what multiplexing
+/// could save: the simulator holds about 2 KB per operation, so this keeps
+/// a projection below 1 GB.
 inline constexpr std::uint64_t sppo_max_simulated_ops = 350'000;
 
 namespace detail {
@@ -208,8 +209,14 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // the plain pipeline can be the shorter.
   sppo_schedule_options plain = options;
   plain.multiplexed = false;
-  if (hopeless || !fits || figures.work_seconds > prune_above || sppo_schedule_ops(plain) > sppo_max_simulated_ops) {
+  if (hopeless || !fits || figures.work_seconds > prune_above) {
     figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
+  } else if (sppo_schedule_ops(plain) > sppo_max_simulated_ops) {
+    // Too large to simulate, yet a candidate: the plain pipeline, with the
+    // first forward's and the last backward's hand-offs through the stages
+    // (on its critical path, as the simulator has them).
+    figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds) +
+                           2.0 * (pp - 1) * options.p2p_seconds;
   } else {
     figures = simulate_sppo(plain, p.device());
     if (options.multiplexed && sppo_schedule_ops(options) <= sppo_max_simulated_ops) {

@@ -162,7 +162,8 @@ inline projection ulysses(strategy kind, const model_shape& m, const cluster& c,
 /// cluster with more GPUs always has a setting that fits whenever a smaller
 /// one does. Every such replica count up to 1024 is tried, and above that
 /// counts 1/32 apart (a node of a million GPUs would otherwise cost a
-/// million projections per SP).
+/// million projections per SP); there the guarantee holds only up to the
+/// counts skipped.
 inline std::vector<projection> ulysses_settings(strategy kind, const model_shape& m, const cluster& c, double s,
                                                 bool leave_idle = false, double chunk = fpdt_default_chunk) {
   std::vector<projection> out;

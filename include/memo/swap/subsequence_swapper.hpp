@@ -402,11 +402,12 @@ class subsequence_swapper {
   /// Refills the slot of backward unit `u` on the copy stream (a resident
   /// unit's slot still holds its bytes, and its lease).
   void fill(std::size_t u) {
+    if (!is_resident(u)) {
+      held_[slot_of(u)] = slots_->acquire(slot_of(u), *copy_);
+      copy_unit(u, false);
+      backend_->record(filled_[slot_of(u)], *copy_);
+    }
     filled_up_to_ = u + 1;
-    if (is_resident(u)) return;
-    held_[slot_of(u)] = slots_->acquire(slot_of(u), *copy_);
-    copy_unit(u, false);
-    backend_->record(filled_[slot_of(u)], *copy_);
   }
 
   /// Whether unit `u` (forward or backward) is one of the resident units:
