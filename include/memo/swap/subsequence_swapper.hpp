@@ -249,7 +249,7 @@ class subsequence_swapper {
     };
     add_units(forward_order, true);
     add_units(backward_order, false);
-    // Unit u uses slot u % 2: the step must end where it began.
+    // Slots alternate (slot_of); every forward has its backward.
     expects(units_.size() % 2 == 0 && forward_order.size() == backward_order.size(),
             "subsequence_swapper: every forward needs its backward");
     const std::vector<unit> stay = resident_units(forward_order, backward_order, layers_, resident);
