@@ -78,7 +78,8 @@ class error : public std::runtime_error {
 /// aside and goes on with the others.
 class count_overflow : public error {
  public:
-  using error::error;
+  explicit count_overflow(std::string message, std::source_location where = std::source_location::current())
+      : error(std::move(message), where) {}
 };
 
 /// Throws `memo::count_overflow(message)` when `condition` is false.
