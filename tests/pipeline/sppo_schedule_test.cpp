@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,6 +132,33 @@ TEST_CASE("sppo_schedule: multiplexing fills the bubbles of a hand-worked PP = 2
   CHECK(t.op(schedule.find("B(0,1)")).start_seconds == doctest::Approx(2.5));
 }
 
+TEST_CASE("sppo_schedule: a split op's pieces pay (k - 1) / k of its subsequence's exchange") {
+  // The PP = 2, N = 2 pipeline above with exchanges {0.2, 0.4}: a piece
+  // over k = 2 stages takes 1 / 2 + (1 / 2) x exchange. F(0,0) [0,0.6];
+  // F(0,1), F(1,0) [0.6,1.6]; F(1,1) [1.6,2.3]; B(1,1) [2.3,3.0];
+  // B(1,0), B(0,1) [3.0,4.0]; B(0,0) [4.0,4.6].
+  memo::sppo_schedule_options o;
+  o.stages = 2;
+  o.forward_seconds = {1.0, 1.0};
+  o.backward_seconds = {1.0, 1.0};
+  o.multiplexed = true;
+  o.sp_exchange_seconds = {0.2, 0.4};
+  const auto schedule = memo::build_sppo_schedule(o);
+  const auto t = schedule.simulate(profile());
+  CHECK(t.op(schedule.find("F(0,0)")).end_seconds == doctest::Approx(0.6));
+  CHECK(t.op(schedule.find("F(1,1)")).end_seconds == doctest::Approx(2.3));
+  CHECK(t.op(schedule.find("B(0,1)")).start_seconds == doctest::Approx(3.0));
+  CHECK(t.makespan_seconds() == doctest::Approx(4.6));
+  // Unsplit ops never pay it.
+  o.multiplexed = false;
+  CHECK(memo::simulate_sppo(o, profile()).step_seconds == doctest::Approx(6.0));
+  o.sp_exchange_seconds = {0.2};
+  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("1 SP exchange times for 2 subsequences"),
+                       memo::error);
+  o.sp_exchange_seconds = {0.2, std::nan("")};
+  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("subsequence 1"), memo::error);
+}
+
 TEST_CASE("sppo_schedule: multiplexing shortens the PP = 4, N = 8 step") {
   memo::sppo_schedule_options o;
   o.stages = 4;
@@ -157,7 +185,7 @@ TEST_CASE("sppo_schedule: the pieces of a split op start together, as the SP col
       o.stages = pp;
       o.multiplexed = true;
       for (int j = 0; j < n; ++j) o.forward_seconds.push_back(next()), o.backward_seconds.push_back(2 * next());
-      o.sp_communication_seconds = pp % 2 == 0 ? 0.0 : 0.1;
+      if (pp % 2 == 1) o.sp_exchange_seconds.assign(static_cast<std::size_t>(n), 0.1);
       const auto schedule = memo::build_sppo_schedule(o);
       const auto t = schedule.simulate(profile());
       int split = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace mp = memo::project;
 
@@ -182,6 +183,26 @@ TEST_CASE("sppo: the shorter of the plain and the multiplexed pipeline is kept, 
   CHECK_FALSE(kept.chosen.multiplexed);
   // Megatron-LM on the pipeline never multiplexes.
   CHECK_FALSE(mp::detail::sppo(mp::strategy::sppo_recompute, small, fast, s, 4, 4, n).chosen.multiplexed);
+  // Each pipeline alone: the shorter is the one kept, on either network.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const mp::cluster& c : {fast, slow}) {
+    const auto plain = mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n, inf, mp::detail::sppo_pipeline::plain);
+    const auto split =
+        mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n, inf, mp::detail::sppo_pipeline::multiplexed);
+    CHECK_FALSE(plain.chosen.multiplexed);
+    CHECK(split.chosen.multiplexed);
+    const auto kept_here = mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n);
+    CHECK(kept_here.step_seconds == doctest::Approx(std::min(plain.step_seconds, split.step_seconds)));
+    // The same memory either way: multiplexing adds no activations (6.2).
+    CHECK(plain.device.total() == doctest::Approx(split.device.total()));
+  }
+  // The plain pipeline idles 3/8 of the work; over the fast network the
+  // split pieces cost nothing more, so the step is 1 + 3/8 against
+  // about 1 (the model's other times are the same for both).
+  const auto plain_fast =
+      mp::detail::sppo(mp::strategy::sppo, small, fast, s, 4, 4, n, inf, mp::detail::sppo_pipeline::plain);
+  CHECK(plain_fast.step_seconds / filled.step_seconds > 1.2);
+  CHECK(plain_fast.step_seconds / filled.step_seconds < 1.0 + 3.0 / n + 1e-9);
 }
 
 TEST_CASE("sppo: a schedule too large to simulate is timed as the plain pipeline with its hand-offs") {

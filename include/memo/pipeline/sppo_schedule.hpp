@@ -30,8 +30,8 @@
 //
 // `build_sppo_schedule` writes the pipeline as a `stream_schedule` (one
 // compute stream per stage, ops with given durations; an op split over k
-// stages becomes k pieces of duration/k plus the SP collective cost, which
-// start together, as collectives do, and are joined by a marker), so the
+// stages becomes k pieces of duration/k plus (k - 1)/k of the subsequence's
+// SP exchange, which start together, as collectives do, and are joined by a marker), so the
 // existing simulator gives the step time. Without
 // multiplexing and with equal subsequence times the simulated step time is
 // the closed form of section 4, T = (PP - 1 + N) / N * F(N), bubble ratio
@@ -120,9 +120,12 @@ struct sppo_schedule_options {
   std::vector<double> forward_seconds;     ///< per subsequence, one stage, one GPU
   std::vector<double> backward_seconds;    ///< per subsequence, one stage, one GPU
   bool multiplexed = false;                ///< split Left-SP / Right-SP work over idle stages
-  /// Seconds of the SP exchange added to every piece of a split op with k > 1
-  /// stages (the all-to-all/all-gather of Megatron-style SP), per op.
-  double sp_communication_seconds = 0.0;
+  /// Per subsequence (or empty: none): seconds of the SP exchange of its
+  /// split op (the all-gathers and reduce-scatters of Megatron-style SP
+  /// between the stages sharing it). Each of the k > 1 pieces adds
+  /// (k - 1) / k of it: a piece holds 1/k of the subsequence and receives
+  /// the other stages' k - 1 shares.
+  std::vector<double> sp_exchange_seconds;
   /// Seconds of the point-to-point hand-off between stages (0 = none).
   double p2p_seconds = 0.0;
 };
@@ -143,13 +146,21 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     return "build_sppo_schedule: " + std::to_string(options.backward_seconds.size()) +
            " backward times for " + std::to_string(n) + " subsequences";
   });
+  expects(options.sp_exchange_seconds.empty() || options.sp_exchange_seconds.size() == options.forward_seconds.size(),
+          [&] {
+            return "build_sppo_schedule: " + std::to_string(options.sp_exchange_seconds.size()) +
+                   " SP exchange times for " + std::to_string(n) + " subsequences (one each, or none)";
+          });
+  auto exchange = [&](int j) {
+    return options.sp_exchange_seconds.empty() ? 0.0 : options.sp_exchange_seconds[static_cast<std::size_t>(j)];
+  };
   for (int j = 0; j < n; ++j) {
-    expects(options.forward_seconds[j] >= 0.0 && options.backward_seconds[j] >= 0.0, [&] {
-      return "build_sppo_schedule: negative time for subsequence " + std::to_string(j);
+    const auto k = static_cast<std::size_t>(j);
+    expects(options.forward_seconds[k] >= 0.0 && options.backward_seconds[k] >= 0.0 && exchange(j) >= 0.0, [&] {
+      return "build_sppo_schedule: negative or not-a-number time for subsequence " + std::to_string(j);
     });
   }
-  expects(options.sp_communication_seconds >= 0.0 && options.p2p_seconds >= 0.0,
-          "build_sppo_schedule: communication times must be >= 0");
+  expects(options.p2p_seconds >= 0.0, "build_sppo_schedule: the hand-off time must be >= 0");
 
   stream_schedule schedule;
   for (int i = 0; i < pp; ++i) schedule.add_stream(sppo_stream_name(i));
@@ -186,7 +197,8 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     for (const int s : range) {
       if (last[static_cast<std::size_t>(s)]) start.push_back(*last[static_cast<std::size_t>(s)]);
     }
-    const double piece = seconds / static_cast<double>(range.size()) + options.sp_communication_seconds;
+    const auto k = static_cast<double>(range.size());
+    const double piece = seconds / k + exchange(j) * (k - 1) / k;
     std::vector<op_id> pieces;
     for (const int s : range) {
       compute_op spec;

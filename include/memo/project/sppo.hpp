@@ -47,9 +47,11 @@
 // per layer per pass (kernel launches and synchronisation of ~40 kernels,
 // 0.2 ms, E: what makes more subsequences cost more, SPPO 3.3). Stage
 // hand-offs of a subsequence's [s_j/SP, h] over the inter-node link when
-// stages span nodes; split pieces of multiplexed subsequences pay their
-// Megatron-SP collectives across the stages over the inter-node link. The
-// classifier is added once.
+// stages span nodes. A multiplexed subsequence split over k stages pays
+// its Megatron-SP collectives across the stages over the inter-node link:
+// four per layer and pass, each piece receiving the other k - 1 stages'
+// shares of the subsequence's [s_j/SP, h] rows. The classifier is added
+// once.
 #pragma once
 
 #include <algorithm>
@@ -88,12 +90,22 @@ inline constexpr std::uint64_t sppo_max_simulated_ops = 350'000;
 
 namespace detail {
 
+/// Which pipeline a SPPO step is timed with.
+enum class sppo_pipeline {
+  shorter,      ///< the shorter of the two (what SPPO's workflow chooses)
+  plain,        ///< every subsequence on its own stage
+  multiplexed,  ///< Left-SP and Right-SP subsequences split over idle stages
+};
+
 /// `kind` (sppo or sppo-recompute) with SP x PP GPUs and N subsequences.
 /// A setting whose work alone (its step without any bubble) already
 /// exceeds `prune_above` seconds cannot be the best; it is timed by section
-/// 3.3's closed form instead of the simulator.
+/// 3.3's closed form instead of the simulator. `pipeline` other than
+/// `shorter` times that pipeline alone (sppo-recompute is never
+/// multiplexed; a multiplexed schedule too large to simulate is an error).
 inline projection sppo(strategy kind, const model_shape& m, const cluster& c, double s, int sp, int pp, int n,
-                       double prune_above = std::numeric_limits<double>::infinity()) {
+                       double prune_above = std::numeric_limits<double>::infinity(),
+                       sppo_pipeline pipeline = sppo_pipeline::shorter) {
   const auto& p = c.profile;
   const bool offload = kind == strategy::sppo;
   const double h = m.hidden, L = m.layers, layers = L / pp;
@@ -123,7 +135,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // Per-subsequence times on one stage (one GPU of its SP group).
   sppo_schedule_options options;
   options.stages = pp;
-  options.multiplexed = offload;
+  options.multiplexed = offload && pipeline != sppo_pipeline::plain;
   double compute = 0, communication = 0, recompute = 0, widest = 0;
   const double sp_link = c.link_for(sp);
   for (std::size_t j = 0; j < part.count(); ++j) {
@@ -138,6 +150,10 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     const double forward = gemm + attention + comm + overhead;
     const double backward = 2 * gemm + attention_backward_factor * attention + comm + overhead;
     options.forward_seconds.push_back(forward);
+    // Split over stages (multiplexed), its Megatron-SP collectives run
+    // across nodes: each stage's GPUs gather the other stages' shares.
+    options.sp_exchange_seconds.push_back(layers * 4 * tokens / sp * h * bytes_per_element /
+                                          p.inter_node_bytes_per_second);
     options.backward_seconds.push_back(backward + (offload ? 0.0 : forward));
     compute += 3 * gemm + (1 + attention_backward_factor) * attention;
     communication += 2 * (comm + overhead);
@@ -145,8 +161,6 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   }
   const double hand_off = widest / sp * h * bytes_per_element;
   if (pp > 1) options.p2p_seconds = hand_off / c.link_for(sp * pp);
-  options.sp_communication_seconds =
-      layers * 4 * hand_off / p.inter_node_bytes_per_second;  // split pieces, across stages
 
   // Memory of one GPU of the fullest stage.
   auto& d = r.device;
@@ -217,6 +231,14 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     // (on its critical path, as the simulator has them).
     figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds) +
                            2.0 * (pp - 1) * options.p2p_seconds;
+  } else if (pipeline == sppo_pipeline::multiplexed && options.multiplexed) {
+    expects(sppo_schedule_ops(options) <= sppo_max_simulated_ops, [&] {
+      return "sppo: the multiplexed schedule of PP " + std::to_string(pp) + " N " + std::to_string(n) + " has " +
+             std::to_string(sppo_schedule_ops(options)) + " operations, more than the " +
+             std::to_string(sppo_max_simulated_ops) + " the simulator is given";
+    });
+    figures = simulate_sppo(options, p.device());
+    r.chosen.multiplexed = true;
   } else {
     figures = simulate_sppo(plain, p.device());
     if (options.multiplexed && sppo_schedule_ops(options) <= sppo_max_simulated_ops) {
