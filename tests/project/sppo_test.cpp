@@ -223,6 +223,11 @@ TEST_CASE("sppo: a schedule too large to simulate is timed as the plain pipeline
   const auto r = mp::detail::sppo(mp::strategy::sppo, small, c, s, 1, 8, n);
   REQUIRE(r.fits());
   CHECK_FALSE(r.chosen.multiplexed);
+  // Asked for the multiplexed pipeline alone, it says it cannot time it.
+  CHECK_THROWS_WITH_AS(mp::detail::sppo(mp::strategy::sppo, small, c, s, 1, 8, n,
+                                        std::numeric_limits<double>::infinity(),
+                                        mp::detail::sppo_pipeline::multiplexed),
+                       doctest::Contains("more than the 350000 the simulator is given"), memo::error);
   const double classifier = 3 * 2 * s * 64 * 100 / 1 / (1e12 * 0.5);
   const double work = r.time.compute - classifier + r.time.communication + r.time.recompute;
   const double closed = (8 - 1 + n) / double(n) * work;

@@ -30,9 +30,10 @@
 //
 // `build_sppo_schedule` writes the pipeline as a `stream_schedule` (one
 // compute stream per stage, ops with given durations; an op split over k
-// stages becomes k pieces of duration/k plus (k - 1)/k of the subsequence's
-// SP exchange, which start together, as collectives do, and are joined by a marker), so the
-// existing simulator gives the step time. Without
+// stages becomes k pieces of duration/k plus (k - 1)/k of the
+// subsequence's SP exchange, which start together, as collectives do, and
+// are joined by a marker), so the existing simulator gives the step time.
+// Without
 // multiplexing and with equal subsequence times the simulated step time is
 // the closed form of section 4, T = (PP - 1 + N) / N * F(N), bubble ratio
 // R_b = (PP - 1) / N.

@@ -102,7 +102,9 @@ enum class sppo_pipeline {
 /// exceeds `prune_above` seconds cannot be the best; it is timed by section
 /// 3.3's closed form instead of the simulator. `pipeline` other than
 /// `shorter` times that pipeline alone (sppo-recompute is never
-/// multiplexed; a multiplexed schedule too large to simulate is an error).
+/// multiplexed, and a setting that does not fit is timed by the closed
+/// form either way; a multiplexed schedule too large to simulate is an
+/// error).
 inline projection sppo(strategy kind, const model_shape& m, const cluster& c, double s, int sp, int pp, int n,
                        double prune_above = std::numeric_limits<double>::infinity(),
                        sppo_pipeline pipeline = sppo_pipeline::shorter) {
@@ -225,12 +227,6 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   plain.multiplexed = false;
   if (hopeless || !fits || figures.work_seconds > prune_above) {
     figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds);
-  } else if (sppo_schedule_ops(plain) > sppo_max_simulated_ops) {
-    // Too large to simulate, yet a candidate: the plain pipeline, with the
-    // first forward's and the last backward's hand-offs through the stages
-    // (on its critical path, as the simulator has them).
-    figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds) +
-                           2.0 * (pp - 1) * options.p2p_seconds;
   } else if (pipeline == sppo_pipeline::multiplexed && options.multiplexed) {
     expects(sppo_schedule_ops(options) <= sppo_max_simulated_ops, [&] {
       return "sppo: the multiplexed schedule of PP " + std::to_string(pp) + " N " + std::to_string(n) + " has " +
@@ -239,6 +235,12 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     });
     figures = simulate_sppo(options, p.device());
     r.chosen.multiplexed = true;
+  } else if (sppo_schedule_ops(plain) > sppo_max_simulated_ops) {
+    // Too large to simulate, yet a candidate: the plain pipeline, with the
+    // first forward's and the last backward's hand-offs through the stages
+    // (on its critical path, as the simulator has them).
+    figures.step_seconds = sppo_closed_form_step_seconds(pp, n, figures.work_seconds) +
+                           2.0 * (pp - 1) * options.p2p_seconds;
   } else {
     figures = simulate_sppo(plain, p.device());
     if (options.multiplexed && sppo_schedule_ops(options) <= sppo_max_simulated_ops) {
