@@ -101,7 +101,7 @@ constexpr const char* usage =
     "--alpha offloads the skeletal tensors of all but the last two layers, a fraction\n"
     "X in [0, 1] of the token-wise ones (auto: from the alpha LP on this machine's\n"
     "measured profile); --kv-offload keeps attention K/V in host memory; BYTES may\n"
-    "carry a KiB/MiB/GiB suffix; --timeline writes the last step as measured and as simulated\n"
+    "carry a KiB/MiB/GiB/TiB suffix; --timeline writes the last step as measured and as simulated\n"
     "into one Chrome trace.\n"
     "Under mpirun, --sp S ranks per pipeline stage share every sequence (FPDT), --pp Q\n"
     "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
@@ -314,8 +314,10 @@ options parse(int argc, char** argv) {
     } else if (arg == "--comm-timeout") {
       // At most 2^31 - 1 ms, what mpi_communicator's timeout takes.
       o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 2147483);
-    } else if (arg == "--offload-kv" || arg == "--device-memory" || arg == "--memory-budget") {
-      throw usage_error(std::string(arg) + " is not supported yet by train_gpt");
+    } else if (arg == "--offload-kv") {
+      throw usage_error("unknown option '--offload-kv' (host-resident K/V is --kv-offload on)");
+    } else if (arg == "--device-memory" || arg == "--memory-budget") {
+      throw usage_error("unknown option '" + std::string(arg) + "' (a device-memory budget is --device-budget BYTES)");
     } else {
       throw usage_error("unknown option '" + std::string(arg) + "'");
     }
