@@ -323,17 +323,20 @@ void write_json(memo::json_writer& j, const row& r, int gpus) {
   // link's figures are bytes per second per GPU, the memories' bytes.
   j.key("limits").begin_array();
   for (const auto& f : p.shortfalls) {
-    j.begin_object().field("resource", mp::to_string(f.resource)).field("need", bytes(f.need)).field("capacity", bytes(f.capacity));
+    j.begin_object().field("resource", mp::to_string(f.resource)).field("need", bytes(f.need));
+    j.field("capacity", bytes(f.capacity));
     if (f.runs_out_at > 0) j.field("runs_out_at", bytes(f.runs_out_at));
     j.end_object();
   }
   j.end_array();
   j.field("link_bound", p.link_bound());
-  j.key("settings").begin_object().field("tp", p.chosen.tp).field("cp", p.chosen.cp).field("sp", p.chosen.sp)
-      .field("pp", p.chosen.pp).field("dp", p.chosen.dp).field("subsequences", p.chosen.subsequences)
-      .field("multiplexed", p.chosen.multiplexed).field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high)
-      .field("chunk_tokens", bytes(p.chosen.chunk_tokens)).field("gpus_used", p.chosen.gpus())
-      .field("gpus_idle", gpus - p.chosen.gpus()).end_object();
+  j.key("settings").begin_object();
+  j.field("tp", p.chosen.tp).field("cp", p.chosen.cp).field("sp", p.chosen.sp).field("pp", p.chosen.pp);
+  j.field("dp", p.chosen.dp).field("subsequences", p.chosen.subsequences).field("multiplexed", p.chosen.multiplexed);
+  j.field("alpha", p.chosen.alpha).field("alpha_min", alpha_low).field("alpha_max", alpha_high);
+  j.field("chunk_tokens", bytes(p.chosen.chunk_tokens));
+  j.field("gpus_used", p.chosen.gpus()).field("gpus_idle", gpus - p.chosen.gpus());
+  j.end_object();
   // Each part rounded to a whole byte, and the sums made of the rounded
   // parts, so the printed figures add up.
   const std::uint64_t arena = memo::checked_add(bytes(d.skeletal), bytes(d.transient));
