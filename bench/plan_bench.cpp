@@ -361,9 +361,10 @@ int main(int argc, char** argv) {
                   memo::spread_of(r.seconds).median, *std::min_element(r.seconds.begin(), r.seconds.end()),
                   *std::max_element(r.seconds.begin(), r.seconds.end()), r.peak_over_lower_bound);
     }
-    std::printf("\nsummary: exact proves optimality within 10 s on %zu of %zu instances with <= 1000 buffers (%.1f%%);\n"
+    std::printf("\nsummary: exact proves optimality within %.1f s on %zu of %zu instances with <= 1000 buffers "
+                "(%.1f%%);\n"
                 "         worst greedy-by-size %.4f x LB; caching allocator reserves %.3f x LB on average\n",
-                small_proven, small, 100.0 * proven_fraction, worst_greedy,
+                time_limit, small_proven, small, 100.0 * proven_fraction, worst_greedy,
                 sum_caching / static_cast<double>(rows.size()));
     return 0;
   } catch (const memo::error& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -85,7 +86,7 @@ TEST_CASE("sppo_schedule: every stage's phases partition the subsequences") {
       }
 }
 
-TEST_CASE("sppo_schedule: uniform subsequences meet the closed form of section 4") {
+TEST_CASE("sppo_schedule: uniform subsequences meet the closed form of section 3.3") {
   for (int pp : {1, 2, 4}) {
     for (int n : {4, 8, 16}) {
       if (n < pp) continue;
@@ -132,17 +133,17 @@ TEST_CASE("sppo_schedule: multiplexing fills the bubbles of a hand-worked PP = 2
   CHECK(t.op(schedule.find("B(0,1)")).start_seconds == doctest::Approx(2.5));
 }
 
-TEST_CASE("sppo_schedule: a split op's pieces pay (k - 1) / k of its subsequence's exchange") {
-  // The PP = 2, N = 2 pipeline above with exchanges {0.2, 0.4}: a piece
-  // over k = 2 stages takes 1 / 2 + (1 / 2) x exchange. F(0,0) [0,0.6];
-  // F(0,1), F(1,0) [0.6,1.6]; F(1,1) [1.6,2.3]; B(1,1) [2.3,3.0];
-  // B(1,0), B(0,1) [3.0,4.0]; B(0,0) [4.0,4.6].
+TEST_CASE("sppo_schedule: a split op's pieces pay the exchange given for their subsequence and range") {
+  // The PP = 2, N = 2 pipeline above with exchanges 0.1 (subsequence 0)
+  // and 0.2 (subsequence 1) per piece: F(0,0) [0,0.6]; F(0,1), F(1,0)
+  // [0.6,1.6]; F(1,1) [1.6,2.3]; B(1,1) [2.3,3.0]; B(1,0), B(0,1)
+  // [3.0,4.0]; B(0,0) [4.0,4.6].
   memo::sppo_schedule_options o;
   o.stages = 2;
   o.forward_seconds = {1.0, 1.0};
   o.backward_seconds = {1.0, 1.0};
   o.multiplexed = true;
-  o.sp_exchange_seconds = {0.2, 0.4};
+  o.sp_exchange_seconds = [](int j, int, int) { return j == 0 ? 0.1 : 0.2; };
   const auto schedule = memo::build_sppo_schedule(o);
   const auto t = schedule.simulate(profile());
   CHECK(t.op(schedule.find("F(0,0)")).end_seconds == doctest::Approx(0.6));
@@ -152,11 +153,49 @@ TEST_CASE("sppo_schedule: a split op's pieces pay (k - 1) / k of its subsequence
   // Unsplit ops never pay it.
   o.multiplexed = false;
   CHECK(memo::simulate_sppo(o, profile()).step_seconds == doctest::Approx(6.0));
-  o.sp_exchange_seconds = {0.2};
-  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("1 SP exchange times for 2 subsequences"),
+  o.multiplexed = true;
+  o.sp_exchange_seconds = [](int j, int, int) { return j == 1 ? std::nan("") : 0.0; };
+  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("subsequence 1 over stages 0..1"),
                        memo::error);
-  o.sp_exchange_seconds = {0.2, std::nan("")};
-  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("subsequence 1"), memo::error);
+}
+
+TEST_CASE("sppo_schedule: the exchange is asked for each split op's subsequence and stage range (Table 3)") {
+  // Every split op, forward and backward, asks once with (j, first stage,
+  // stages) of its phase: Left-SP of stage i over {i..PP-1}, Right-SP over
+  // {0..i}, as sppo_phases lists them.
+  for (int pp = 2; pp <= 5; ++pp) {
+    for (int n = pp; n <= pp + 3; ++n) {
+      std::vector<std::tuple<int, int, int>> asked, expected;
+      memo::sppo_schedule_options o;
+      o.stages = pp;
+      o.multiplexed = true;
+      o.forward_seconds.assign(static_cast<std::size_t>(n), 1.0);
+      o.backward_seconds.assign(static_cast<std::size_t>(n), 2.0);
+      o.sp_exchange_seconds = [&](int j, int first, int k) {
+        asked.emplace_back(j, first, k);
+        return 0.0;
+      };
+      (void)memo::build_sppo_schedule(o);
+      for (int i = 0; i < pp; ++i) {
+        const auto phases = memo::sppo_phases(pp, n, i);
+        for (const int j : phases.left) {
+          for (int pass = 0; pass < 2; ++pass) {
+            expected.emplace_back(j, phases.left_sp.front(), int(phases.left_sp.size()));
+          }
+        }
+        for (const int j : phases.right) {
+          for (int pass = 0; pass < 2; ++pass) {
+            expected.emplace_back(j, phases.right_sp.front(), int(phases.right_sp.size()));
+          }
+        }
+      }
+      std::ranges::sort(asked);
+      std::ranges::sort(expected);
+      CAPTURE(pp);
+      CAPTURE(n);
+      CHECK(asked == expected);
+    }
+  }
 }
 
 TEST_CASE("sppo_schedule: multiplexing shortens the PP = 4, N = 8 step") {
@@ -185,7 +224,7 @@ TEST_CASE("sppo_schedule: the pieces of a split op start together, as the SP col
       o.stages = pp;
       o.multiplexed = true;
       for (int j = 0; j < n; ++j) o.forward_seconds.push_back(next()), o.backward_seconds.push_back(2 * next());
-      if (pp % 2 == 1) o.sp_exchange_seconds.assign(static_cast<std::size_t>(n), 0.1);
+      if (pp % 2 == 1) o.sp_exchange_seconds = [](int, int, int) { return 0.1; };
       const auto schedule = memo::build_sppo_schedule(o);
       const auto t = schedule.simulate(profile());
       int split = 0;

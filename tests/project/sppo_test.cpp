@@ -186,7 +186,8 @@ TEST_CASE("sppo: the shorter of the plain and the multiplexed pipeline is kept, 
   // Each pipeline alone: the shorter is the one kept, on either network.
   const double inf = std::numeric_limits<double>::infinity();
   for (const mp::cluster& c : {fast, slow}) {
-    const auto plain = mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n, inf, mp::detail::sppo_pipeline::plain);
+    const auto plain =
+        mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n, inf, mp::detail::sppo_pipeline::plain);
     const auto split =
         mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n, inf, mp::detail::sppo_pipeline::multiplexed);
     CHECK_FALSE(plain.chosen.multiplexed);
@@ -235,4 +236,50 @@ TEST_CASE("sppo: a schedule too large to simulate is timed as the plain pipeline
   // twice: more than nothing, less than the whole step.
   CHECK(r.step_seconds - classifier > closed * (1 + 1e-9));
   CHECK(r.step_seconds - classifier < 2 * closed);
+}
+
+TEST_CASE("sppo: split pieces inside one node pay the node's link, not the network's") {
+  // 16 GPUs, 16 per node: SP 4 x PP 4 is one node, so the network's rate
+  // cannot matter; over 4-GPU nodes every stage is a node of its own, and
+  // the split pieces cross nodes.
+  const double s = 65536, inf = std::numeric_limits<double>::infinity();
+  auto step = [&](int per_node, double network) {
+    mp::cluster c = node(16);
+    c.gpus_per_node = per_node;
+    c.profile.gpus_per_node = per_node;
+    c.profile.intra_node_bytes_per_second = 1e11;
+    c.profile.inter_node_bytes_per_second = network;
+    return mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, 8, inf, mp::detail::sppo_pipeline::multiplexed);
+  };
+  CHECK(step(16, 1e6).step_seconds == doctest::Approx(step(16, 1e18).step_seconds).epsilon(1e-12));
+  CHECK(step(4, 1e6).step_seconds > 2 * step(4, 1e18).step_seconds);
+}
+
+TEST_CASE("sppo: the split pieces' exchange is communication, a layer's fixed cost compute") {
+  const double s = 65536, inf = std::numeric_limits<double>::infinity();
+  // SP 1: no collective at all, so nothing is communication; the fixed
+  // cost per layer and pass is part of compute.
+  mp::cluster one = node(4);
+  const auto alone =
+      mp::detail::sppo(mp::strategy::sppo, small, one, s, 1, 4, 8, inf, mp::detail::sppo_pipeline::plain);
+  CHECK(alone.time.communication == 0.0);
+  // PP 2 over two 4-GPU nodes (SP 4): Left-SP {0} of stage 0 and Right-SP
+  // {N-1} of stage 1 are split over both stages, and each stage takes part
+  // in both, forward and backward: 2 x (e_0 + e_{N-1}), with e_j = layers
+  // (4) x 4 collectives x (k - 1) / k x s_j / SP x h x 2 bytes over the
+  // network, s_j from the FLOPs-balanced partition (a layer's 12 h^2
+  // parameters per token against one causal pair: weights {384, 1}).
+  mp::cluster two = node(8);
+  two.profile.inter_node_bytes_per_second = 1e8;
+  const auto plain =
+      mp::detail::sppo(mp::strategy::sppo, small, two, s, 4, 2, 8, inf, mp::detail::sppo_pipeline::plain);
+  const auto split =
+      mp::detail::sppo(mp::strategy::sppo, small, two, s, 4, 2, 8, inf, mp::detail::sppo_pipeline::multiplexed);
+  const double per_token = 2.0 * 4 * 4 * 0.5 / 4 * 64 * 2 / 1e8;  // both passes, seconds per token of s_0 + s_7
+  const memo::sequence_partition part = memo::flops_balanced_partition(65536, 8, {384, 1});
+  REQUIRE(part.tokens(0) > part.tokens(7));
+  CHECK(split.time.communication - plain.time.communication ==
+        doctest::Approx(per_token * static_cast<double>(part.tokens(0) + part.tokens(7))));
+  // What is left idle is not the exchange.
+  CHECK(split.step_seconds == doctest::Approx(split.time.compute + split.time.communication + split.time.bubble));
 }

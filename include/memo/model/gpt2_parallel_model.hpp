@@ -309,11 +309,16 @@ struct gpt2_parallel_shape {
              std::to_string(s.tokens / s.sp) + " tokens (context " + std::to_string(s.tokens) + " over " +
              std::to_string(s.sp) + " sequence-parallel ranks)";
     });
-    const std::int64_t group = s.sp * std::max<std::int64_t>(s.layout_chunk, 1);  // <= tokens: no overflow
-    expects(s.layout_chunk >= 1 && s.tokens % group == 0, [&] {
+    expects(s.layout_chunk >= 1, [&] {
+      return "gpt2_parallel_model: no layout chunk of 64, 32, ..., 1 tokens fits: context " +
+             std::to_string(s.tokens) + " must be a multiple of " + std::to_string(s.sp) +
+             " ranks x the chunk, with a chunk group per subsequence at least (" +
+             std::to_string(s.subsequences) + ")";
+    });
+    const std::int64_t group = s.sp * s.layout_chunk;  // <= tokens: no overflow
+    expects(s.tokens % group == 0, [&] {
       return "gpt2_parallel_model: context " + std::to_string(s.tokens) + " is not a multiple of " +
-             std::to_string(s.sp) + " ranks x chunk " + std::to_string(s.layout_chunk) +
-             (o.layout_chunk == 0 ? " (no chunk of 64 tokens or fewer fits)" : "");
+             std::to_string(s.sp) + " ranks x chunk " + std::to_string(s.layout_chunk);
     });
     expects(s.tokens / group >= s.subsequences, [&] {
       return "gpt2_parallel_model: context " + std::to_string(s.tokens) + " has " + std::to_string(s.tokens / group) +

@@ -30,12 +30,12 @@
 //
 // `build_sppo_schedule` writes the pipeline as a `stream_schedule` (one
 // compute stream per stage, ops with given durations; an op split over k
-// stages becomes k pieces of duration/k plus (k - 1)/k of the
-// subsequence's SP exchange, which start together, as collectives do, and
-// are joined by a marker), so the existing simulator gives the step time.
+// stages becomes k pieces of duration/k plus the exchange the caller
+// gives for it, which start together, as collectives do, and are joined by
+// a marker), so the existing simulator gives the step time.
 // Without
 // multiplexing and with equal subsequence times the simulated step time is
-// the closed form of section 4, T = (PP - 1 + N) / N * F(N), bubble ratio
+// the closed form of section 3.3, T = (PP - 1 + N) / N * F(N), bubble ratio
 // R_b = (PP - 1) / N.
 #pragma once
 
@@ -43,6 +43,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -121,12 +122,13 @@ struct sppo_schedule_options {
   std::vector<double> forward_seconds;     ///< per subsequence, one stage, one GPU
   std::vector<double> backward_seconds;    ///< per subsequence, one stage, one GPU
   bool multiplexed = false;                ///< split Left-SP / Right-SP work over idle stages
-  /// Per subsequence (or empty: none): seconds of the SP exchange of its
-  /// split op (the all-gathers and reduce-scatters of Megatron-style SP
-  /// between the stages sharing it). Each of the k > 1 pieces adds
-  /// (k - 1) / k of it: a piece holds 1/k of the subsequence and receives
-  /// the other stages' k - 1 shares.
-  std::vector<double> sp_exchange_seconds;
+  /// Seconds each piece of a split op adds for the SP exchange between the
+  /// stages sharing it (the collectives of the sequence parallelism that
+  /// spans them), given the subsequence, the first stage of the range and
+  /// the number of stages k > 1 (the range is contiguous); unset: none.
+  /// Called once per split op; a negative or not-a-number result is an
+  /// error.
+  std::function<double(int subsequence, int first_stage, int stages)> sp_exchange_seconds{};
   /// Seconds of the point-to-point hand-off between stages (0 = none).
   double p2p_seconds = 0.0;
 };
@@ -147,20 +149,23 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     return "build_sppo_schedule: " + std::to_string(options.backward_seconds.size()) +
            " backward times for " + std::to_string(n) + " subsequences";
   });
-  expects(options.sp_exchange_seconds.empty() || options.sp_exchange_seconds.size() == options.forward_seconds.size(),
-          [&] {
-            return "build_sppo_schedule: " + std::to_string(options.sp_exchange_seconds.size()) +
-                   " SP exchange times for " + std::to_string(n) + " subsequences (one each, or none)";
-          });
-  auto exchange = [&](int j) {
-    return options.sp_exchange_seconds.empty() ? 0.0 : options.sp_exchange_seconds[static_cast<std::size_t>(j)];
-  };
   for (int j = 0; j < n; ++j) {
     const auto k = static_cast<std::size_t>(j);
-    expects(options.forward_seconds[k] >= 0.0 && options.backward_seconds[k] >= 0.0 && exchange(j) >= 0.0, [&] {
+    expects(options.forward_seconds[k] >= 0.0 && options.backward_seconds[k] >= 0.0, [&] {
       return "build_sppo_schedule: negative or not-a-number time for subsequence " + std::to_string(j);
     });
   }
+  auto exchange = [&](int j, const std::vector<int>& range) {
+    if (!options.sp_exchange_seconds) return 0.0;
+    const int k = static_cast<int>(range.size());
+    const double seconds = options.sp_exchange_seconds(j, range.front(), k);
+    expects(seconds >= 0.0, [&] {
+      return "build_sppo_schedule: SP exchange time " + std::to_string(seconds) + " for subsequence " +
+             std::to_string(j) + " over stages " + std::to_string(range.front()) + ".." +
+             std::to_string(range.back()) + " is negative or not a number";
+    });
+    return seconds;
+  };
   expects(options.p2p_seconds >= 0.0, "build_sppo_schedule: the hand-off time must be >= 0");
 
   stream_schedule schedule;
@@ -192,14 +197,13 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
       last[static_cast<std::size_t>(i)] = id;
       return id;
     }
-    // The pieces exchange data (SP's all-to-alls) as they run, so they
+    // The pieces exchange data (SP's collectives) as they run, so they
     // start together: each waits for every stream of the range to be free.
     std::vector<op_id> start = after;
     for (const int s : range) {
       if (last[static_cast<std::size_t>(s)]) start.push_back(*last[static_cast<std::size_t>(s)]);
     }
-    const auto k = static_cast<double>(range.size());
-    const double piece = seconds / k + exchange(j) * (k - 1) / k;
+    const double piece = seconds / static_cast<double>(range.size()) + exchange(j, range);
     std::vector<op_id> pieces;
     for (const int s : range) {
       compute_op spec;
@@ -312,6 +316,11 @@ inline std::vector<sppo_stage_op> sppo_stage_program(const stream_schedule& sche
     }
     return {};
   };
+  // Who depends on each op (one pass, so the program is linear in the ops).
+  std::vector<std::vector<std::size_t>> dependents(ops.size());
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    for (const std::size_t d : ops[k].dependencies) dependents[d].push_back(k);
+  }
   std::vector<sppo_stage_op> program;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].stream != mine) continue;
@@ -336,19 +345,14 @@ inline std::vector<sppo_stage_op> sppo_stage_program(const stream_schedule& sche
     for (const std::size_t d : ops[i].dependencies) {
       if (auto from = stage_op(d)) set_peer(op.receive_from, std::get<1>(*from), "receives from");
     }
-    for (std::size_t k = 0; k < ops.size(); ++k) {
+    for (const std::size_t k : dependents[i]) {
       if (ops[k].stream == mine) continue;
-      for (const std::size_t d : ops[k].dependencies) {
-        if (d != i) continue;
-        // A direct dependent on another stage, or a hand-off feeding one.
-        if (auto to = detail::parse_sppo_op(ops[k].name)) {
-          set_peer(op.send_to, std::get<1>(*to), "sends to");
-        } else {
-          for (std::size_t m = 0; m < ops.size(); ++m) {
-            const auto& deps = ops[m].dependencies;
-            if (std::find(deps.begin(), deps.end(), k) == deps.end()) continue;
-            if (auto next = detail::parse_sppo_op(ops[m].name)) set_peer(op.send_to, std::get<1>(*next), "sends to");
-          }
+      // A direct dependent on another stage, or a hand-off feeding one.
+      if (auto to = detail::parse_sppo_op(ops[k].name)) {
+        set_peer(op.send_to, std::get<1>(*to), "sends to");
+      } else {
+        for (const std::size_t m : dependents[k]) {
+          if (auto next = detail::parse_sppo_op(ops[m].name)) set_peer(op.send_to, std::get<1>(*next), "sends to");
         }
       }
     }
@@ -402,12 +406,12 @@ inline sppo_pipeline_figures simulate_sppo(const sppo_schedule_options& options,
   return out;
 }
 
-/// Section 4's closed form: T = (p - 1 + N) / N * F(N) for equal subsequences.
+/// Section 3.3's closed form: T = (p - 1 + N) / N * F(N) for equal subsequences.
 inline double sppo_closed_form_step_seconds(int pp, int n, double work_seconds) {
   detail::check_pipeline_shape(pp, n, "sppo_closed_form_step_seconds");
   return static_cast<double>(pp - 1 + n) / static_cast<double>(n) * work_seconds;
 }
-/// Section 4's closed form: R_b = (p - 1) / N.
+/// Section 3.3's closed form: R_b = (p - 1) / N.
 inline double sppo_closed_form_bubble_ratio(int pp, int n) {
   detail::check_pipeline_shape(pp, n, "sppo_closed_form_bubble_ratio");
   return static_cast<double>(pp - 1) / static_cast<double>(n);

@@ -45,13 +45,15 @@
 // the subsequence's causal pairs at their efficiencies, four Megatron-SP
 // collectives forward and four backward, and a fixed `sppo_layer_overhead`
 // per layer per pass (kernel launches and synchronisation of ~40 kernels,
-// 0.2 ms, E: what makes more subsequences cost more, SPPO 3.3). Stage
-// hand-offs of a subsequence's [s_j/SP, h] over the inter-node link when
-// stages span nodes. A multiplexed subsequence split over k stages pays
-// its Megatron-SP collectives across the stages over the inter-node link:
-// four per layer and pass, each piece receiving the other k - 1 stages'
-// shares of the subsequence's [s_j/SP, h] rows. The classifier is added
-// once.
+// 0.2 ms, E: what makes more subsequences cost more, SPPO 3.3; reported
+// as compute). Stage hand-offs of the widest subsequence's [s_j/SP, h]
+// over the inter-node link when stages span nodes. A multiplexed
+// subsequence split over k stages pays its Megatron-SP collectives across
+// the stages: four per layer and pass, each piece receiving the other
+// k - 1 stages' shares of the subsequence's [s_j/SP, h] rows, over the
+// inter-node link unless the k x SP GPUs share a node (reported as
+// communication: the pieces of the stage that takes part in the most).
+// The classifier is added once.
 #pragma once
 
 #include <algorithm>
@@ -76,19 +78,37 @@ inline constexpr double sppo_layer_overhead = 2e-4;  ///< seconds per layer per 
 inline constexpr double sppo_min_subsequence = 2048;  ///< SPPO 6.1, tokens per subsequence
 inline constexpr double sppo_max_subsequence = 16384;
 inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is not tried (16G tokens)
-/// The most subsequences a fixed N (`settings_pin::subsequences`) may have:
-/// the schedule simulator walks N x PP operations, and 16384 of them take
-/// tens of seconds and about a gigabyte.
+/// The most subsequences a fixed N (`settings_pin::subsequences`) may have
+/// (the partition, the offload plan and the schedule grow with N: 16384
+/// over 4 stages take about a second and 100 MB to project).
 inline constexpr int sppo_max_pinned_subsequences = 16384;
 /// The most operations a simulated schedule may have (sppo_schedule_ops:
-/// 2 N PP, and about 4 PP^3 / 3 more for the multiplexed pieces). A setting
-/// with more is timed as the plain pipeline by section 4's closed form and
+/// 2 N PP, 2 N (PP - 1) hand-offs across nodes, and about 4 PP^3 / 3 more
+/// for the multiplexed pieces). A setting
+/// with more is timed as the plain pipeline by section 3.3's closed form and
 /// the hand-offs (exact for equal subsequences), without what multiplexing
 /// could save: the simulator holds about 2 KB per operation, so this keeps
 /// a projection below 1 GB.
 inline constexpr std::uint64_t sppo_max_simulated_ops = 350'000;
 
 namespace detail {
+
+/// The split pieces' exchange seconds (`sp_exchange_seconds`, forward and
+/// backward) of the stage of a multiplexed pipeline that pays the most.
+inline double sppo_most_exchange_seconds(const sppo_schedule_options& options) {
+  const int pp = options.stages, n = static_cast<int>(options.forward_seconds.size());
+  std::vector<double> paid(static_cast<std::size_t>(pp), 0.0);
+  auto split = [&](int j, int first, int k) {
+    const double seconds = 2 * options.sp_exchange_seconds(j, first, k);
+    for (int stage = first; stage < first + k; ++stage) paid[static_cast<std::size_t>(stage)] += seconds;
+  };
+  for (int i = 0; i < pp; ++i) {
+    const sppo_stage_phases phases = sppo_phases(pp, n, i);
+    for (const int j : phases.left) split(j, i, pp - i);
+    for (const int j : phases.right) split(j, 0, i + 1);
+  }
+  return *std::max_element(paid.begin(), paid.end());
+}
 
 /// Which pipeline a SPPO step is timed with.
 enum class sppo_pipeline {
@@ -152,17 +172,24 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     const double forward = gemm + attention + comm + overhead;
     const double backward = 2 * gemm + attention_backward_factor * attention + comm + overhead;
     options.forward_seconds.push_back(forward);
-    // Split over stages (multiplexed), its Megatron-SP collectives run
-    // across nodes: each stage's GPUs gather the other stages' shares.
-    options.sp_exchange_seconds.push_back(layers * 4 * tokens / sp * h * bytes_per_element /
-                                          p.inter_node_bytes_per_second);
     options.backward_seconds.push_back(backward + (offload ? 0.0 : forward));
-    compute += 3 * gemm + (1 + attention_backward_factor) * attention;
-    communication += 2 * (comm + overhead);
+    compute += 3 * gemm + (1 + attention_backward_factor) * attention + 2 * overhead;
+    communication += 2 * comm;
     if (!offload) recompute += forward;
   }
   const double hand_off = widest / sp * h * bytes_per_element;
   if (pp > 1) options.p2p_seconds = hand_off / c.link_for(sp * pp);
+  // A multiplexed piece of subsequence j over k stages: its Megatron-SP
+  // collectives (four per layer and pass) span the k x SP GPUs, each
+  // receiving the other stages' shares of the subsequence's [s_j / SP, h]
+  // rows, over the inter-node link when those GPUs are not in one node.
+  const int per_node = c.gpus_in_a_node();
+  options.sp_exchange_seconds = [&part, &p, layers, sp, per_node, h](int j, int first, int k) {
+    const bool one_node = first * sp / per_node == ((first + k) * sp - 1) / per_node;
+    const double link = one_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
+    const double rows = static_cast<double>(part.tokens(static_cast<std::size_t>(j))) / sp;
+    return layers * 4 * (k - 1.0) / k * rows * h * bytes_per_element / link;
+  };
 
   // Memory of one GPU of the fullest stage.
   auto& d = r.device;
@@ -248,13 +275,14 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
       if (multiplexed.step_seconds < figures.step_seconds) figures = multiplexed, r.chosen.multiplexed = true;
     }
   }
+  // The step, part by part: a stage's own work, the exchanges of the split
+  // pieces of the stage that takes part in the most, and the rest idle.
+  const double exchange = r.chosen.multiplexed ? sppo_most_exchange_seconds(options) : 0.0;
   const double classifier = gemm_seconds(p, 3 * m.classifier_flops(s) / sp);
-  const double work = compute + communication + recompute;
-  const double busy = std::min(1.0, figures.step_seconds / figures.work_seconds);
-  r.time.compute = compute * busy + classifier;
-  r.time.communication = communication * busy;
-  r.time.recompute = recompute * busy;
-  r.time.bubble = std::max(0.0, figures.step_seconds - work * busy);
+  r.time.compute = compute + classifier;
+  r.time.communication = communication + exchange;
+  r.time.recompute = recompute;
+  r.time.bubble = std::max(0.0, figures.step_seconds - (compute + communication + recompute + exchange));
   finish(r, m, c, m.model_flops(s) + (offload ? 0.0 : L * (m.layer_gemm_flops(s) + m.layer_attention_flops(s))));
   return r;
 }
@@ -357,7 +385,6 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
     for (const int n : counts) {
       std::string reason;
       if (!sppo_candidate_allowed(rules, sp, pp, n, &reason)) {
-        if (reason == "PP must divide the layers") reason += " (" + std::to_string(m.layers) + ")";
         reject(sp, pp, reason);
         continue;
       }
