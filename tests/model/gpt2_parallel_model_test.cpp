@@ -261,8 +261,8 @@ TEST_CASE("gpt2_parallel_model: shapes that do not split fail on every rank, nam
       {3, {.context = context, .pipeline_stages = 3}, "4 layers are not divisible by 3 pipeline stages"},
       {2, {.context = 30, .sequence_parallel = 2, .layout_chunk = 4}, "context 30 is not a multiple of 2 ranks x chunk 4"},
       {2, {.context = 47, .sequence_parallel = 2},
-       "no layout chunk of 64, 32, ..., 1 tokens fits: context 47 must be a multiple of 2 ranks x the chunk, with a "
-       "chunk group per subsequence at least (1)"},
+       "no layout chunk of 64, 32, ..., 1 tokens fits: context 47 must be a multiple of 2 ranks x the chunk and "
+       "hold at least as many chunk groups as subsequences (1)"},
       {2, {.context = 32, .sequence_parallel = 2, .subsequences = 8, .layout_chunk = 4},
        "context 32 has 4 chunk groups of 8 tokens, fewer than the 8 subsequences"},
       {2, {.context = 32, .pipeline_stages = 2, .subsequences = 1}, "1 subsequences for 2 pipeline stages"},

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace mp = memo::project;
@@ -166,4 +167,33 @@ TEST_CASE("papers: FPDT's 8x longer than Ulysses is a row of its own") {
     CHECK(row.check == mp::paper_check::within_10_percent);
   }
   CHECK(found == 1);  // Table 3's is in the full run only
+}
+
+TEST_CASE("papers: SPPO's multiplexing gain on 13B, and its speedups on one pipeline") {
+  const auto rows = mp::sppo_rows(true);
+  int found = 0;
+  for (const auto& row : rows) {
+    if (row.source != "7.2, Figure 11(a)") continue;
+    ++found;
+    CHECK(row.paper_value == doctest::Approx(1.44 / 1.23));
+    CHECK(row.check == mp::paper_check::within_10_percent);
+    // Multiplexing fills bubbles and adds an exchange: it can neither
+    // lengthen the step it is chosen for by more than its exchange nor
+    // shorten it beyond filling every bubble, (PP - 1 + N) / N with PP 8
+    // and N 32.
+    REQUIRE(std::isfinite(row.model_value));
+    CHECK(row.model_value > 0.9);
+    CHECK(row.model_value <= (8 - 1 + 32) / 32.0 + 1e-12);
+  }
+  CHECK(found == 1);
+  // 7.1's speedups over Megatron-LM on SPPO's own (SP, PP, N): Megatron-LM
+  // recomputes the forward, so more than 1, and about 4 / 3 at most (the
+  // backward twice the forward; less with attention's heavier backward,
+  // a little more where multiplexing fills SPPO's bubbles).
+  for (const auto& row : rows) {
+    if (row.source != "7.1" || row.quantity.find("speedup") == std::string::npos) continue;
+    REQUIRE(std::isfinite(row.model_value));
+    CHECK(row.model_value > 1.0);
+    CHECK(row.model_value < 4.0 / 3.0 + 0.05);
+  }
 }

@@ -252,7 +252,9 @@ TEST_CASE("sppo: split pieces inside one node pay the node's link, not the netwo
     return mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, 8, inf, mp::detail::sppo_pipeline::multiplexed);
   };
   CHECK(step(16, 1e6).step_seconds == doctest::Approx(step(16, 1e18).step_seconds).epsilon(1e-12));
-  CHECK(step(4, 1e6).step_seconds > 2 * step(4, 1e18).step_seconds);
+  // The same network, stages on nodes of their own: the pieces' exchange
+  // crosses it (the stages' own collectives stay inside a node either way).
+  CHECK(step(4, 1e6).time.communication > 10 * step(16, 1e6).time.communication);
 }
 
 TEST_CASE("sppo: the split pieces' exchange is communication, a layer's fixed cost compute") {
@@ -275,11 +277,15 @@ TEST_CASE("sppo: the split pieces' exchange is communication, a layer's fixed co
       mp::detail::sppo(mp::strategy::sppo, small, two, s, 4, 2, 8, inf, mp::detail::sppo_pipeline::plain);
   const auto split =
       mp::detail::sppo(mp::strategy::sppo, small, two, s, 4, 2, 8, inf, mp::detail::sppo_pipeline::multiplexed);
-  const double per_token = 2.0 * 4 * 4 * 0.5 / 4 * 64 * 2 / 1e8;  // both passes, seconds per token of s_0 + s_7
+  // Each piece also keeps what its stage's own collectives take, (k - 1) / k
+  // of which the split adds back: over SP 4 on the node's link (1e11), an
+  // all-gather of [s_j, h] receives 3/4 of it, four per layer.
+  const double per_token = 2.0 * 0.5 * 4 * 4 * 64 * 2 * (1.0 / 4 / 1e8 + 0.75 / 1e11);  // both passes
   const memo::sequence_partition part = memo::flops_balanced_partition(65536, 8, {384, 1});
   REQUIRE(part.tokens(0) > part.tokens(7));
   CHECK(split.time.communication - plain.time.communication ==
         doctest::Approx(per_token * static_cast<double>(part.tokens(0) + part.tokens(7))));
-  // What is left idle is not the exchange.
-  CHECK(split.step_seconds == doctest::Approx(split.time.compute + split.time.communication + split.time.bubble));
+  // Multiplexing fills bubbles: what is left idle is less than the plain
+  // pipeline's, the exchange not counted in it.
+  CHECK(split.time.bubble < plain.time.bubble);
 }

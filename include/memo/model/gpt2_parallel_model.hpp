@@ -312,7 +312,7 @@ struct gpt2_parallel_shape {
     expects(s.layout_chunk >= 1, [&] {
       return "gpt2_parallel_model: no layout chunk of 64, 32, ..., 1 tokens fits: context " +
              std::to_string(s.tokens) + " must be a multiple of " + std::to_string(s.sp) +
-             " ranks x the chunk, with a chunk group per subsequence at least (" +
+             " ranks x the chunk and hold at least as many chunk groups as subsequences (" +
              std::to_string(s.subsequences) + ")";
     });
     const std::int64_t group = s.sp * s.layout_chunk;  // <= tokens: no overflow

@@ -150,8 +150,8 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
            " backward times for " + std::to_string(n) + " subsequences";
   });
   for (int j = 0; j < n; ++j) {
-    const auto k = static_cast<std::size_t>(j);
-    expects(options.forward_seconds[k] >= 0.0 && options.backward_seconds[k] >= 0.0, [&] {
+    const auto at = static_cast<std::size_t>(j);
+    expects(options.forward_seconds[at] >= 0.0 && options.backward_seconds[at] >= 0.0, [&] {
       return "build_sppo_schedule: negative or not-a-number time for subsequence " + std::to_string(j);
     });
   }

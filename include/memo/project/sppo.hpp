@@ -49,10 +49,11 @@
 // as compute). Stage hand-offs of the widest subsequence's [s_j/SP, h]
 // over the inter-node link when stages span nodes. A multiplexed
 // subsequence split over k stages pays its Megatron-SP collectives across
-// the stages: four per layer and pass, each piece receiving the other
-// k - 1 stages' shares of the subsequence's [s_j/SP, h] rows, over the
-// inter-node link unless the k x SP GPUs share a node (reported as
-// communication: the pieces of the stage that takes part in the most).
+// the stages: four per layer and pass, each piece receiving inside its
+// stage what an unsplit op receives, and the other k - 1 stages' shares
+// of the subsequence's [s_j/SP, h] rows over the inter-node link unless
+// the k x SP GPUs share a node (reported as communication: the pieces of
+// the stage that takes part in the most).
 // The classifier is added once.
 #pragma once
 
@@ -83,7 +84,7 @@ inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is 
 /// over 4 stages take about a second and 100 MB to project).
 inline constexpr int sppo_max_pinned_subsequences = 16384;
 /// The most operations a simulated schedule may have (sppo_schedule_ops:
-/// 2 N PP, 2 N (PP - 1) hand-offs across nodes, and about 4 PP^3 / 3 more
+/// 2 N PP, 2 N (PP - 1) hand-offs, and about 4 PP^3 / 3 more
 /// for the multiplexed pieces). A setting
 /// with more is timed as the plain pipeline by section 3.3's closed form and
 /// the hand-offs (exact for equal subsequences), without what multiplexing
@@ -159,6 +160,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   options.stages = pp;
   options.multiplexed = offload && pipeline != sppo_pipeline::plain;
   double compute = 0, communication = 0, recompute = 0, widest = 0;
+  std::vector<double> stage_comm;  // per subsequence: one pass's collectives inside a stage
   const double sp_link = c.link_for(sp);
   for (std::size_t j = 0; j < part.count(); ++j) {
     const double tokens = static_cast<double>(part.tokens(j));
@@ -173,6 +175,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     const double backward = 2 * gemm + attention_backward_factor * attention + comm + overhead;
     options.forward_seconds.push_back(forward);
     options.backward_seconds.push_back(backward + (offload ? 0.0 : forward));
+    stage_comm.push_back(comm);
     compute += 3 * gemm + (1 + attention_backward_factor) * attention + 2 * overhead;
     communication += 2 * comm;
     if (!offload) recompute += forward;
@@ -180,15 +183,24 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   const double hand_off = widest / sp * h * bytes_per_element;
   if (pp > 1) options.p2p_seconds = hand_off / c.link_for(sp * pp);
   // A multiplexed piece of subsequence j over k stages: its Megatron-SP
-  // collectives (four per layer and pass) span the k x SP GPUs, each
-  // receiving the other stages' shares of the subsequence's [s_j / SP, h]
-  // rows, over the inter-node link when those GPUs are not in one node.
+  // collectives (four per layer and pass) span the k x SP GPUs of stages
+  // [first, first + k). Gathered hierarchically, each GPU still receives
+  // its stage's (SP - 1) / SP share of the subsequence inside the node (a
+  // stage's own collectives, which the schedule divides by k with the
+  // rest of the op: the (k - 1) / k of them added back here), and the
+  // other stages' shares of its [s_j / SP, h] rows across the range, over
+  // the inter-node link unless the range's GPUs share a node.
   const int per_node = c.gpus_in_a_node();
-  options.sp_exchange_seconds = [&part, &p, layers, sp, per_node, h](int j, int first, int k) {
-    const bool one_node = first * sp / per_node == ((first + k) * sp - 1) / per_node;
-    const double link = one_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
-    const double rows = static_cast<double>(part.tokens(static_cast<std::size_t>(j))) / sp;
-    return layers * 4 * (k - 1.0) / k * rows * h * bytes_per_element / link;
+  auto in_one_node = [sp, per_node](int first, int k) {
+    const int first_gpu = first * sp, last_gpu = (first + k) * sp - 1;
+    return first_gpu / per_node == last_gpu / per_node;
+  };
+  options.sp_exchange_seconds = [&part, &p, &stage_comm, in_one_node, layers, sp, h](int j, int first, int k) {
+    const auto at = static_cast<std::size_t>(j);
+    const double link = in_one_node(first, k) ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
+    const double rows = static_cast<double>(part.tokens(at)) / sp;
+    const double across = layers * 4 * rows * h * bytes_per_element / link;
+    return (k - 1.0) / k * (stage_comm[at] + across);
   };
 
   // Memory of one GPU of the fullest stage.
@@ -248,8 +260,9 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // SPPO multiplexes only when the pipeline "still exhibits excessive
   // bubble ratios" (section 4's workflow, step 3): both schedules are
   // simulated and the shorter kept. Splitting a subsequence over up to PP
-  // stages pays each piece an exchange across nodes, so with many stages
-  // the plain pipeline can be the shorter.
+  // stages pays each piece an exchange between the stages (across nodes
+  // unless they share one), so with many stages the plain pipeline can be
+  // the shorter.
   sppo_schedule_options plain = options;
   plain.multiplexed = false;
   if (hopeless || !fits || figures.work_seconds > prune_above) {
@@ -276,13 +289,17 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     }
   }
   // The step, part by part: a stage's own work, the exchanges of the split
-  // pieces of the stage that takes part in the most, and the rest idle.
-  const double exchange = r.chosen.multiplexed ? sppo_most_exchange_seconds(options) : 0.0;
+  // pieces of the stage that takes part in the most (no more than the step
+  // leaves beside the work), and the rest idle.
+  const double own = compute + communication + recompute;
+  const double exchange =
+      r.chosen.multiplexed ? std::min(sppo_most_exchange_seconds(options), std::max(0.0, figures.step_seconds - own))
+                           : 0.0;
   const double classifier = gemm_seconds(p, 3 * m.classifier_flops(s) / sp);
   r.time.compute = compute + classifier;
   r.time.communication = communication + exchange;
   r.time.recompute = recompute;
-  r.time.bubble = std::max(0.0, figures.step_seconds - (compute + communication + recompute + exchange));
+  r.time.bubble = std::max(0.0, figures.step_seconds - (own + exchange));
   finish(r, m, c, m.model_flops(s) + (offload ? 0.0 : L * (m.layer_gemm_flops(s) + m.layer_attention_flops(s))));
   return r;
 }
