@@ -53,8 +53,7 @@
 // stage what an unsplit op receives, and the other k - 1 stages' shares
 // of the subsequence's [s_j/SP, h] rows over the inter-node link unless
 // the k x SP GPUs share a node (reported as communication: the pieces of
-// the stage that takes part in the most).
-// The classifier is added once.
+// the stage that takes part in the most). The classifier is added once.
 #pragma once
 
 #include <algorithm>
@@ -84,12 +83,11 @@ inline constexpr double sppo_max_subsequences = 1 << 20;  ///< N beyond this is 
 /// over 4 stages take about a second and 100 MB to project).
 inline constexpr int sppo_max_pinned_subsequences = 16384;
 /// The most operations a simulated schedule may have (sppo_schedule_ops:
-/// 2 N PP, 2 N (PP - 1) hand-offs, and about 4 PP^3 / 3 more
-/// for the multiplexed pieces). A setting
-/// with more is timed as the plain pipeline by section 3.3's closed form and
-/// the hand-offs (exact for equal subsequences), without what multiplexing
-/// could save: the simulator holds about 2 KB per operation, so this keeps
-/// a projection below 1 GB.
+/// 2 N PP, 2 N (PP - 1) hand-offs, and about 4 PP^3 / 3 more for the
+/// multiplexed pieces). A setting with more is timed as the plain pipeline
+/// by section 3.3's closed form and the hand-offs (exact for equal
+/// subsequences), without what multiplexing could save: the simulator holds
+/// about 2 KB per operation, so this keeps a projection below 1 GB.
 inline constexpr std::uint64_t sppo_max_simulated_ops = 350'000;
 
 namespace detail {
@@ -105,8 +103,8 @@ inline double sppo_most_exchange_seconds(const sppo_schedule_options& options) {
   };
   for (int i = 0; i < pp; ++i) {
     const sppo_stage_phases phases = sppo_phases(pp, n, i);
-    for (const int j : phases.left) split(j, i, pp - i);
-    for (const int j : phases.right) split(j, 0, i + 1);
+    for (const int j : phases.left) split(j, phases.left_sp.front(), static_cast<int>(phases.left_sp.size()));
+    for (const int j : phases.right) split(j, phases.right_sp.front(), static_cast<int>(phases.right_sp.size()));
   }
   return *std::max_element(paid.begin(), paid.end());
 }
