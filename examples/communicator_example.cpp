@@ -9,7 +9,9 @@
 //      [tokens, 1], so attention can run over all tokens;
 //   2. data-parallel gradient sum: all_reduce of a gradient buffer;
 //   3. groups: split into two sequence-parallel groups of two ranks
-//      (color rank / 2) and all_gather inside each.
+//      (color rank / 2) and all_gather inside each;
+//   4. the starting weights: rank 0's (initialised, or read from a
+//      checkpoint, on that rank alone) broadcast to every rank.
 //
 // Every collective is issued on a stream of the rank's backend and ordered
 // with the rest of the stream's work, exactly like a copy or a kernel. The
@@ -38,6 +40,7 @@ struct rank_result {
   bool all_to_all_ok = false;
   bool all_reduce_ok = false;
   bool group_ok = false;
+  bool broadcast_ok = false;
 };
 
 // The value of (token, head) in the full activation.
@@ -74,6 +77,13 @@ rank_result run_rank(C& comm, typename C::backend_type& backend) {
   group.all_gather(backend, stream, std::span<const int>(mine), std::span<int>(members));
   backend.synchronize(stream);
   result.group_ok = group.size() == 2 && members[0] == (me / 2) * 2 && members[1] == (me / 2) * 2 + 1;
+
+  // 4. rank 0's weights everywhere: the others' buffers are overwritten.
+  std::vector<float> weights(64, me == 0 ? 0.5f : -1.0f);
+  comm.broadcast(backend, stream, std::span<float>(weights), 0);
+  backend.synchronize(stream);
+  result.broadcast_ok = true;
+  for (const float w : weights) result.broadcast_ok &= w == 0.5f;
   return result;
 }
 
@@ -101,7 +111,8 @@ int main(int argc, char** argv) {
 
   bool ok = true;
   for (int r = 0; r < ranks; ++r) {
-    ok &= failures[r].empty() && results[r].all_to_all_ok && results[r].all_reduce_ok && results[r].group_ok;
+    ok &= failures[r].empty() && results[r].all_to_all_ok && results[r].all_reduce_ok && results[r].group_ok &&
+          results[r].broadcast_ok;
   }
   if (json) {
     memo::json_writer out;
@@ -114,9 +125,9 @@ int main(int argc, char** argv) {
         std::printf("rank %d failed: %s\n", r, failures[r].c_str());
         continue;
       }
-      std::printf("rank %d  all_to_all %-4s  all_reduce %-4s  split+all_gather %s\n", r,
+      std::printf("rank %d  all_to_all %-4s  all_reduce %-4s  split+all_gather %-4s  broadcast %s\n", r,
                   results[r].all_to_all_ok ? "ok" : "BAD", results[r].all_reduce_ok ? "ok" : "BAD",
-                  results[r].group_ok ? "ok" : "BAD");
+                  results[r].group_ok ? "ok" : "BAD", results[r].broadcast_ok ? "ok" : "BAD");
     }
   }
   return ok ? 0 : 1;

@@ -122,6 +122,23 @@ void check_all_to_all(C& comm, memo::host_backend& backend, rank_report& report,
   report.expect(wrong == 0, "all_to_all of " + std::to_string(n) + ": " + std::to_string(wrong) + " wrong elements");
 }
 
+/// Every rank's root in turn: the root's data lands on every other rank,
+/// in place, and the root's own data is left as it was.
+template <class T, class C>
+void check_broadcast(C& comm, memo::host_backend& backend, rank_report& report, std::size_t n) {
+  const int p = comm.size();
+  auto stream = backend.make_stream("broadcast");
+  for (int root = 0; root < p; ++root) {
+    auto data = filled<T>(backend, n, comm.rank(), 5 + root);
+    comm.broadcast(backend, stream, data.span(), root);
+    backend.synchronize(stream);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += data.data()[i] != input_value<T>(root, i, 5 + root);
+    report.expect(wrong == 0, "broadcast of " + std::to_string(n) + " from root " + std::to_string(root) + ": " +
+                                  std::to_string(wrong) + " wrong elements");
+  }
+}
+
 /// A ring: every rank passes its block to the next and receives the
 /// previous one's, first with send_recv on one stream, then with send and
 /// recv on two streams of the rank.
@@ -276,6 +293,8 @@ void check_refused_calls(C& comm, memo::host_backend& backend, rank_report& repo
           "reduce_scatter with send not size() * recv");
   refused([&] { comm.send(backend, stream, std::span<const float>(a.span()), p); }, "send to rank size()");
   refused([&] { comm.recv(backend, stream, a.span(), -1); }, "recv from rank -1");
+  refused([&] { comm.broadcast(backend, stream, a.span(), p); }, "broadcast from root size()");
+  refused([&] { comm.broadcast(backend, stream, a.span(), -1); }, "broadcast from root -1");
   refused([&] { comm.send(backend, stream, std::span<const float>(a.span()), comm.rank()); }, "send to itself");
   refused([&] { comm.all_to_all(backend, stream, std::span<const float>(a.data(), 6), std::span<float>(a.data(), 6)); },
           "all_to_all in place");
@@ -342,7 +361,10 @@ rank_report run_conformance(C& comm, memo::host_backend& backend) {
       check_all_to_all<float>(comm, backend, report, n);
       check_all_to_all<std::int32_t>(comm, backend, report, n);
       check_ring(comm, backend, report, n);
+      check_broadcast<float>(comm, backend, report, n);
+      check_broadcast<std::int32_t>(comm, backend, report, n);
     }
+    check_broadcast<float>(comm, backend, report, 0);
     check_all_reduce<float>(comm, backend, report, 0, false);
     check_all_gather<float>(comm, backend, report, 0);
     check_stream_order(comm, backend, report);

@@ -31,6 +31,8 @@ TEST_CASE("communicator: payload bytes follow the simulator's convention for eac
   CHECK(memo::comm_payload_bytes(call, 4) == 160);  // the full input
   call.op = memo::comm_op::all_to_all;
   CHECK(memo::comm_payload_bytes(call, 4) == 160);  // one rank's buffer
+  call.op = memo::comm_op::broadcast;
+  CHECK(memo::comm_payload_bytes(call, 4) == 40);  // the buffer
   call.op = memo::comm_op::barrier;
   CHECK(memo::comm_payload_bytes(call, 4) == 0);
 }
@@ -53,6 +55,9 @@ TEST_CASE("communicator: checked_call gives the per-rank block and refuses wrong
     CHECK(what.find("all_gather needs recv of size() * send elements = 12, got 3") != std::string::npos);
     CHECK(what.find("rank 0/3") != std::string::npos);
   }
+  CHECK_THROWS_AS((void)comms[0].checked_call<float>(memo::comm_op::broadcast, std::span<const float>(recv),
+                                                     std::span<float>(recv)),
+                  memo::error);
   CHECK_THROWS_AS((void)comms[0].checked_call<float>(memo::comm_op::send, std::span<const float>(recv),
                                                      std::span<float>(recv)),
                   memo::error);

@@ -146,6 +146,31 @@ TEST_CASE("thread_communicator: ranks that disagree on the operation fail on eve
   for (const auto& failure : failures) CHECK(failure.find("different collectives") != std::string::npos);
 }
 
+TEST_CASE("thread_communicator: ranks that name different broadcast roots fail on every rank, naming each root") {
+  const auto failures = failures_of(run_ranks(
+      3,
+      [](thread_communicator& comm, host_backend& backend) {
+        rank_report report;
+        std::vector<float> data(4, static_cast<float>(comm.rank()));
+        auto stream = backend.make_stream("s");
+        try {
+          comm.broadcast(backend, stream, std::span<float>(data), comm.rank() == 2 ? 1 : 0);
+          backend.synchronize(stream);
+        } catch (const memo::error& e) {
+          report.problems.push_back(e.what());
+        }
+        // Nothing was written: every rank still holds its own values.
+        for (const float v : data) report.expect(v == static_cast<float>(comm.rank()), "a failed broadcast wrote data");
+        return report;
+      },
+      quick_timeout()));
+  for (const auto& failure : failures) {
+    CHECK(failure.find("different collectives") != std::string::npos);
+    CHECK(failure.find("rank 0 broadcast(float32 x 4, root 0)") != std::string::npos);
+    CHECK(failure.find("rank 2 broadcast(float32 x 4, root 1)") != std::string::npos);
+  }
+}
+
 TEST_CASE("thread_communicator: a rank that throws fails the others instead of hanging") {
   const auto failures = failures_of(run_ranks(
       3,

@@ -63,6 +63,7 @@ TEST_CASE("timed_communicator: counts calls and payload bytes of its own and of 
     timed pair = comm.split(comm.rank() / 2, comm.rank());  // two groups of 2
     std::vector<float> gathered(200);
     pair.all_gather<float>(backend, stream, std::span<const float>(a), std::span<float>(gathered));  // 800 B
+    pair.broadcast<float>(backend, stream, std::span<float>(a.data(), 25), 1);  // 100 B
     backend.synchronize(stream);
     after_calls[static_cast<std::size_t>(comm.rank())] = comm.totals();
     comm.barrier(backend, stream);
@@ -72,8 +73,8 @@ TEST_CASE("timed_communicator: counts calls and payload bytes of its own and of 
   });
   for (int r = 0; r < 4; ++r) {
     CAPTURE(r);
-    CHECK(after_calls[static_cast<std::size_t>(r)].calls == 2);
-    CHECK(after_calls[static_cast<std::size_t>(r)].payload_bytes == 400 + 800);
+    CHECK(after_calls[static_cast<std::size_t>(r)].calls == 3);
+    CHECK(after_calls[static_cast<std::size_t>(r)].payload_bytes == 400 + 800 + 100);
     CHECK(after_calls[static_cast<std::size_t>(r)].seconds > 0.0);
     CHECK(after_reset[static_cast<std::size_t>(r)].calls == 0);
     CHECK(after_reset[static_cast<std::size_t>(r)].payload_bytes == 0);

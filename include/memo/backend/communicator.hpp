@@ -19,6 +19,7 @@
 //   all_to_all(send[size * n], recv[size * n])  recv block r = block `rank` of rank r's send
 //   send(data[n], to) / recv(data[n], from)  blocking pairwise transfer
 //   send_recv(send[n], to, recv[m], from)    both at once (a ring step)
+//   broadcast(data[n], root)                 data = data of rank `root` (in place)
 //   barrier()                                every rank reaches this point
 //   split(color, key)                        sub-groups (host call, collective)
 //
@@ -66,7 +67,7 @@
 namespace memo {
 
 /// What a communicator operation does.
-enum class comm_op { all_reduce, all_gather, reduce_scatter, all_to_all, send, recv, send_recv, barrier };
+enum class comm_op { all_reduce, all_gather, reduce_scatter, all_to_all, send, recv, send_recv, barrier, broadcast };
 
 inline constexpr const char* to_string(comm_op op) {
   switch (op) {
@@ -78,6 +79,7 @@ inline constexpr const char* to_string(comm_op op) {
     case comm_op::recv: return "recv";
     case comm_op::send_recv: return "send_recv";
     case comm_op::barrier: return "barrier";
+    case comm_op::broadcast: return "broadcast";
   }
   return "unknown";
 }
@@ -106,7 +108,7 @@ struct comm_call {
   const void* send = nullptr;
   void* recv = nullptr;
   std::size_t count = 0;       ///< elements of one block (all_reduce: the whole buffer)
-  int peer = -1;               ///< send / recv / send_recv: destination (send) or source (recv)
+  int peer = -1;               ///< send / recv / send_recv: destination (send) or source (recv); broadcast: root
   int source = -1;             ///< send_recv: the rank received from
   std::size_t recv_count = 0;  ///< send_recv: elements received
 };
@@ -114,7 +116,7 @@ struct comm_call {
 /// The payload in bytes of one rank's side of `call`, as the simulator's
 /// collective cost counts it (schedule_graph.hpp `collective_seconds`):
 /// all_reduce the buffer, all_gather the gathered output, reduce_scatter
-/// the full input, all_to_all one rank's buffer.
+/// the full input, all_to_all one rank's buffer, broadcast the buffer.
 inline std::uint64_t comm_payload_bytes(const comm_call& call, int ranks) {
   const std::uint64_t block = static_cast<std::uint64_t>(call.count) * comm_type_bytes(call.type);
   switch (call.op) {
@@ -123,7 +125,8 @@ inline std::uint64_t comm_payload_bytes(const comm_call& call, int ranks) {
     case comm_op::reduce_scatter:
     case comm_op::all_to_all: return block * static_cast<std::uint64_t>(ranks);
     case comm_op::send:
-    case comm_op::recv: return block;
+    case comm_op::recv:
+    case comm_op::broadcast: return block;
     case comm_op::send_recv:
       return block + static_cast<std::uint64_t>(call.recv_count) * comm_type_bytes(call.type);
     case comm_op::barrier: return 0;
@@ -252,6 +255,19 @@ class communicator_ops {
     issue(backend, on, call);
   }
 
+  /// Rank `root`'s `data` into every other rank's `data` (the same number
+  /// of elements on every rank, the same root).
+  template <communicator_element T>
+  void broadcast(B& backend, stream_type& on, std::span<T> data, int root) {
+    expects(root >= 0 && root < self().size(), [&] {
+      return self().describe() + ": broadcast root rank " + std::to_string(root) + " is not a rank of [0, " +
+             std::to_string(self().size()) + ")";
+    });
+    auto call = make<T>(comm_op::broadcast, data.data(), data.data(), data.size());
+    call.peer = root;
+    issue(backend, on, call);
+  }
+
   void barrier(B& backend, stream_type& on) {
     comm_call call;
     call.op = comm_op::barrier;
@@ -323,6 +339,7 @@ concept Communicator =
       comm.send(backend, stream, fsend, peer);
       comm.recv(backend, stream, frecv, peer);
       comm.send_recv(backend, stream, fsend, peer, frecv, peer);
+      comm.broadcast(backend, stream, frecv, peer);
       comm.barrier(backend, stream);
       { comm.split(peer, peer) } -> std::same_as<C>;
       { const_comm.task(call) };

@@ -25,8 +25,10 @@
 //   and so does a receive that got fewer elements than it asked for. Nor
 //   does it see a float32 sent and an int32 received (the same size), or
 //   collectives of different kinds issued against each other (Open MPI
-//   matches nonblocking collectives by order, not by kind): the ranks must
-//   issue the same calls in the same order, as with every MPI program.
+//   matches nonblocking collectives by order, not by kind), or a broadcast
+//   whose ranks name different roots (undefined in MPI: it may wait until
+//   the timeout): the ranks must issue the same calls in the same order,
+//   as with every MPI program.
 // - Timeouts: MPI's calls have none, so a rank that stops taking part
 //   (stuck, or dead without the launcher noticing) would hold its peers
 //   forever. Every call is made with the nonblocking MPI-3 form (so ranks
@@ -180,6 +182,9 @@ struct mpi_comm_state {
         post(MPI_Isend(call.send, count, type, call.peer, tag, comm, &requests[1]), "MPI_Isend");
         break;
       case comm_op::barrier: check_mpi(MPI_Ibarrier(comm, &requests[0]), "MPI_Ibarrier"); break;
+      case comm_op::broadcast:
+        check_mpi(MPI_Ibcast(call.recv, count, type, call.peer, comm, &requests[0]), "MPI_Ibcast");
+        break;
     }
     // Polled rather than waited for (MPI_Waitall spins): a call that does
     // not complete within a millisecond of polling sleeps between polls,
@@ -348,6 +353,7 @@ struct mpi_comm_state {
       case comm_op::recv: return "MPI_Recv";
       case comm_op::send_recv: return "MPI_Sendrecv";
       case comm_op::barrier: return "MPI_Barrier";
+      case comm_op::broadcast: return "MPI_Bcast";
     }
     return "MPI request";
   }

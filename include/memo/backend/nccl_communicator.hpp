@@ -100,6 +100,9 @@ struct nccl_comm_state {
         check_nccl(ended, "ncclGroupEnd (send_recv)");
         return;
       }
+      case comm_op::broadcast:
+        check_nccl(ncclBroadcast(call.send, call.recv, call.count, type, call.peer, comm, stream), "ncclBroadcast");
+        return;
       case comm_op::barrier:
         check_nccl(ncclAllReduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, stream), "ncclAllReduce (barrier)");
         return;

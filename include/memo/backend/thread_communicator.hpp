@@ -20,8 +20,9 @@
 // that gave up there could free or overwrite a buffer another still reads.
 // A failure is reported on every rank as a `memo::error`, after which the
 // group refuses further calls:
-//   - ranks whose calls differ (op, element type, element count) fail when
-//     the last of them arrives, with every rank's call in the message;
+//   - ranks whose calls differ (op, element type, element count, a
+//     broadcast's root) fail when the last of them arrives, with every
+//     rank's call in the message;
 //   - a rank whose communicator is destroyed (it threw, or returned early)
 //     while others wait for it fails them at once;
 //   - a rank that never arrives fails the others after the timeout;
@@ -58,6 +59,7 @@ inline std::string describe_call(const comm_call& call) {
   if (call.op == comm_op::barrier) return "barrier()";
   std::string text = std::string(to_string(call.op)) + "(" + to_string(call.type) + " x " + std::to_string(call.count);
   if (call.op == comm_op::send_recv) text += ", recv " + std::to_string(call.recv_count);
+  if (call.op == comm_op::broadcast) text += ", root " + std::to_string(call.peer);
   return text + ")";
 }
 
@@ -289,7 +291,8 @@ class thread_group {
     const auto same = [](const posting& a, const posting& b) {
       if (a.split != b.split) return false;
       if (a.split) return true;
-      return a.call.op == b.call.op && a.call.type == b.call.type && a.call.count == b.call.count;
+      return a.call.op == b.call.op && a.call.type == b.call.type && a.call.count == b.call.count &&
+             a.call.peer == b.call.peer;  // a broadcast's root
     };
     bool all_same = true;
     for (const auto& p : postings) all_same = all_same && same(p, postings.front());
@@ -389,6 +392,12 @@ struct thread_rank {
         for (int r = 0; r < p; ++r) {
           std::copy_n(sends[static_cast<std::size_t>(r)] + n * static_cast<std::size_t>(rank), n,
                       result.data() + n * static_cast<std::size_t>(r));
+        }
+        break;
+      case comm_op::broadcast:
+        if (rank != call.peer) {
+          const T* root = sends[static_cast<std::size_t>(call.peer)];
+          result.assign(root, root + n);
         }
         break;
       default: break;  // barrier
