@@ -78,9 +78,10 @@ const char* const usage_text =
     "                    --profile a800|a100|a100x4|h100|h200|FILE --seq LEN|max\n"
     "                    [--strategy memo|fpdt|sppo|recompute|ulysses-zero3|all] [--time-limit S] [--json]\n"
     "                    [--tp N] [--cp N] [--sp N] [--pp N] [--dp N] [--subsequences N] [--alpha X] [--chunk LEN]\n"
-    "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K.\n"
+    "LEN: tokens, optionally with K (x1024) or M (x1048576), e.g. 512K. A profile FILE named like a preset\n"
+    "is read when given with a directory, e.g. ./h100.\n"
     "--tp ... --chunk fix settings instead of searching them: TP, CP, DP (memo, recompute; PP with recompute,\n"
-    "alpha with memo), SP, DP (ulysses-zero3, fpdt; the chunk with fpdt), SP, PP, N (sppo). With --strategy all\n"
+    "alpha with memo), SP, DP (ulysses-zero3, fpdt; the chunk with fpdt), SP, PP, DP, N (sppo). With --strategy all\n"
     "only the strategies that have every setting given are projected.\n";
 
 struct arguments {
@@ -510,13 +511,13 @@ int run(const arguments& a) {
     const std::optional<double> shortest =
         search ? mp::shortest_with_setting(probe, search_grid, search_limit) : std::nullopt;
     const double first = search ? shortest.value_or(search_grid) : parse_length(a.seq);
-    // A length at which no setting can be counted does not end the other
-    // strategies' answers (asked about one strategy, it is the error).
+    // A length at which no setting can be counted needs more than any
+    // memory: that strategy does not fit (exit status 3, as with `all`),
+    // and the other strategies are still answered.
     auto counted = [&](double s) -> std::optional<mp::projection> {
       try {
         return project(s, true);
       } catch (const mp::uncountable_projection& e) {
-        if (kinds.size() == 1) throw;
         r.uncountable = e.message();
         return std::nullopt;
       }

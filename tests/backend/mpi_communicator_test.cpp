@@ -211,8 +211,9 @@ TEST_CASE("mpi_communicator: a message shorter than the receive is a memo::error
     const std::string short_recv =
         error_of(backend, stream, [&] { pair.recv(backend, stream, std::span<float>(data), 0); });
     CHECK(short_recv.find("recv of 8 float32 from rank 0 got 4 (the sender sent fewer)") != std::string::npos);
+    // Outside the lambda: the stream receives into it after the lambda returns.
+    std::vector<float> six(6);
     const std::string short_exchange = error_of(backend, stream, [&] {
-      std::vector<float> six(6);
       pair.send_recv(backend, stream, std::span<const float>(data.data(), 3), 0, std::span<float>(six), 0);
     });
     CHECK(short_exchange.find("send_recv of 6 float32 from rank 0 got 3") != std::string::npos);

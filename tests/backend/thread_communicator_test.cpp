@@ -171,6 +171,34 @@ TEST_CASE("thread_communicator: ranks that name different broadcast roots fail o
   }
 }
 
+TEST_CASE("thread_communicator: a broadcast call built without the root check fails every rank, reading nothing") {
+  // make() leaves the root unchecked (-1 by default); every rank agreeing
+  // on a root outside the group must not read past the ranks' buffers.
+  for (const int root : {-1, 3}) {
+    CAPTURE(root);
+    const auto failures = failures_of(run_ranks(
+        3,
+        [root](thread_communicator& comm, host_backend& backend) {
+          rank_report report;
+          std::vector<float> data(4, 1.0f);
+          auto call = thread_communicator::make<float>(memo::comm_op::broadcast, data.data(), data.data(), 4);
+          call.peer = root;
+          auto stream = backend.make_stream("s");
+          try {
+            backend.enqueue(stream, comm.task(call));
+            backend.synchronize(stream);
+          } catch (const memo::error& e) {
+            report.problems.push_back(e.what());
+          }
+          return report;
+        },
+        quick_timeout()));
+    for (const auto& failure : failures) {
+      CHECK(failure.find("the root is not a rank of [0, 3)") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("thread_communicator: a rank that throws fails the others instead of hanging") {
   const auto failures = failures_of(run_ranks(
       3,

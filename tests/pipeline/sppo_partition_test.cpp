@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "memo/pipeline/sppo_partition.hpp"
@@ -63,6 +64,51 @@ TEST_CASE("sppo_partition: flops-balanced partition is optimal against brute for
         }
       }
     }
+  }
+}
+
+TEST_CASE("sppo_partition: long sequences get the partition a plain bisection of every cut gives") {
+  // The reference: the smallest bound some greedy cover meets, each cut the
+  // last unit whose cost stays within it, found by bisection alone.
+  auto reference = [](std::uint64_t length, std::size_t n, const memo::causal_cost_weights& w, std::uint64_t cap,
+                      std::uint64_t unit) {
+    auto cover = [&](std::uint64_t limit, std::vector<std::uint64_t>& cuts) {
+      cuts.assign(1, 0);
+      for (std::uint64_t a = 0; a < length / unit;) {
+        std::uint64_t lo = a, hi = std::min(length / unit, a + cap / unit);
+        while (lo < hi) {
+          const std::uint64_t mid = lo + (hi - lo + 1) / 2;
+          if (memo::causal_cost(a * unit, mid * unit, w) <= limit) lo = mid; else hi = mid - 1;
+        }
+        if (lo == a || cuts.size() > n) return false;
+        cuts.push_back(lo * unit);
+        a = lo;
+      }
+      return cuts.size() - 1 <= n;
+    };
+    std::vector<std::uint64_t> cuts;
+    std::uint64_t lo = 1, hi = memo::causal_cost(0, length, w);
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (cover(mid, cuts)) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+  };
+  std::mt19937_64 random(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::uint64_t unit = trial % 3 == 0 ? 4096 : 1;
+    const std::uint64_t length = unit * (1 + random() % (trial % 2 == 0 ? (1ull << 20) : (1ull << 31) / unit));
+    const std::size_t n = 1 + random() % std::min<std::uint64_t>(64, length / unit);
+    const memo::causal_cost_weights w{trial % 5 == 0 ? 0 : 1 + random() % 50000, trial % 7 == 0 && trial % 5 != 0 ? 0u : 1u};
+    const std::uint64_t cap = trial % 4 == 0 ? (length / n + unit) / unit * unit * 2 : length;
+    CAPTURE(length);
+    CAPTURE(n);
+    CAPTURE(unit);
+    CAPTURE(cap);
+    const auto p = memo::flops_balanced_partition(length, n, w, cap, unit);
+    REQUIRE(p.count() == n);
+    CHECK(p.length() == length);
+    CHECK(memo::max_cost(p, w) == reference(length, n, w, std::min(cap, length) / unit * unit, unit));
   }
 }
 

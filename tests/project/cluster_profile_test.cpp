@@ -135,6 +135,13 @@ TEST_CASE("cluster_profile: a byte-order mark, CRLF line ends and binary junk") 
   std::string crlf;
   for (char c : good) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
   CHECK(parse_cluster_profile(crlf, "crlf.profile").gpus_per_node == 4);
+  // Old Mac line ends (a lone CR), after a comment line: every field is
+  // read, and the line numbers count them.
+  std::string cr = "# a comment\r";
+  for (char c : good) cr += c == '\n' ? '\r' : c;
+  CHECK(parse_cluster_profile(cr, "cr.profile").gpus_per_node == 4);
+  CHECK_THROWS_WITH(parse_cluster_profile(cr + "bogus = 1\r", "cr.profile"),
+                    doctest::Contains("cr.profile:13: unknown field 'bogus'"));
   // Bytes from the file are quoted with control and non-ASCII bytes escaped.
   CHECK_THROWS_WITH(parse_cluster_profile(std::string("\x01\xff junk\n"), "j"),
                     doctest::Contains("j:1: expected 'key = value', got '\\x01\\xff junk'"));

@@ -42,8 +42,17 @@ TEST_CASE("sppo: settings obey section 6.1's restrictions") {
     CHECK(r.chosen.subsequences >= r.chosen.pp);
     CHECK(static_cast<int>(r.chosen.alpha_i.size()) == r.chosen.subsequences);
   }
-  // Not whole nodes: no setting.
-  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072).empty());
+  // Not whole nodes (6 GPUs, 4 a node): copies of pipelines that divide a
+  // node, as many as the GPUs hold (4 GPUs: one; 2: three; 1: six).
+  const auto copies = mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072);
+  REQUIRE_FALSE(copies.empty());
+  for (const auto& r : copies) {
+    const int gpus = r.chosen.sp * r.chosen.pp;
+    CAPTURE(gpus);
+    CHECK(4 % gpus == 0);
+    CHECK(r.chosen.dp == (gpus == 4 ? 1 : 6 / gpus));
+    CHECK(8 % r.chosen.pp == 0);
+  }
 }
 
 TEST_CASE("sppo: one stage's step is its work, by hand from the FLOPs") {
@@ -132,14 +141,20 @@ TEST_CASE("sppo: a setting that does not fit is timed by the closed form, not si
 
 TEST_CASE("sppo: when no setting applies, the reason says which rule and where") {
   std::string why;
-  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072, true, &why).empty());
-  CHECK(why == "SPPO's stages need whole nodes: 6 GPUs are not a multiple of 4 per node");
-  // 12 GPUs: SP 4 leaves PP 3, which does not divide 8 layers; SP 3 does not divide the 4 heads.
-  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(12), 131072, true, &why).empty());
+  // 1K tokens: no N of 2K-16K tokens, on any pipeline; 6 GPUs are not whole nodes either.
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 1024, true, &why).empty());
+  CHECK(why.find("one pipeline over every GPU needs whole nodes (6 GPUs are not a multiple of 4) (every SP)") !=
+        std::string::npos);
+  CHECK(why.find("no subsequence count N with 2048 to 16384 tokens each") != std::string::npos);
+  // 12 GPUs: SP 4 leaves PP 3, which does not divide 8 layers (so copies of
+  // smaller pipelines run instead, but not at 1K tokens).
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(12), 1024, true, &why).empty());
   CHECK(why.find("PP must divide the layers (8) (SP 4 PP 3)") != std::string::npos);
-  // 16 GPUs at 4K tokens: no N of 2K-16K tokens reaches N >= PP.
+  // 16 GPUs at 4K tokens: no N of 2K-16K tokens reaches N >= PP (one
+  // pipeline over every GPU exists, so no copies of a shallower one run).
   CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(16), 4096, true, &why).empty());
   CHECK(why.find("no subsequence count N with 2048 to 16384 tokens each") != std::string::npos);
+  CHECK(why.find("copies") == std::string::npos);
 }
 
 TEST_CASE("sppo: a setting that cannot fit before the schedule still reports its host memory") {

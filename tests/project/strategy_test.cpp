@@ -213,15 +213,18 @@ TEST_CASE("strategy: bad lengths and clusters are errors naming the value") {
   const mp::cluster huge{mp::load_cluster_profile("a800"), 1 << 21, 8};
   CHECK_THROWS_WITH(mp::project(mp::strategy::ulysses_zero3, small, huge, 65536),
                     doctest::Contains("at most 1048576 GPUs, got 2097152"));
-  // SPPO needs whole nodes; Ulysses' SP must divide the heads.
-  const mp::cluster six{mp::load_cluster_profile("a800"), 12, 8};
-  CHECK_FALSE(mp::project(mp::strategy::sppo, small, six, 1 << 20));
+  // SPPO's one pipeline needs whole nodes: on 12 GPUs it runs on 8 of them.
+  const mp::cluster twelve{mp::load_cluster_profile("a800"), 12, 8};
+  const auto sppo = mp::project(mp::strategy::sppo, small, twelve, 1 << 20);
+  REQUIRE(sppo);
+  CHECK(sppo->chosen.gpus() == 8);
 }
 
-TEST_CASE("strategy: more GPUs never fit less, GPU by GPU (Megatron and Ulysses may leave GPUs idle)") {
+TEST_CASE("strategy: more GPUs never fit less, GPU by GPU (every strategy may leave GPUs idle)") {
   // Every count from 1 to 20 GPUs, 8 per node, against every smaller count.
   for (auto kind : {mp::strategy::memo, mp::strategy::recompute, mp::strategy::ulysses_zero3, mp::strategy::fpdt,
-                    mp::strategy::recompute_planned, mp::strategy::swap_planned}) {
+                    mp::strategy::recompute_planned, mp::strategy::swap_planned, mp::strategy::sppo,
+                    mp::strategy::sppo_recompute}) {
     std::vector<double> reached;
     for (int gpus = 1; gpus <= 20; ++gpus) {
       const mp::cluster c{mp::load_cluster_profile("a800"), gpus, 8};
@@ -245,11 +248,19 @@ TEST_CASE("strategy: more GPUs never fit less, GPU by GPU (Megatron and Ulysses 
 
 TEST_CASE("strategy: why no setting applies, for SPPO only") {
   const mp::cluster twelve{mp::load_cluster_profile("a800"), 12, 8};
-  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, twelve, 1 << 20) ==
-        "SPPO's stages need whole nodes: 12 GPUs are not a multiple of 8 per node");
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, twelve, 1024) ==
+        "no SP x PP x N of section 6.1 on 12 GPUs (8 per node) at 1024 tokens, nor copies of a smaller pipeline: "
+        "one pipeline over every GPU needs whole nodes (12 GPUs are not a multiple of 8) (every SP); no "
+        "subsequence count N with 2048 to 16384 tokens each, N >= PP and N <= 1048576 (SP 8 PP 1)");
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, twelve, 1 << 20).empty());
+  // 40 GPUs: SP 8 leaves PP 5, which does not divide 32 layers: one copy of SP 8 x PP 4 (or
+  // five of SP 8 x PP 1, ...) runs instead.
   const mp::cluster forty{mp::load_cluster_profile("a800"), 40, 8};
-  CHECK_FALSE(mp::project(mp::strategy::sppo, small, forty, 1 << 20));
-  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, forty, 1 << 20).find(
+  const auto copies = mp::project(mp::strategy::sppo, small, forty, 1 << 20);
+  REQUIRE(copies);
+  CHECK(copies->chosen.gpus() <= 40);
+  CHECK(copies->chosen.pp != 5);
+  CHECK(mp::no_setting_reason(mp::strategy::sppo, small, forty, 1024).find(
             "PP must divide the layers (32) (SP 8 PP 5)") != std::string::npos);
   const mp::cluster eight{mp::load_cluster_profile("a800"), 8, 8};
   CHECK(mp::no_setting_reason(mp::strategy::sppo, small, eight, 1 << 20).empty());
@@ -530,7 +541,8 @@ TEST_CASE("strategy: a pinned N is taken outside section 6.1's 2K-16K tokens per
   CHECK(mp::no_setting_reason(mp::strategy::sppo, small, c, 65536, many).find(
             "N x SP must not exceed the 65536 tokens (at least one per GPU), got 16384 x 8 (SP 8 PP 1)") !=
         std::string::npos);
-  // On 4 nodes every SP x PP has PP >= 4: N = 2 is below all of them.
+  // On 4 nodes every SP x PP has PP >= 4: N = 2 is below all of them (and
+  // one pipeline over every GPU exists, so no copies of smaller ones run).
   const mp::cluster four_nodes{mp::load_cluster_profile("a800"), 32, 8};
   mp::settings_pin two;
   two.subsequences = 2;

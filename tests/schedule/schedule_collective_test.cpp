@@ -58,6 +58,25 @@ memo::stream_schedule rank_schedule(memo::thread_communicator& comm, std::vector
   return schedule;
 }
 
+/// Executes rank r's schedule on thread r, each on a backend of its own;
+/// what each rank failed with ("" = nothing).
+std::vector<std::string> execute_on_threads(std::vector<memo::stream_schedule>& schedules) {
+  std::vector<std::string> failures(schedules.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < schedules.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        memo::host_backend backend;
+        schedules[r].execute(backend);
+      } catch (const std::exception& e) {
+        failures[r] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return failures;
+}
+
 }  // namespace
 
 TEST_CASE("schedule_collective: a 2-rank all_reduce schedule executes on threads and simulates on the comm stream") {
@@ -65,19 +84,7 @@ TEST_CASE("schedule_collective: a 2-rank all_reduce schedule executes on threads
   std::vector<std::vector<float>> gradients(2, std::vector<float>(elements, -1.0f));
   std::vector<memo::stream_schedule> schedules;
   for (int r = 0; r < 2; ++r) schedules.push_back(rank_schedule(comms[static_cast<std::size_t>(r)], gradients[static_cast<std::size_t>(r)]));
-  std::vector<std::string> failures(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        memo::host_backend backend;
-        schedules[static_cast<std::size_t>(r)].execute(backend);
-      } catch (const std::exception& e) {
-        failures[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& rank : ranks) rank.join();
+  const std::vector<std::string> failures = execute_on_threads(schedules);
   CHECK(failures[0].empty());
   CHECK(failures[1].empty());
   // (1 + 2) * (i % 10) summed over the ranks, then averaged over 2.
@@ -102,6 +109,41 @@ TEST_CASE("schedule_collective: a 2-rank all_reduce schedule executes on threads
   CHECK(schedule.op(schedule.find("all_reduce gradients")).spec.index() == 2);
   CHECK(std::get<memo::collective_op>(schedule.op(schedule.find("all_reduce gradients")).spec).communicator ==
         comms[0].describe());
+}
+
+TEST_CASE("schedule_collective: a 3-rank broadcast executes from its root and simulates as the whole buffer over the link") {
+  constexpr int ranks = 3;
+  constexpr int root = 2;
+  auto comms = memo::thread_communicator::create_group(ranks);
+  std::vector<std::vector<float>> data(ranks);
+  std::vector<memo::stream_schedule> schedules(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    auto& mine = data[static_cast<std::size_t>(r)];
+    mine.assign(elements, float(r) - 5.0f);
+    auto& schedule = schedules[static_cast<std::size_t>(r)];
+    schedule.add_stream("comm");
+    memo::add_broadcast<memo::thread_communicator, float>(schedule, "weights", "comm", comms[static_cast<std::size_t>(r)],
+                                                          std::span<float>(mine), root);
+  }
+  const std::vector<std::string> failures = execute_on_threads(schedules);
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    CHECK(failures[static_cast<std::size_t>(r)].empty());
+    std::size_t wrong = 0;
+    for (const float v : data[static_cast<std::size_t>(r)]) wrong += v != float(root) - 5.0f;
+    CHECK(wrong == 0);
+  }
+  const auto simulated = schedules[0].simulate(test_profile());
+  const auto& op = simulated.op(schedules[0].find("weights"));
+  CHECK(op.bytes == elements * sizeof(float));
+  // Pipelined broadcast: every rank but the root receives the whole buffer.
+  CHECK(op.duration_seconds() == doctest::Approx(4000.0 / 4e9));
+  CHECK(std::get<memo::collective_op>(schedules[0].op(schedules[0].find("weights")).spec).kind ==
+        memo::collective_kind::broadcast);
+  // A root outside the group is refused when the op is added.
+  CHECK_THROWS_AS((memo::add_broadcast<memo::thread_communicator, float>(schedules[0], "bad", "comm", comms[0],
+                                                                         std::span<float>(data[0]), ranks)),
+                  memo::error);
 }
 
 TEST_CASE("schedule_collective: shapes are checked when the op is added, and send/recv are not schedule collectives") {

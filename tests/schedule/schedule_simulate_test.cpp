@@ -107,6 +107,8 @@ TEST_CASE("stream_schedule: the cost model follows its formulas") {
       "rs", "s", {.kind = collective_kind::reduce_scatter, .bytes = 2000, .ranks = 2});
   const op_id single = schedule.add_collective(
       "one rank", "s", {.kind = collective_kind::all_reduce, .bytes = 2000, .ranks = 1});
+  const op_id broadcast = schedule.add_collective(
+      "bcast", "s", {.kind = collective_kind::broadcast, .bytes = 2000, .ranks = 4});
   CHECK(schedule.modelled_seconds(roofline, profile) == doctest::Approx(1.0));
   // With 2000 B/s of device memory bandwidth, 4000 bytes take 2 s > 1 s of FLOPs.
   CHECK(schedule.modelled_seconds(roofline, profile, {.device_memory_bytes_per_second = 2000.0}) ==
@@ -117,6 +119,8 @@ TEST_CASE("stream_schedule: the cost model follows its formulas") {
   CHECK(schedule.modelled_seconds(reduce_scatter, profile, {.collective_latency_seconds = 0.5}) ==
         doctest::Approx(1.5));
   CHECK(schedule.modelled_seconds(single, profile) == 0.0);
+  // 2000 B at 1000 B/s: the whole buffer reaches every rank, not (p-1)/p of it.
+  CHECK(schedule.modelled_seconds(broadcast, profile) == doctest::Approx(2.0));
 
   auto no_links = profile;
   no_links.interconnect_bytes_per_second = 0.0;

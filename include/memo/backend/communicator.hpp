@@ -27,8 +27,9 @@
 // (send and recv the same span). The shapes above are checked when an
 // operation is issued, so a wrong size is a `memo::error` at the call.
 // All ranks must issue the same collectives in the same order with the same
-// element counts (per stream order; keep one communicator's collectives on
-// one stream or order them with events). An implementation detects what it
+// element counts and, for a broadcast, the same root (per stream order;
+// keep one communicator's collectives on one stream or order them with
+// events). An implementation detects what it
 // can of a mismatch and reports it on every rank instead of hanging.
 // A blocking `send` and its matching `recv` on the *same* stream of two ranks
 // that also wait for each other in the other direction deadlock, as NCCL
@@ -215,7 +216,8 @@ class communicator_ops {
         return make<T>(op, send.data(), recv.data(), send.size() / p);
       default:
         throw error(self().describe() + ": checked_call takes all_reduce, all_gather, reduce_scatter or "
-                    "all_to_all, not " + to_string(op));
+                    "all_to_all, not " + to_string(op) +
+                    (op == comm_op::broadcast ? " (use broadcast_call)" : ""));
     }
   }
 
@@ -259,13 +261,19 @@ class communicator_ops {
   /// of elements on every rank, the same root).
   template <communicator_element T>
   void broadcast(B& backend, stream_type& on, std::span<T> data, int root) {
+    issue(backend, on, broadcast_call<T>(data, root));
+  }
+  /// The call `broadcast(data, root)` would issue, after its check of the
+  /// root (for a stream_schedule's collective op).
+  template <communicator_element T>
+  [[nodiscard]] comm_call broadcast_call(std::span<T> data, int root) const {
     expects(root >= 0 && root < self().size(), [&] {
       return self().describe() + ": broadcast root rank " + std::to_string(root) + " is not a rank of [0, " +
              std::to_string(self().size()) + ")";
     });
     auto call = make<T>(comm_op::broadcast, data.data(), data.data(), data.size());
     call.peer = root;
-    issue(backend, on, call);
+    return call;
   }
 
   void barrier(B& backend, stream_type& on) {

@@ -26,9 +26,10 @@
 //   does it see a float32 sent and an int32 received (the same size), or
 //   collectives of different kinds issued against each other (Open MPI
 //   matches nonblocking collectives by order, not by kind), or a broadcast
-//   whose ranks name different roots (undefined in MPI: it may wait until
-//   the timeout): the ranks must issue the same calls in the same order,
-//   as with every MPI program.
+//   whose ranks name different roots (erroneous in MPI: some ranks may
+//   return with another rank's data while others wait, until the timeout
+//   or forever without one): the ranks must issue the same calls in the
+//   same order, as with every MPI program.
 // - Timeouts: MPI's calls have none, so a rank that stops taking part
 //   (stuck, or dead without the launcher noticing) would hold its peers
 //   forever. Every call is made with the nonblocking MPI-3 form (so ranks
@@ -214,6 +215,8 @@ struct mpi_comm_state {
             (call.op == comm_op::send || call.op == comm_op::recv ? " with rank " + std::to_string(call.peer)
              : call.op == comm_op::send_recv ? " sending to rank " + std::to_string(call.peer) +
                                                    " and receiving from rank " + std::to_string(call.source)
+             : call.op == comm_op::broadcast ? " from root " + std::to_string(call.peer) + " (" +
+                                                   std::to_string(call.count) + " elements) for its peers"
                                              : std::string(" for its peers"));
         int failure = MPI_SUCCESS;
         MPI_Status received{};

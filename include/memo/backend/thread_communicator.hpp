@@ -296,6 +296,13 @@ class thread_group {
     };
     bool all_same = true;
     for (const auto& p : postings) all_same = all_same && same(p, postings.front());
+    const comm_call& first = postings.front().call;
+    if (all_same && !postings.front().split && first.op == comm_op::broadcast &&
+        (first.peer < 0 || static_cast<std::size_t>(first.peer) >= postings.size())) {
+      // Only a call built without communicator_ops' check gets here.
+      return "every rank issued " + describe_call(first) + ", but the root is not a rank of [0, " +
+             std::to_string(postings.size()) + ")";
+    }
     if (all_same) return std::nullopt;
     std::string text = "ranks issued different collectives:";
     for (std::size_t r = 0; r < postings.size(); ++r) {
@@ -395,10 +402,8 @@ struct thread_rank {
         }
         break;
       case comm_op::broadcast:
-        if (rank != call.peer) {
-          const T* root = sends[static_cast<std::size_t>(call.peer)];
-          result.assign(root, root + n);
-        }
+        // Only the root's buffer is read, so the others may write theirs now.
+        if (rank != call.peer) std::copy_n(sends[static_cast<std::size_t>(call.peer)], n, static_cast<T*>(call.recv));
         break;
       default: break;  // barrier
     }

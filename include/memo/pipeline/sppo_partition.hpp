@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -142,13 +143,31 @@ inline bool greedy_cover(std::uint64_t length, std::size_t n, std::uint64_t limi
   boundaries.assign(1, 0);
   std::uint64_t a = 0;  // in units
   const std::uint64_t units = length / unit, max_units = max_tokens / unit;
+  const double linear = static_cast<double>(w.linear_weight), pairs = static_cast<double>(w.attention_weight);
   while (a < units) {
     if (boundaries.size() > n) return false;
-    // Largest b in (a, min(units, a + max_units)] with cost(a, b) <= limit.
+    // Largest b in (a, min(units, a + max_units)] with cost(a, b) <= limit,
+    // by bisection over a bracket around the real root of
+    // L (x - a) + A (x (x + 1) - a (a + 1)) / 2 = limit (x in tokens), which
+    // holds it unless rounding moved the root by more than a unit; then
+    // over the whole range.
     std::uint64_t lo = a, hi = std::min(units, a + max_units);
+    const auto fits = [&](std::uint64_t b) { return causal_cost(a * unit, b * unit, w) <= limit; };
+    {
+      const double at = static_cast<double>(a * unit);
+      const double budget = linear * at + pairs * at * (at + 1) / 2 + static_cast<double>(limit);
+      const double p = pairs / 2 + linear;
+      const double x = pairs == 0 ? budget / linear : (std::sqrt(p * p + 2 * pairs * budget) - p) / pairs;
+      const double guess = std::floor(x / static_cast<double>(unit));
+      if (std::isfinite(guess) && guess >= static_cast<double>(lo) && guess <= static_cast<double>(hi)) {
+        const auto g = static_cast<std::uint64_t>(guess);
+        const std::uint64_t below = g > lo + 2 ? g - 2 : lo, above = std::min(hi, g + 2);
+        if ((below == lo || fits(below)) && (above == hi || !fits(above + 1))) lo = below, hi = above;
+      }
+    }
     while (lo < hi) {
       const std::uint64_t mid = lo + (hi - lo + 1) / 2;
-      if (causal_cost(a * unit, mid * unit, w) <= limit) lo = mid; else hi = mid - 1;
+      if (fits(mid)) lo = mid; else hi = mid - 1;
     }
     if (lo == a) return false;
     boundaries.push_back(lo * unit);

@@ -284,7 +284,7 @@ inline std::vector<std::string_view> pin_fields(strategy kind) {
     case strategy::ulysses_zero3: return {"sp", "dp"};
     case strategy::fpdt: return {"sp", "dp", "chunk"};
     case strategy::sppo:
-    case strategy::sppo_recompute: return {"sp", "pp", "subsequences"};
+    case strategy::sppo_recompute: return {"sp", "pp", "dp", "subsequences"};
   }
   return {};
 }

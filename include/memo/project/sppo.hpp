@@ -11,7 +11,8 @@
 // partitioning, is simulated by pipeline/sppo_schedule.hpp; the settings
 // obey section 6.1's restrictions as pipeline/sppo_solver.hpp states them
 // (`sppo_candidate_allowed`: SP divides a node, SP x PP = all GPUs, PP
-// divides the layers, N >= PP). Section 6.1 bounds the work per
+// divides the layers, N >= PP); on a cluster where no SP x PP is every GPU,
+// copies of smaller pipelines run data-parallel (`sppo_settings`). Section 6.1 bounds the work per
 // subsequence at 2K-16K tokens "per layer per device"; Table 4's settings
 // (7B: 512K/32 = 16K ... 1024K/160 = 6.4K tokens per subsequence, i.e.
 // 2K ... 0.8K per GPU) keep s/N, not s/(N SP), in that range, so this
@@ -116,7 +117,10 @@ enum class sppo_pipeline {
   multiplexed,  ///< Left-SP and Right-SP subsequences split over idle stages
 };
 
-/// `kind` (sppo or sppo-recompute) with SP x PP GPUs and N subsequences.
+/// `kind` (sppo or sppo-recompute) with SP x PP GPUs and N subsequences
+/// (`replicas` such pipelines, each on its own sequence, data-parallel:
+/// Adam's states sharded over them, their gradient sums not timed, as in
+/// megatron.hpp).
 /// A setting whose work alone (its step without any bubble) already
 /// exceeds `prune_above` seconds cannot be the best; it is timed by section
 /// 3.3's closed form instead of the simulator. `pipeline` other than
@@ -126,7 +130,7 @@ enum class sppo_pipeline {
 /// error).
 inline projection sppo(strategy kind, const model_shape& m, const cluster& c, double s, int sp, int pp, int n,
                        double prune_above = std::numeric_limits<double>::infinity(),
-                       sppo_pipeline pipeline = sppo_pipeline::shorter) {
+                       sppo_pipeline pipeline = sppo_pipeline::shorter, int replicas = 1) {
   const auto& p = c.profile;
   const bool offload = kind == strategy::sppo;
   const double h = m.hidden, L = m.layers, layers = L / pp;
@@ -138,6 +142,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   r.sequence = s;
   r.chosen.sp = sp;
   r.chosen.pp = pp;
+  r.chosen.dp = replicas;
   r.chosen.subsequences = n;
 
   // Memory that does not depend on the schedule first: when the model
@@ -205,7 +210,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   auto& d = r.device;
   d.params = 2 * stage_parameters / sp;
   d.grads = 4 * stage_parameters / sp;
-  d.optimizer = 12 * stage_parameters / sp;
+  d.optimizer = 12 * stage_parameters / (static_cast<double>(sp) * replicas);  // sharded over the replicas
   d.framework = framework_bytes;
   d.planned = offload;
   const transformer_layer per_token = m.layer(sp, sp, 1);  // sp tokens: bytes one GPU keeps per token x sp
@@ -314,16 +319,21 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
   return out;
 }
 
-/// Every (SP, PP, N) section 6.1 allows (see the header comment); with
-/// `simulate` false, only the N needing the least memory, timed by the
-/// closed form (whether some setting fits is the same either way). Only
-/// the SP and PP of `pin` are tried when it has them (so the fastest
-/// setting that prunes the simulation of slower ones is one of them); its
-/// N is the only one tried, outside the 2K-16K tokens per subsequence
-/// (still N >= PP, N x SP at most the tokens, and N at most
-/// `sppo_max_pinned_subsequences`). When none is allowed and `why` is
-/// given, it is set to the reasons, each with the first (SP, PP) it
-/// rejected.
+/// Every (SP, PP, N) section 6.1 allows (see the header comment): one
+/// pipeline over every GPU. Where no SP x PP can use every GPU at any
+/// length (PP would not divide the layers, SP the heads, or the GPUs are
+/// not whole nodes), as many copies of
+/// each smaller pipeline as the nodes hold run data-parallel (DP), each
+/// copy inside a node or on whole nodes, the remaining GPUs idle; so more
+/// GPUs never fit a shorter sequence. With `simulate` false, only the N
+/// needing the least memory, timed by the closed form (whether some
+/// setting fits is the same either way). Only the SP and PP of `pin` are
+/// tried when it has them (so the fastest setting that prunes the
+/// simulation of slower ones is one of them); its N is the only one tried,
+/// outside the 2K-16K tokens per subsequence (still N >= PP, N x SP at
+/// most the tokens, and N at most `sppo_max_pinned_subsequences`). When
+/// none is allowed and `why` is given, it is set to the reasons, each with
+/// the first (SP, PP) it rejected.
 inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m, const cluster& c, double s,
                                              bool simulate = true, std::string* why = nullptr,
                                              const settings_pin& pin = {}) {
@@ -336,42 +346,35 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
     }
     rejected.emplace_back(std::move(reason), "SP " + std::to_string(sp) + " PP " + std::to_string(pp));
   };
-  auto explain = [&](std::string text) {
-    if (why) *why = std::move(text);
-    return out;
-  };
   const int per_node = std::min(c.gpus_per_node, c.gpus);
-  if (c.gpus % per_node != 0) {
-    return explain("SPPO's stages need whole nodes: " + std::to_string(c.gpus) + " GPUs are not a multiple of " +
-                   std::to_string(per_node) + " per node");
-  }
-  sppo_solver_input rules;
-  rules.sequence_length = static_cast<std::uint64_t>(s);
-  rules.hidden = static_cast<std::uint64_t>(m.hidden);
-  rules.layers = m.layers;
-  rules.nodes = c.gpus / per_node;
-  rules.profile = c.profile.device();
-  rules.profile.gpus_per_node = per_node;
-  rules.profile.device_memory_bytes = ~std::uint64_t{0} / 4;  // memory is judged by this model
-  rules.min_tokens = 1;
-  rules.max_tokens = rules.sequence_length;
-  double fastest = std::numeric_limits<double>::infinity();  // of the settings that fit
-  for (int sp = per_node; sp >= 1; --sp) {
-    if (c.gpus % sp != 0) continue;
-    const int pp = c.gpus / sp;
-    if ((pin.sp && *pin.sp != sp) || (pin.pp && *pin.pp != pp)) continue;
+  double fastest = std::numeric_limits<double>::infinity();  // seconds per sequence of the settings that fit
+  // The settings of `replicas` pipelines of SP x PP GPUs each.
+  auto add_pipelines = [&](int sp, int pp, int replicas) {
+    if ((pin.sp && *pin.sp != sp) || (pin.pp && *pin.pp != pp) || (pin.dp && *pin.dp != replicas)) return;
     if (!m.splits_over(sp)) {
       char ffn[32];
       std::snprintf(ffn, sizeof ffn, "%.0f", m.ffn_width());
       reject(sp, pp, "SP must divide the heads (" + std::to_string(m.heads) + "), key/value heads (" +
                          std::to_string(m.kv_head_count()) + ") and FFN width (" + ffn + ")");
-      continue;
+      return;
     }
     // Before the length's rules: no length makes this PP divide the layers.
     if (m.layers % pp != 0) {
       reject(sp, pp, "PP must divide the layers (" + std::to_string(m.layers) + ")");
-      continue;
+      return;
     }
+    // Section 6.1's rules, for one pipeline: its SP x PP GPUs are all it has.
+    const int gpus = sp * pp;
+    sppo_solver_input rules;
+    rules.sequence_length = static_cast<std::uint64_t>(s);
+    rules.hidden = static_cast<std::uint64_t>(m.hidden);
+    rules.layers = m.layers;
+    rules.profile = c.profile.device();
+    rules.profile.gpus_per_node = std::min(per_node, gpus);
+    rules.nodes = gpus / rules.profile.gpus_per_node;
+    rules.profile.device_memory_bytes = ~std::uint64_t{0} / 4;  // memory is judged by this model
+    rules.min_tokens = 1;
+    rules.max_tokens = rules.sequence_length;
     std::vector<int> counts = sppo_subsequence_counts(s, pp);
     if (subsequences) {
       counts.clear();
@@ -403,25 +406,65 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
         reject(sp, pp, reason);
         continue;
       }
-      add_setting(out, kind, s, {.sp = sp, .pp = pp, .subsequences = n},
-                  [&] { return sppo(kind, m, c, s, sp, pp, n, simulate ? fastest : 0.0); });
-      if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds);
+      add_setting(out, kind, s, {.sp = sp, .pp = pp, .dp = replicas, .subsequences = n}, [&] {
+        return sppo(kind, m, c, s, sp, pp, n, simulate ? fastest * replicas : 0.0, sppo_pipeline::shorter, replicas);
+      });
+      if (out.back().fits()) fastest = std::min(fastest, out.back().step_seconds / replicas);
+    }
+  };
+  // Section 6.1: one pipeline over every GPU, on whole nodes, when the
+  // cluster has such a shape (whatever the length: a length too short for
+  // it has no setting, so that fitting stays monotone in the length).
+  const bool whole_nodes = c.gpus % per_node == 0;
+  bool one_pipeline = false;
+  for (int sp = per_node; sp >= 1 && whole_nodes; --sp) {
+    one_pipeline = one_pipeline || (per_node % sp == 0 && c.gpus % sp == 0 && m.splits_over(sp) &&
+                                    m.layers % (c.gpus / sp) == 0);
+  }
+  if (whole_nodes) {
+    for (int sp = per_node; sp >= 1; --sp) {
+      if (c.gpus % sp == 0) add_pipelines(sp, c.gpus / sp, 1);
+    }
+  }
+  // Otherwise copies of smaller pipelines: SP x PP dividing a node's GPUs
+  // (so many copies to a node, a partial node holding what it can) or a
+  // whole number of nodes.
+  if (!one_pipeline) {
+    const int node = c.gpus_per_node;
+    for (int sp = std::min(node, c.gpus); sp >= 1; --sp) {
+      if (node % sp != 0) continue;
+      for (int pp = 1; static_cast<std::int64_t>(sp) * pp < c.gpus; ++pp) {
+        const int gpus = sp * pp;
+        if (m.layers % pp != 0 || (node % gpus != 0 && gpus % node != 0)) continue;
+        const int replicas =
+            gpus <= node ? (c.gpus / node) * (node / gpus) + (c.gpus % node) / gpus : c.gpus / gpus;
+        add_pipelines(sp, pp, replicas);
+      }
     }
   }
   if (!out.empty()) return out;
-  char length[32];
-  std::snprintf(length, sizeof length, "%.0f", s);
-  std::string text = "no SP x PP x N of section 6.1 on " + std::to_string(c.gpus) + " GPUs (" +
-                     std::to_string(per_node) + " per node) at " + length + " tokens: ";
-  if (rejected.empty()) {
-    return explain(text + "SP must divide the GPUs of a node (" + std::to_string(per_node) +
-                   ") and SP x PP use every GPU, which no " + pin.only("sp").text() +
-                   (pin.sp && pin.pp ? " " : "") + pin.only("pp").text() + " does");
+  if (why) {
+    char length[32];
+    std::snprintf(length, sizeof length, "%.0f", s);
+    std::string text = "no SP x PP x N of section 6.1 on " + std::to_string(c.gpus) + " GPUs (" +
+                       std::to_string(per_node) + " per node) at " + length + " tokens" +
+                       (one_pipeline ? ": " : ", nor copies of a smaller pipeline: ");
+    if (!whole_nodes) {
+      rejected.insert(rejected.begin(), {"one pipeline over every GPU needs whole nodes (" + std::to_string(c.gpus) +
+                                             " GPUs are not a multiple of " + std::to_string(per_node) + ")",
+                                         "every SP"});
+    }
+    if (rejected.empty()) {
+      text += "SP must divide the GPUs of a node (" + std::to_string(per_node) + ") and SP x PP x DP use the GPUs, "
+              "which no " + pin.only("sp").text() + (pin.sp && pin.pp ? " " : "") + pin.only("pp").text() +
+              (pin.dp ? " " + pin.only("dp").text() : "") + " does";
+    }
+    for (std::size_t k = 0; k < rejected.size(); ++k) {
+      text += (k ? "; " : "") + rejected[k].first + " (" + rejected[k].second + ")";
+    }
+    *why = std::move(text);
   }
-  for (std::size_t k = 0; k < rejected.size(); ++k) {
-    text += (k ? "; " : "") + rejected[k].first + " (" + rejected[k].second + ")";
-  }
-  return explain(text);
+  return out;
 }
 
 }  // namespace detail

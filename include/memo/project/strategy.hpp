@@ -45,7 +45,8 @@ namespace memo::project {
 /// that does not divide the GPU count runs on as many GPUs as it divides;
 /// `settings::gpus()` says how many), so more GPUs never fit less; MFU and
 /// tokens per GPU count every GPU of the cluster. SPPO keeps section 6.1's
-/// rule that SP x PP is every GPU.
+/// rule that SP x PP is every GPU where the cluster has such a shape, and
+/// otherwise runs copies of smaller pipelines (sppo.hpp's `sppo_settings`).
 ///
 /// With a `pin`, only the settings with its values (projection.hpp's
 /// `settings_pin`): its alpha and chunk replace the ones the strategy would
@@ -121,7 +122,7 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
 
 /// Why `project_settings` has no setting for `kind` (an empty string when
 /// it has one): SPPO's stages need whole nodes, SP dividing a node and the
-/// heads, PP = GPUs / SP dividing the layers, and a subsequence count N
+/// heads, PP = GPUs / SP (or, for copies, PP) dividing the layers, and a subsequence count N
 /// with s/N in [2K, 16K] (or the pinned N) and N >= PP; with a `pin`, that
 /// no setting has its values, and, for each value pinned, which values the
 /// settings with the other pinned values have ("the settings here have TP

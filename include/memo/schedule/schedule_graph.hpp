@@ -59,7 +59,7 @@ inline constexpr const char* to_string(op_kind kind) {
   return "unknown";
 }
 
-enum class collective_kind { all_reduce, all_to_all, all_gather, reduce_scatter };
+enum class collective_kind { all_reduce, all_to_all, all_gather, reduce_scatter, broadcast };
 
 inline constexpr const char* to_string(collective_kind kind) {
   switch (kind) {
@@ -67,6 +67,7 @@ inline constexpr const char* to_string(collective_kind kind) {
     case collective_kind::all_to_all: return "all_to_all";
     case collective_kind::all_gather: return "all_gather";
     case collective_kind::reduce_scatter: return "reduce_scatter";
+    case collective_kind::broadcast: return "broadcast";
   }
   return "unknown";
 }
@@ -75,7 +76,9 @@ inline constexpr const char* to_string(collective_kind kind) {
 /// `link_bytes_per_second` per GPU (ring algorithms): all_reduce
 /// 2 (p-1)/p bytes / link; all_gather (bytes = gathered output),
 /// reduce_scatter (bytes = full input) and all_to_all (bytes = one rank's
-/// buffer) (p-1)/p bytes / link. One rank costs nothing.
+/// buffer) (p-1)/p bytes / link; broadcast (bytes = the buffer, pipelined
+/// along a chain or ring: every rank but the root receives all of it)
+/// bytes / link. One rank costs nothing.
 inline double collective_seconds(collective_kind kind, std::uint64_t bytes, int ranks,
                                  double link_bytes_per_second) {
   expects(ranks >= 1, [&] {
@@ -88,7 +91,8 @@ inline double collective_seconds(collective_kind kind, std::uint64_t bytes, int 
            " needs a positive interconnect bandwidth, got " + std::to_string(link_bytes_per_second);
   });
   const double p = ranks;
-  const double share = (p - 1.0) / p * static_cast<double>(bytes);
+  const double share = kind == collective_kind::broadcast ? static_cast<double>(bytes)
+                                                          : (p - 1.0) / p * static_cast<double>(bytes);
   const double factor = kind == collective_kind::all_reduce ? 2.0 : 1.0;
   return factor * share / link_bytes_per_second;
 }
