@@ -11,12 +11,13 @@
 // partitioning, is simulated by pipeline/sppo_schedule.hpp; the settings
 // obey section 6.1's restrictions as pipeline/sppo_solver.hpp states them
 // (`sppo_candidate_allowed`: SP divides a node, SP x PP = all GPUs, PP
-// divides the layers, N >= PP); on a cluster where no SP x PP is every GPU,
-// copies of smaller pipelines run data-parallel (`sppo_settings`). Section 6.1 bounds the work per
-// subsequence at 2K-16K tokens "per layer per device"; Table 4's settings
-// (7B: 512K/32 = 16K ... 1024K/160 = 6.4K tokens per subsequence, i.e.
-// 2K ... 0.8K per GPU) keep s/N, not s/(N SP), in that range, so this
-// model does the same; N is tried at s/16K and at 2 and 4 times that.
+// divides the layers, N >= PP); on a cluster where no SP x PP is every
+// GPU, copies of smaller pipelines run data-parallel (`sppo_settings`).
+// Section 6.1 bounds the work per subsequence at 2K-16K tokens "per layer
+// per device"; Table 4's settings (7B: 512K/32 = 16K ... 1024K/160 = 6.4K
+// tokens per subsequence, i.e. 2K ... 0.8K per GPU) keep s/N, not
+// s/(N SP), in that range, so this model does the same; N is tried at
+// s/16K and at 2 and 4 times that.
 //
 // `sppo-recompute` is the baseline SPPO 7.1 compares against "under the
 // same parallelism strategy": Megatron-LM on the same (SP, PP, N)
@@ -322,10 +323,9 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 /// Every (SP, PP, N) section 6.1 allows (see the header comment): one
 /// pipeline over every GPU. Where no SP x PP can use every GPU at any
 /// length (PP would not divide the layers, SP the heads, or the GPUs are
-/// not whole nodes), as many copies of
-/// each smaller pipeline as the nodes hold run data-parallel (DP), each
-/// copy inside a node or on whole nodes, the remaining GPUs idle; so more
-/// GPUs never fit a shorter sequence. With `simulate` false, only the N
+/// not whole nodes), as many copies of each smaller pipeline as the nodes
+/// hold run data-parallel (DP), each copy inside a node or on whole nodes,
+/// the remaining GPUs idle; so more GPUs never fit a shorter sequence. With `simulate` false, only the N
 /// needing the least memory, timed by the closed form (whether some
 /// setting fits is the same either way). Only the SP and PP of `pin` are
 /// tried when it has them (so the fastest setting that prunes the
