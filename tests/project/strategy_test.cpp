@@ -240,6 +240,20 @@ TEST_CASE("strategy: more GPUs never fit less, GPU by GPU (every strategy may le
     // Idle GPUs are what 5 GPUs need to reach what 4 reach (only TP 1 and SP 1 divide 5).
     CHECK(reached[4] > 0);
   }
+  // SPPO's copies: a 5-stage pipeline of a 10-layer model inside an 8-GPU
+  // node stays one when more GPUs come (6 to 9 leave the rest idle, 10 run
+  // two), and idle GPUs take no host memory from the busy ones (8 layers).
+  for (const char* shape : {"10,512,2,1000", "8,512,8,1000"}) {
+    const mp::model_shape tiny = mp::parse_model_shape(shape);
+    double reached = 0;
+    for (int gpus = 1; gpus <= 10; ++gpus) {
+      const auto r = mp::longest(mp::strategy::sppo, tiny, {mp::load_cluster_profile("a800"), gpus, 8});
+      REQUIRE(r);
+      CHECK_MESSAGE(r->sequence >= reached, shape << " on " << gpus << " GPUs reaches " << r->sequence);
+      CHECK(r->chosen.gpus() <= gpus);
+      reached = r->sequence;
+    }
+  }
   // 5 GPUs: MEMO's longest runs on 4 of them (TP 4 or TP 2 x CP 2).
   const auto five = mp::longest(mp::strategy::memo, small, {mp::load_cluster_profile("a800"), 5, 8});
   REQUIRE(five);

@@ -223,14 +223,15 @@ inline std::string read_whole_file(const std::filesystem::path& path,
 
 /// Calls `fn(line_number, line_without_comment)` for every non-blank line;
 /// a UTF-8 byte-order mark at the very start is skipped. Lines end with
-/// "\n", "\r\n" or a lone "\r" (old Mac files).
+/// "\n" or "\r\n", and with `lone_cr_ends_lines` also with a lone "\r"
+/// (old Mac files; not for formats whose names may hold one).
 template <class Fn>
-void for_each_line(std::string_view text, Fn&& fn) {
+void for_each_line(std::string_view text, Fn&& fn, bool lone_cr_ends_lines = false) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   std::size_t line_number = 0;
   std::size_t pos = 0;
   while (pos <= text.size()) {
-    const auto newline = text.find_first_of("\r\n", pos);
+    const auto newline = text.find_first_of(lone_cr_ends_lines ? "\r\n" : "\n", pos);
     const auto stop = newline == std::string_view::npos ? text.size() : newline;
     ++line_number;
     std::string_view line = text.substr(pos, stop - pos);
@@ -240,7 +241,7 @@ void for_each_line(std::string_view text, Fn&& fn) {
     line = trim(line);
     if (!line.empty()) fn(line_number, line);
     if (newline == std::string_view::npos) break;
-    pos = newline + (text.substr(newline, 2) == "\r\n" ? 2 : 1);
+    pos = newline + (text[newline] == '\r' && text.substr(newline, 2) == "\r\n" ? 2 : 1);
   }
 }
 

@@ -55,10 +55,11 @@
 //        0.45 (FlashAttention-2 on H100, E), GEMM 0.65 (E).
 //  h200  h100 with 141 GB HBM3e (data sheet).
 //
-// Profile files: `key = value` lines, '#' comments, a UTF-8 byte-order mark
-// skipped; every field below but `name` is required. Every number must lie
-// in its field's range (`profile_field_ranges`): positive and finite, an
-// efficiency at most 1, and bounds many orders of magnitude around today's
+// Profile files: `key = value` lines (ending in LF, CRLF or a lone CR),
+// '#' comments, a UTF-8 byte-order mark skipped; every field below but
+// `name` is required. Every number must lie in its field's range
+// (`profile_field_ranges`): positive and finite, an efficiency at most 1,
+// and bounds many orders of magnitude around today's
 // hardware that keep every time and byte count the projection derives
 // finite and every byte count below 2^64 (a denormal efficiency would make
 // a layer take infinitely long; a memory of 1e300 bytes cannot be counted
@@ -243,7 +244,7 @@ inline cluster_profile parse_cluster_profile(std::string_view text, const std::s
                              &p.host_memory_bytes,
                              nullptr};  // gpus_per_node, an int
   std::map<std::string, std::size_t, std::less<>> seen;  // field -> its line
-  memo::detail::for_each_line(text, [&](std::size_t line_number, std::string_view line) {
+  const auto read_line = [&](std::size_t line_number, std::string_view line) {
     const std::string where = memo::detail::shown_path(source) + ":" + std::to_string(line_number) + ": ";
     const auto eq = line.find('=');
     if (eq == std::string_view::npos) {
@@ -286,7 +287,9 @@ inline cluster_profile parse_cluster_profile(std::string_view text, const std::s
     } else {
       p.gpus_per_node = static_cast<int>(number);
     }
-  });
+  };
+  // Old Mac files end lines with a lone CR; no field holds one.
+  memo::detail::for_each_line(text, read_line, /*lone_cr_ends_lines=*/true);
   std::vector<std::string> missing;  // in alphabetical order
   for (const auto& range : profile_field_ranges) {
     if (!seen.count(range.field)) missing.emplace_back(range.field);

@@ -27,7 +27,7 @@
 // Per GPU of the fullest stage (the first or the last: they also hold the
 // embedding or the classifier):
 //  states     (n/PP layers + V h) x (2 + 4 + 12) B / SP (Megatron-LM's
-//             mixed precision; no data parallelism to shard Adam over).
+//             mixed precision), Adam's 12 B also over the DP copies.
 //  skeletal   sppo: the offload plan's peak (K/V of every subsequence and
 //             what alpha_i left behind, section 5.2's M_i), plus the
 //             gradients of K and V: under causal attention the backward of
@@ -195,6 +195,11 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // other stages' shares of its [s_j / SP, h] rows across the range, over
   // the inter-node link unless the range's GPUs share a node.
   const int per_node = c.gpus_in_a_node();
+  // The GPUs of the fullest node that work (copies fill nodes one after
+  // another; the others idle and use no host memory).
+  const int pipeline_gpus = sp * pp;
+  const int busy_in_a_node = std::min(pipeline_gpus <= per_node ? per_node / pipeline_gpus * pipeline_gpus : per_node,
+                                      c.gpus_in_a_node(pipeline_gpus * replicas));
   auto in_one_node = [sp, per_node](int first, int k) {
     const int first_gpu = first * sp, last_gpu = (first + k) * sp - 1;
     return first_gpu / per_node == last_gpu / per_node;
@@ -233,12 +238,12 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     for (std::size_t j = 0; j < part.count(); ++j) forward_compute += options.forward_seconds[j];
     problem.compute_seconds = forward_compute / (n * layers);
     problem.bandwidth_bytes_per_second = p.host_link_bytes_per_second;
-    problem.host_budget_bytes = static_cast<std::uint64_t>(p.host_memory_bytes / c.gpus_in_a_node());
+    problem.host_budget_bytes = static_cast<std::uint64_t>(p.host_memory_bytes / busy_in_a_node);
     const sppo_offload_plan plan = plan_sppo_offload(problem);
     r.chosen.alpha_i = plan.alpha;
     double largest_offload = 0;
     for (double bytes : plan.offloaded_bytes) largest_offload = std::max(largest_offload, bytes);
-    r.host_per_node = plan.host_bytes * c.gpus_in_a_node();
+    r.host_per_node = plan.host_bytes * busy_in_a_node;
     r.link_needed_bytes_per_second = largest_offload / problem.compute_seconds;
     if (!hopeless) {
       d.skeletal = plan.peak_device_bytes + kv_all;
@@ -324,7 +329,7 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 /// pipeline over every GPU. Where no SP x PP can use every GPU at any
 /// length (PP would not divide the layers, SP the heads, or the GPUs are
 /// not whole nodes), as many copies of each smaller pipeline as the nodes
-/// hold run data-parallel (DP), each copy inside a node or on whole nodes,
+/// hold whole run data-parallel (DP), each copy inside a node or on whole nodes,
 /// the remaining GPUs idle; so more GPUs never fit a shorter sequence. With `simulate` false, only the N
 /// needing the least memory, timed by the closed form (whether some
 /// setting fits is the same either way). Only the SP and PP of `pin` are
@@ -426,8 +431,8 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
       if (c.gpus % sp == 0) add_pipelines(sp, c.gpus / sp, 1);
     }
   }
-  // Otherwise copies of smaller pipelines: SP x PP dividing a node's GPUs
-  // (so many copies to a node, a partial node holding what it can) or a
+  // Otherwise copies of smaller pipelines: up to a node's GPUs (as many
+  // copies to a node as it holds whole, a partial node what it can) or a
   // whole number of nodes.
   if (!one_pipeline) {
     const int node = c.gpus_per_node;
@@ -435,7 +440,7 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
       if (node % sp != 0) continue;
       for (int pp = 1; static_cast<std::int64_t>(sp) * pp < c.gpus; ++pp) {
         const int gpus = sp * pp;
-        if (m.layers % pp != 0 || (node % gpus != 0 && gpus % node != 0)) continue;
+        if (m.layers % pp != 0 || (gpus > node && gpus % node != 0)) continue;
         const int replicas =
             gpus <= node ? (c.gpus / node) * (node / gpus) + (c.gpus % node) / gpus : c.gpus / gpus;
         add_pipelines(sp, pp, replicas);
@@ -449,15 +454,23 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
     std::string text = "no SP x PP x N of section 6.1 on " + std::to_string(c.gpus) + " GPUs (" +
                        std::to_string(per_node) + " per node) at " + length + " tokens" +
                        (one_pipeline ? ": " : ", nor copies of a smaller pipeline: ");
+    // Nothing was rejected by a rule: the pin left no shape to try.
+    if (rejected.empty()) {
+      settings_pin shape;
+      shape.sp = pin.sp;
+      shape.pp = pin.pp;
+      shape.dp = pin.dp;
+      rejected.emplace_back(
+          one_pipeline ? "SP must divide the GPUs of a node (" + std::to_string(per_node) +
+                             ") and SP x PP use every GPU (copies run only where no one pipeline can)"
+                       : "copies need SP dividing a node (" + std::to_string(c.gpus_per_node) +
+                             "), SP x PP up to a node or whole nodes, and DP as many as the GPUs hold",
+          shape.empty() ? std::string("every SP") : shape.text());
+    }
     if (!whole_nodes) {
       rejected.insert(rejected.begin(), {"one pipeline over every GPU needs whole nodes (" + std::to_string(c.gpus) +
                                              " GPUs are not a multiple of " + std::to_string(per_node) + ")",
                                          "every SP"});
-    }
-    if (rejected.empty()) {
-      text += "SP must divide the GPUs of a node (" + std::to_string(per_node) + ") and SP x PP x DP use the GPUs, "
-              "which no " + pin.only("sp").text() + (pin.sp && pin.pp ? " " : "") + pin.only("pp").text() +
-              (pin.dp ? " " + pin.only("dp").text() : "") + " does";
     }
     for (std::size_t k = 0; k < rejected.size(); ++k) {
       text += (k ? "; " : "") + rejected[k].first + " (" + rejected[k].second + ")";

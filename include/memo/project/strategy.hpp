@@ -35,8 +35,8 @@
 namespace memo::project {
 
 /// Every setting `kind` considers for a sequence of `s` tokens (empty when
-/// none applies: SPPO on a GPU count that is not whole nodes or that no
-/// SP x PP of section 6.1 fills; `no_setting_reason` says which). With
+/// none applies: SPPO at a length too short for N >= PP subsequences of
+/// 2K on every pipeline it may run; `no_setting_reason` says which). With
 /// `simulate` false, pipelines are timed by section 3.3's closed form
 /// instead of the schedule simulator: the memory (whether it fits) is the
 /// same, the step time an estimate; the search uses it to probe lengths.
