@@ -165,8 +165,8 @@ arguments parse_arguments(int argc, char** argv) {
       seen.push_back(arg);
     }
     if (arg == "--model") a.model = need(i);
-    else if (arg == "--gpus") a.gpus = positive_int(arg, need(i), 1 << 20);
-    else if (arg == "--gpus-per-node") a.gpus_per_node = positive_int(arg, need(i), 1 << 20);
+    else if (arg == "--gpus") a.gpus = positive_int(arg, need(i), mp::max_cluster_gpus);
+    else if (arg == "--gpus-per-node") a.gpus_per_node = positive_int(arg, need(i), mp::max_cluster_gpus);
     else if (arg == "--profile") a.profile = need(i);
     else if (arg == "--seq") a.seq = need(i);
     else if (arg == "--strategy") a.strategy = need(i);

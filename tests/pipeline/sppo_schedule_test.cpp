@@ -143,7 +143,7 @@ TEST_CASE("sppo_schedule: a split op's pieces pay the exchange given for their s
   o.forward_seconds = {1.0, 1.0};
   o.backward_seconds = {1.0, 1.0};
   o.multiplexed = true;
-  o.sp_exchange_seconds = [](int j, int, int) { return j == 0 ? 0.1 : 0.2; };
+  o.sp_exchange_seconds = [](int j, int, int, int) { return j == 0 ? 0.1 : 0.2; };
   const auto schedule = memo::build_sppo_schedule(o);
   const auto t = schedule.simulate(profile());
   CHECK(t.op(schedule.find("F(0,0)")).end_seconds == doctest::Approx(0.6));
@@ -154,25 +154,28 @@ TEST_CASE("sppo_schedule: a split op's pieces pay the exchange given for their s
   o.multiplexed = false;
   CHECK(memo::simulate_sppo(o, profile()).step_seconds == doctest::Approx(6.0));
   o.multiplexed = true;
-  o.sp_exchange_seconds = [](int j, int, int) { return j == 1 ? std::nan("") : 0.0; };
-  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("subsequence 1 over stages 0..1"),
+  o.sp_exchange_seconds = [](int j, int, int, int) { return j == 1 ? std::nan("") : 0.0; };
+  CHECK_THROWS_WITH_AS(memo::build_sppo_schedule(o), doctest::Contains("subsequence 1 of stage 1 over stages 0..1"),
                        memo::error);
 }
 
 TEST_CASE("sppo_schedule: the exchange is asked for each split op's subsequence and stage range (Table 3)") {
-  // Every split op, forward and backward, asks once with (j, first stage,
-  // stages) of its phase: Left-SP of stage i over {i..PP-1}, Right-SP over
-  // {0..i}, as sppo_phases lists them.
+  // Every split op, forward and backward, asks once with (j, its stage,
+  // first stage, stages) of its phase: Left-SP of stage i over {i..PP-1},
+  // Right-SP over {0..i}, as sppo_phases lists them. With N < 2 PP - 2 the
+  // same subsequence and range occur in two phases (PP 4, N 4: subsequence
+  // 1 over {0..3} is Left-SP of stage 0 and Right-SP of stage 3); the
+  // stage tells them apart.
   for (int pp = 2; pp <= 5; ++pp) {
     for (int n = pp; n <= pp + 3; ++n) {
-      std::vector<std::tuple<int, int, int>> asked, expected;
+      std::vector<std::tuple<int, int, int, int>> asked, expected;
       memo::sppo_schedule_options o;
       o.stages = pp;
       o.multiplexed = true;
       o.forward_seconds.assign(static_cast<std::size_t>(n), 1.0);
       o.backward_seconds.assign(static_cast<std::size_t>(n), 2.0);
-      o.sp_exchange_seconds = [&](int j, int first, int k) {
-        asked.emplace_back(j, first, k);
+      o.sp_exchange_seconds = [&](int j, int stage, int first, int k) {
+        asked.emplace_back(j, stage, first, k);
         return 0.0;
       };
       (void)memo::build_sppo_schedule(o);
@@ -180,12 +183,12 @@ TEST_CASE("sppo_schedule: the exchange is asked for each split op's subsequence 
         const auto phases = memo::sppo_phases(pp, n, i);
         for (const int j : phases.left) {
           for (int pass = 0; pass < 2; ++pass) {
-            expected.emplace_back(j, phases.left_sp.front(), int(phases.left_sp.size()));
+            expected.emplace_back(j, i, phases.left_sp.front(), int(phases.left_sp.size()));
           }
         }
         for (const int j : phases.right) {
           for (int pass = 0; pass < 2; ++pass) {
-            expected.emplace_back(j, phases.right_sp.front(), int(phases.right_sp.size()));
+            expected.emplace_back(j, i, phases.right_sp.front(), int(phases.right_sp.size()));
           }
         }
       }
@@ -224,7 +227,7 @@ TEST_CASE("sppo_schedule: the pieces of a split op start together, as the SP col
       o.stages = pp;
       o.multiplexed = true;
       for (int j = 0; j < n; ++j) o.forward_seconds.push_back(next()), o.backward_seconds.push_back(2 * next());
-      if (pp % 2 == 1) o.sp_exchange_seconds = [](int, int, int) { return 0.1; };
+      if (pp % 2 == 1) o.sp_exchange_seconds = [](int, int, int, int) { return 0.1; };
       const auto schedule = memo::build_sppo_schedule(o);
       const auto t = schedule.simulate(profile());
       int split = 0;

@@ -58,6 +58,11 @@ TEST_CASE("projection: a cluster out of range is an error naming the bound") {
   c.gpus = 1 << 21;
   CHECK_THROWS_WITH(c.check(), doctest::Contains("at most 1048576 GPUs, got 2097152"));
   c.gpus = 16;
+  c.gpus_per_node = 1 << 21;  // the node bound is the cluster's, as in a profile file
+  CHECK_THROWS_WITH(c.check(), doctest::Contains("at most 1048576 GPUs, got 2097152 per node"));
+  c.gpus_per_node = 1 << 20;
+  CHECK_NOTHROW(c.check());
+  c.gpus_per_node = 2;
   CHECK(c.link_for(2) == 1e12);
   c.profile.inter_node_bytes_per_second = 5;
   CHECK(c.link_for(4) == 5);  // a group larger than a node crosses the network

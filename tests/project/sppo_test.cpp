@@ -298,9 +298,47 @@ TEST_CASE("sppo: the split pieces' exchange is communication, a layer's fixed co
   const double per_token = 2.0 * 0.5 * 4 * 4 * 64 * 2 * (1.0 / 4 / 1e8 + 0.75 / 1e11);  // both passes
   const memo::sequence_partition part = memo::flops_balanced_partition(65536, 8, {384, 1});
   REQUIRE(part.tokens(0) > part.tokens(7));
+  // And the hand-over, each piece the first of its phase, (k - 1) / k = 1/2
+  // of it through the owner's GPU over the network, both passes: the
+  // owner's weights (4 layers x 49152 + the 100 x 64 embedding or
+  // classifier, 2 bytes, over SP 4: 101504 bytes), and K/V at 4 layers x
+  // 2 x 64 x 2 bytes / SP 4 = 256 bytes a token: of subsequence 0's tokens
+  // (back to stage 0) and of the 7 subsequences before subsequence 7 (out
+  // from stage 1).
+  const double weights = (4 * 49152 + 100 * 64) * 2 / 4.0;
+  REQUIRE(weights == 101504);
+  const auto before_last = static_cast<double>(part.begin(7));
+  const double handover = 2 * 0.5 * (2 * weights + 256 * (static_cast<double>(part.tokens(0)) + before_last)) / 1e8;
   CHECK(split.time.communication - plain.time.communication ==
-        doctest::Approx(per_token * static_cast<double>(part.tokens(0) + part.tokens(7))));
+        doctest::Approx(per_token * static_cast<double>(part.tokens(0) + part.tokens(7)) + handover));
   // Multiplexing fills bubbles: what is left idle is less than the plain
   // pipeline's, the exchange not counted in it.
   CHECK(split.time.bubble < plain.time.bubble);
+}
+
+TEST_CASE("sppo: what a split piece hands over, piece by piece (Table 3's PP 4, N 8)") {
+  // Weights W = 1000 bytes, K/V 10 bytes a token, subsequence j's tokens
+  // 100 + j starting at 1000 j: the owner's GPU moves (k - 1)/k of the
+  // weights at the first piece of a phase, of the Left-SP pieces' own K/V,
+  // and of the K/V before the Right-SP phase at its first piece.
+  auto bytes = [](int j, int owner, int first, int k, int n = 8) {
+    return mp::detail::split_piece_handover_bytes({.subsequence = j, .owner = owner, .first = first, .stages = k,
+                                                   .subsequences = n, .tokens_before = 1000.0 * j,
+                                                   .tokens = 100.0 + j, .kv_bytes = 10, .weight_bytes = 1000});
+  };
+  // Stage 0, Left-SP {0, 1, 2} over {0..3}.
+  CHECK(bytes(0, 0, 0, 4) == doctest::Approx(0.75 * (1000 + 10 * 100)));
+  CHECK(bytes(1, 0, 0, 4) == doctest::Approx(0.75 * 10 * 101));
+  CHECK(bytes(2, 0, 0, 4) == doctest::Approx(0.75 * 10 * 102));
+  // Stage 2, Left-SP {0} over {2, 3}; Right-SP {6, 7} over {0..2}.
+  CHECK(bytes(0, 2, 2, 2) == doctest::Approx(0.5 * (1000 + 10 * 100)));
+  CHECK(bytes(6, 2, 0, 3) == doctest::Approx(2.0 / 3 * (1000 + 10 * 6000)));
+  CHECK(bytes(7, 2, 0, 3) == 0.0);
+  // Stage 3, Right-SP {5, 6, 7} over {0..3}: only the first moves anything.
+  CHECK(bytes(5, 3, 0, 4) == doctest::Approx(0.75 * (1000 + 10 * 5000)));
+  CHECK(bytes(6, 3, 0, 4) == 0.0);
+  // PP 4, N 4: subsequence 1 over {0..3} is Left-SP of stage 0 and the
+  // first Right-SP piece of stage 3; the stage tells which.
+  CHECK(bytes(1, 0, 0, 4, 4) == doctest::Approx(0.75 * 10 * 101));
+  CHECK(bytes(1, 3, 0, 4, 4) == doctest::Approx(0.75 * (1000 + 10 * 1000)));
 }

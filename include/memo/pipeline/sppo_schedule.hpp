@@ -124,11 +124,13 @@ struct sppo_schedule_options {
   bool multiplexed = false;                ///< split Left-SP / Right-SP work over idle stages
   /// Seconds each piece of a split op adds for the SP exchange between the
   /// stages sharing it (the collectives of the sequence parallelism that
-  /// spans them), given the subsequence, the first stage of the range and
-  /// the number of stages k > 1 (the range is contiguous); unset: none.
-  /// Called once per split op; a negative or not-a-number result is an
-  /// error.
-  std::function<double(int subsequence, int first_stage, int stages)> sp_exchange_seconds{};
+  /// spans them, and whatever the stage whose op it is hands its helpers),
+  /// given the subsequence, that stage, the first stage of the range and
+  /// the number of stages k > 1 (the range is contiguous: it starts at
+  /// `stage` for a Left-SP op and ends there for a Right-SP one); unset:
+  /// none. Called once per split op, forward and backward alike; a negative
+  /// or not-a-number result is an error.
+  std::function<double(int subsequence, int stage, int first_stage, int stages)> sp_exchange_seconds{};
   /// Seconds of the point-to-point hand-off between stages (0 = none).
   double p2p_seconds = 0.0;
 };
@@ -155,14 +157,14 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
       return "build_sppo_schedule: negative or not-a-number time for subsequence " + std::to_string(j);
     });
   }
-  auto exchange = [&](int j, const std::vector<int>& range) {
+  auto exchange = [&](int j, int stage, const std::vector<int>& range) {
     if (!options.sp_exchange_seconds) return 0.0;
     const int k = static_cast<int>(range.size());
-    const double seconds = options.sp_exchange_seconds(j, range.front(), k);
+    const double seconds = options.sp_exchange_seconds(j, stage, range.front(), k);
     expects(seconds >= 0.0, [&] {
       return "build_sppo_schedule: SP exchange time " + std::to_string(seconds) + " for subsequence " +
-             std::to_string(j) + " over stages " + std::to_string(range.front()) + ".." +
-             std::to_string(range.back()) + " is negative or not a number";
+             std::to_string(j) + " of stage " + std::to_string(stage) + " over stages " +
+             std::to_string(range.front()) + ".." + std::to_string(range.back()) + " is negative or not a number";
     });
     return seconds;
   };
@@ -203,7 +205,7 @@ inline stream_schedule build_sppo_schedule(const sppo_schedule_options& options)
     for (const int s : range) {
       if (last[static_cast<std::size_t>(s)]) start.push_back(*last[static_cast<std::size_t>(s)]);
     }
-    const double piece = seconds / static_cast<double>(range.size()) + exchange(j, range);
+    const double piece = seconds / static_cast<double>(range.size()) + exchange(j, i, range);
     std::vector<op_id> pieces;
     for (const int s : range) {
       compute_op spec;

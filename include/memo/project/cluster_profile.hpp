@@ -92,6 +92,10 @@
 
 namespace memo::project {
 
+/// The most GPUs a cluster, and so a node, may have: the setting
+/// enumeration walks the divisors of the GPU count.
+inline constexpr int max_cluster_gpus = 1 << 20;
+
 /// The range a profile field must lie in; `whole` fields take whole numbers.
 struct profile_field_range {
   std::string_view field;
@@ -110,7 +114,7 @@ inline constexpr profile_field_range profile_field_ranges[] = {
     {"inter_node_bytes_per_second", 1, 1e18},
     {"device_memory_bytes", 1, 0x1p60, false, true},  // bytes, up to 1 EiB
     {"host_memory_bytes", 1, 0x1p60, false, true},
-    {"gpus_per_node", 1, 1e6, true},
+    {"gpus_per_node", 1, max_cluster_gpus, true},
 };
 
 namespace detail {

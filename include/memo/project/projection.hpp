@@ -122,8 +122,10 @@ struct cluster {
       return "cluster: gpus and gpus_per_node must be positive, got " + std::to_string(gpus) + " and " +
              std::to_string(gpus_per_node);
     });
-    // The setting enumeration walks the divisors of the GPU count.
-    expects(gpus <= (1 << 20), [&] { return "cluster: at most 1048576 GPUs, got " + std::to_string(gpus); });
+    expects(gpus <= max_cluster_gpus && gpus_per_node <= max_cluster_gpus, [&] {
+      return "cluster: at most " + std::to_string(max_cluster_gpus) + " GPUs, got " +
+             std::to_string(std::max(gpus, gpus_per_node)) + (gpus_per_node > gpus ? " per node" : "");
+    });
   }
 };
 

@@ -54,8 +54,13 @@
 // the stages: four per layer and pass, each piece receiving inside its
 // stage what an unsplit op receives, and the other k - 1 stages' shares
 // of the subsequence's [s_j/SP, h] rows over the inter-node link unless
-// the k x SP GPUs share a node (reported as communication: the pieces of
-// the stage that takes part in the most). The classifier is added once.
+// the k x SP GPUs share a node; and what running the owner's layers on
+// the helpers hands over (`split_piece_handover_bytes`): the owner's
+// weights and their gradients, the K/V of the tokens before a Right-SP
+// phase and their dK/dV, and the K/V of each Left-SP piece back to the
+// owner and their dK/dV out again (reported as communication: the pieces
+// of the stage that takes part in the most). The helpers' activations
+// are not counted in their memory. The classifier is added once.
 #pragma once
 
 #include <algorithm>
@@ -99,16 +104,60 @@ namespace detail {
 inline double sppo_most_exchange_seconds(const sppo_schedule_options& options) {
   const int pp = options.stages, n = static_cast<int>(options.forward_seconds.size());
   std::vector<double> paid(static_cast<std::size_t>(pp), 0.0);
-  auto split = [&](int j, int first, int k) {
-    const double seconds = 2 * options.sp_exchange_seconds(j, first, k);
+  auto split = [&](int j, int owner, int first, int k) {
+    const double seconds = 2 * options.sp_exchange_seconds(j, owner, first, k);
     for (int stage = first; stage < first + k; ++stage) paid[static_cast<std::size_t>(stage)] += seconds;
   };
   for (int i = 0; i < pp; ++i) {
     const sppo_stage_phases phases = sppo_phases(pp, n, i);
-    for (const int j : phases.left) split(j, phases.left_sp.front(), static_cast<int>(phases.left_sp.size()));
-    for (const int j : phases.right) split(j, phases.right_sp.front(), static_cast<int>(phases.right_sp.size()));
+    for (const int j : phases.left) split(j, i, phases.left_sp.front(), static_cast<int>(phases.left_sp.size()));
+    for (const int j : phases.right) split(j, i, phases.right_sp.front(), static_cast<int>(phases.right_sp.size()));
   }
   return *std::max_element(paid.begin(), paid.end());
+}
+
+/// One split piece of a multiplexed pipeline (sppo_schedule_options::
+/// sp_exchange_seconds) and the sizes its hand-over depends on, per GPU of
+/// the owner's SP group.
+struct split_piece {
+  int subsequence = 0, owner = 0, first = 0, stages = 2;  ///< j, the op's stage, its range [first, first + k)
+  int subsequences = 2;                                    ///< N
+  double tokens_before = 0, tokens = 0;  ///< subsequence j's first token and its tokens
+  double kv_bytes = 0;                   ///< K and V of one token, every layer of the stage, per GPU
+  double weight_bytes = 0;               ///< the stage's weights, 16-bit, per GPU
+};
+
+/// Bytes a GPU of the owner's SP group sends or receives, on top of the
+/// sequence-parallel collectives, because a split piece runs stage
+/// `owner`'s layers on GPUs that hold neither them nor the K/V they attend
+/// to. Split over k stages, each GPU takes 1/k of the heads (and of the
+/// weights) the owner's GPU holds, so the owner's GPU moves (k - 1)/k of
+/// each of the following, and each helper's GPU 1/k: the owner's is the
+/// busiest link.
+///  - The first piece of a phase (Left-SP: j = 0, Right-SP: j = N - owner)
+///    hands the helpers the owner's weights, and takes their gradients
+///    back in the backward (16-bit both ways).
+///  - The first Right-SP piece hands the helpers the owner's K/V of every
+///    earlier token (the owner computed them alone) and takes their dK/dV
+///    back in the backward; the later Right-SP pieces attend to these and
+///    to what the same GPUs computed for the same heads before, so move
+///    nothing more.
+///  - After each Left-SP piece the owner takes back the K/V of the piece's
+///    tokens the helpers computed (its Steady subsequences attend to
+///    them), and in the backward hands them the dK/dV the Steady
+///    backwards added.
+/// Forward and backward move the same bytes, so one figure serves both.
+inline double split_piece_handover_bytes(const split_piece& piece) {
+  const double k = piece.stages;
+  const bool left = piece.first == piece.owner;  // Left-SP ranges start at their stage, Right-SP ones end there
+  const int first_of_phase = left ? 0 : piece.subsequences - piece.owner;
+  double bytes = piece.subsequence == first_of_phase ? piece.weight_bytes : 0.0;
+  if (left) {
+    bytes += piece.tokens * piece.kv_bytes;
+  } else if (piece.subsequence == first_of_phase) {
+    bytes += piece.tokens_before * piece.kv_bytes;
+  }
+  return (k - 1.0) / k * bytes;
 }
 
 /// Which pipeline a SPPO step is timed with.
@@ -204,12 +253,24 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     const int first_gpu = first * sp, last_gpu = (first + k) * sp - 1;
     return first_gpu / per_node == last_gpu / per_node;
   };
-  options.sp_exchange_seconds = [&part, &p, &stage_comm, in_one_node, layers, sp, h](int j, int first, int k) {
+  // What running stage `owner`'s layers on other stages' GPUs moves
+  // besides (split_piece_handover_bytes): its weights and their gradients, and
+  // the K/V of the tokens before the piece.
+  const double embedding = static_cast<double>(m.vocab) * h;
+  auto owner_weights = [&, layers](int owner) {
+    return layers * m.layer_parameters() + (owner == 0 || owner == pp - 1 ? embedding : 0.0);
+  };
+  options.sp_exchange_seconds = [&part, &p, &stage_comm, &owner_weights, in_one_node, layers, sp, n, h,
+                                 kv_per_token](int j, int owner, int first, int k) {
     const auto at = static_cast<std::size_t>(j);
     const double link = in_one_node(first, k) ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
     const double rows = static_cast<double>(part.tokens(at)) / sp;
     const double across = layers * 4 * rows * h * bytes_per_element / link;
-    return (k - 1.0) / k * (stage_comm[at] + across);
+    const double handover = split_piece_handover_bytes(
+        {.subsequence = j, .owner = owner, .first = first, .stages = k, .subsequences = n,
+         .tokens_before = static_cast<double>(part.begin(at)), .tokens = static_cast<double>(part.tokens(at)),
+         .kv_bytes = layers * kv_per_token, .weight_bytes = owner_weights(owner) * bytes_per_element / sp});
+    return (k - 1.0) / k * (stage_comm[at] + across) + handover / link;
   };
 
   // Memory of one GPU of the fullest stage.
