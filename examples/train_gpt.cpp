@@ -91,7 +91,7 @@ constexpr const char* usage =
     "                 [--print-plan] [--json] [--help]\n"
     "                 [--sp S] [--pp Q] [--subsequences N] [--partition balanced|equal]\n"
     "                 [--sequence-chunk c] [--comm-timeout SECONDS]\n"
-    "                 [--overlap-reduction on|off]   (under mpirun -np S*Q)\n"
+    "                 [--overlap-reduction on|off] [--verify-collectives]   (under mpirun -np S*Q)\n"
     "Trains GPT-2 (fp32, batch 1) on a built-in task (recall: K keys bound to V\n"
     "values, default 4 and 4; copy: the second half repeats the first, ids below\n"
     "--copy-vocab, default 16), or on an llm.c token file with --data.\n"
@@ -107,7 +107,9 @@ constexpr const char* usage =
     "stages share the layers (SPPO) over N subsequences (default 2Q; --partition equal\n"
     "for equal lengths instead of FLOPs-balanced), each rank's chunk of --sequence-chunk\n"
     "tokens (default: the largest power of two up to 64 that fits); a rank that waits\n"
-    "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job.\n"
+    "--comm-timeout seconds (default 600, 0 = forever) in one collective ends the job;\n"
+    "--verify-collectives checks before each collective that every rank issues the same\n"
+    "one (kind, element type, count, root) and names each rank's call when not.\n"
     "--overlap-reduction on (default) sums each layer's gradients behind the backward of\n"
     "the layers below it; off sums the whole gradient after the backward.\n"
     "Across ranks --alpha is SPPO's offload ratio of each subsequence's skeletal rows:\n"
@@ -146,6 +148,7 @@ struct options {
   bool equal_subsequences = false;
   std::int64_t sequence_chunk = 0;
   std::int64_t comm_timeout_seconds = 600;
+  bool verify_collectives = false;
 };
 
 /// An integer in [low, high]; shapes are bounded by the int32 fields of
@@ -311,6 +314,8 @@ options parse(int argc, char** argv) {
         throw usage_error("--overlap-reduction '" + text + "' is not 'on' or 'off'");
       }
       o.overlap_reduction = text == "on";
+    } else if (arg == "--verify-collectives") {
+      o.verify_collectives = true;
     } else if (arg == "--comm-timeout") {
       // At most 2^31 - 1 ms, what mpi_communicator's timeout takes.
       o.comm_timeout_seconds = parse_int<std::int64_t>(arg, value(), 0, 2147483);
@@ -338,7 +343,8 @@ options parse(int argc, char** argv) {
   if (o.task == builtin_task::copy) refuse({"--keys", "--values"}, "describes the recall task, not --task copy");
   if (o.task == builtin_task::recall) refuse({"--copy-vocab"}, "describes the copy task: add --task copy");
   if (std::max(o.sp, 1) * std::max(o.pp, 1) == 1 && launched_ranks() == 1) {
-    refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout", "--overlap-reduction"},
+    refuse({"--subsequences", "--partition", "--sequence-chunk", "--comm-timeout", "--overlap-reduction",
+            "--verify-collectives"},
            "applies across ranks only: start more than one rank (mpirun -np P), or add --sp or --pp above 1");
     if (!o.alpha_list.empty()) {
       throw usage_error("--alpha with a list gives one offload ratio per subsequence, which applies across ranks "
@@ -650,7 +656,21 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
   }
 #if MEMO_HAS_MPI
   memo::mpi_environment environment(nullptr, nullptr);
-  memo::mpi_communicator world(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(o.comm_timeout_seconds)});
+  // Every rank fails alike here (ranks that disagree on
+  // --verify-collectives): each says so before any of them ends.
+  std::optional<memo::mpi_communicator> made;
+  try {
+    made.emplace(MPI_COMM_WORLD, memo::mpi_communicator::options{.timeout = std::chrono::seconds(o.comm_timeout_seconds),
+                                                                .verify_calls = o.verify_collectives});
+  } catch (const memo::error& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    return 1;
+  }
+  memo::mpi_communicator& world = *made;
   const int pp = o.pp > 0 ? o.pp : 1;
   const int sp = o.sp > 0 ? o.sp : std::max(1, world.size() / pp);
   memo::gpt2_parallel_options parallel{.context = o.context,

@@ -52,6 +52,109 @@ TEST_CASE("mpi_communicator: with a timeout (nonblocking calls, polled) the conf
   for (const auto& problem : report.problems) FAIL_CHECK(problem);
 }
 
+TEST_CASE("mpi_communicator: with verify_calls the conformance suite still holds") {
+  memo::host_backend::options options;
+  options.compute_threads = 1;
+  memo::host_backend backend(options);
+  memo::mpi_communicator comm(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(60000), .verify_calls = true});
+  const auto report = memo_test::run_conformance(comm, backend);
+  for (const auto& problem : report.problems) FAIL_CHECK(problem);
+}
+
+TEST_CASE("mpi_communicator: verify_calls fails every rank on calls that differ, naming each, and stays usable") {
+  memo::host_backend backend;
+  memo::mpi_communicator comm(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(60000), .verify_calls = true});
+  auto stream = backend.make_stream("verify");
+  const int P = comm.size(), me = comm.rank();
+  // Every rank's call, as the message must list them (written out here).
+  auto listed = [&](auto call_of) {
+    std::string text = "ranks issued different collectives:";
+    for (int r = 0; r < P; ++r) text += " rank " + std::to_string(r) + " " + call_of(r) + (r + 1 < P ? ";" : "");
+    return text;
+  };
+  auto fails_with = [&](const std::string& message, const std::string& expected) {
+    CHECK_MESSAGE(message.find(expected) != std::string::npos, message);
+    CHECK_MESSAGE(message.find("nothing was sent") != std::string::npos, message);
+  };
+  // A broadcast whose ranks name different roots: without the check some
+  // ranks would return with another rank's data.
+  std::vector<float> data(4, static_cast<float>(me));
+  fails_with(error_of(backend, stream, [&] { comm.broadcast(backend, stream, std::span<float>(data), me % 2); }),
+             listed([](int r) { return "broadcast(float32 x 4, root " + std::to_string(r % 2) + ")"; }));
+  for (const float v : data) CHECK(v == static_cast<float>(me));  // nothing written
+  // The same size in another element type: rank 0 sums int32, the others float32.
+  std::vector<std::int32_t> ints(3, 1);
+  std::vector<float> floats(3, 1.0f);
+  fails_with(error_of(backend, stream,
+                      [&] {
+                        if (me == 0) {
+                          comm.all_reduce(backend, stream, std::span<const std::int32_t>(ints), std::span<std::int32_t>(ints));
+                        } else {
+                          comm.all_reduce(backend, stream, std::span<const float>(floats), std::span<float>(floats));
+                        }
+                      }),
+             listed([](int r) { return std::string("all_reduce(") + (r == 0 ? "int32" : "float32") + " x 3)"; }));
+  // Different kinds, and different counts.
+  std::vector<float> gathered(static_cast<std::size_t>(P) * 4);
+  fails_with(error_of(backend, stream,
+                      [&] {
+                        if (me == 0) {
+                          comm.barrier(backend, stream);
+                        } else {
+                          comm.all_gather(backend, stream, std::span<const float>(data.data(), 1),
+                                          std::span<float>(gathered.data(), static_cast<std::size_t>(P)));
+                        }
+                      }),
+             listed([](int r) { return r == 0 ? std::string("barrier()") : std::string("all_gather(float32 x 1)"); }));
+  const auto mine = static_cast<std::size_t>(1 + me % 2);
+  fails_with(error_of(backend, stream,
+                      [&] {
+                        comm.all_gather(backend, stream, std::span<const float>(data.data(), mine),
+                                        std::span<float>(gathered.data(), mine * static_cast<std::size_t>(P)));
+                      }),
+             listed([](int r) { return "all_gather(float32 x " + std::to_string(1 + r % 2) + ")"; }));
+  // A split met by a barrier: the split throws where it is called, the
+  // barrier from the stream.
+  const std::string split_or_barrier = error_of(backend, stream, [&] {
+    if (me == 0) {
+      (void)comm.split(0, 0);
+    } else {
+      comm.barrier(backend, stream);
+    }
+  });
+  fails_with(split_or_barrier, listed([](int r) { return r == 0 ? std::string("split") : std::string("barrier()"); }));
+  // Still usable: the same calls on every rank go through, checked.
+  std::vector<float> sum(1, static_cast<float>(me));
+  comm.all_reduce(backend, stream, std::span<const float>(sum), std::span<float>(sum));
+  comm.broadcast(backend, stream, std::span<float>(data), P - 1);
+  backend.synchronize(stream);
+  CHECK(sum[0] == static_cast<float>(P * (P - 1) / 2));
+  CHECK(data[0] == static_cast<float>(P - 1));
+  // Groups inherit the check.
+  memo::mpi_communicator half = comm.split(me % 2, me);
+  if (half.size() > 1) {
+    std::vector<float> one(1, 0.0f);
+    fails_with(error_of(backend, stream, [&] { half.broadcast(backend, stream, std::span<float>(one), half.rank()); }),
+               "ranks issued different collectives: rank 0 broadcast(float32 x 1, root 0); rank 1 broadcast(float32 x "
+               "1, root 1)");
+  }
+  comm.barrier(backend, stream);
+  backend.synchronize(stream);
+}
+
+TEST_CASE("mpi_communicator: ranks that disagree on verify_calls fail where the communicator is made") {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  CHECK_THROWS_WITH_AS(memo::mpi_communicator(MPI_COMM_WORLD, {.verify_calls = me == 0}),
+                       doctest::Contains("the ranks disagree on options.verify_calls"), memo::error);
+  // Then the world is as before: a communicator made alike works.
+  memo::host_backend backend;
+  memo::mpi_communicator comm(MPI_COMM_WORLD, {.verify_calls = true});
+  auto stream = backend.make_stream("after");
+  comm.barrier(backend, stream);
+  backend.synchronize(stream);
+}
+
 TEST_CASE("mpi_communicator: a receive from a rank that never sends fails after the timeout, naming both") {
   memo::host_backend backend;
   memo::mpi_communicator world;  // no timeout: the barrier below waits for the slow rank

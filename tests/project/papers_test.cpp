@@ -179,9 +179,10 @@ TEST_CASE("papers: SPPO's multiplexing gain on 13B, and its speedups on one pipe
     CHECK(row.check == mp::paper_check::within_10_percent);
     // Multiplexing fills bubbles and adds an exchange: it cannot shorten
     // the step beyond filling every bubble, (PP - 1 + N) / N with PP 8
-    // and N 32.
+    // and N 32; and its exchange and hand-over (about 10 s of a 44 s
+    // step) cannot make it a third longer.
     REQUIRE(std::isfinite(row.model_value));
-    CHECK(row.model_value > 0.0);
+    CHECK(row.model_value > 0.75);
     CHECK(row.model_value <= (8 - 1 + 32) / 32.0 + 1e-12);
   }
   CHECK(found == 1);

@@ -209,8 +209,14 @@ TEST_CASE("sppo: the shorter of the plain and the multiplexed pipeline is kept, 
     CHECK(split.chosen.multiplexed);
     const auto kept_here = mp::detail::sppo(mp::strategy::sppo, small, c, s, 4, 4, n);
     CHECK(kept_here.step_seconds == doctest::Approx(std::min(plain.step_seconds, split.step_seconds)));
-    // The same memory either way: multiplexing adds no activations (6.2).
-    CHECK(plain.device.total() == doctest::Approx(split.device.total()));
+    // Multiplexed, the busiest stage also holds what it computes for the
+    // others (split_helper_bytes, worked by hand below), and nothing else
+    // changes.
+    CHECK(split.device.total() > plain.device.total());
+    CHECK(split.device.optimizer == plain.device.optimizer);
+    CHECK(split.device.transient == plain.device.transient);
+    if (kept_here.chosen.multiplexed) CHECK(kept_here.device.total() == doctest::Approx(split.device.total()));
+    if (!kept_here.chosen.multiplexed) CHECK(kept_here.device.total() == doctest::Approx(plain.device.total()));
   }
   // The plain pipeline idles 3/8 of the work; over the fast network the
   // split pieces cost nothing more, so the step is 1 + 3/8 against
@@ -341,4 +347,31 @@ TEST_CASE("sppo: what a split piece hands over, piece by piece (Table 3's PP 4, 
   // first Right-SP piece of stage 3; the stage tells which.
   CHECK(bytes(1, 0, 0, 4, 4) == doctest::Approx(0.75 * 10 * 101));
   CHECK(bytes(1, 3, 0, 4, 4) == doctest::Approx(0.75 * (1000 + 10 * 1000)));
+}
+
+TEST_CASE("sppo: what a GPU holds for the split pieces of other stages, by hand") {
+  // 1000 parameters a stage, SP 1: a helper over k stages holds 2000 / k
+  // bytes of weights and 4000 / k of gradients; per piece token 10 bytes of
+  // skeletal activations and 2 of dK/dV, over k; before a Right-SP phase
+  // the K/V (2 bytes a token) of every earlier token and their dK/dV, over k.
+  const auto stage_parameters = [](int) { return 1000.0; };
+  // PP 2, N 2 of 100 tokens: stage 0 helps stage 1's Right-SP {1} over {0, 1}
+  // (600 for the piece, 2 x 100 x 2 / 2 = 200 for the history); stage 1
+  // helps stage 0's Left-SP {0} (600). Stage 0 holds the most.
+  const auto two = mp::detail::split_helper_bytes(memo::equal_length_partition(200, 2), 2, 1, 10, 2, stage_parameters);
+  CHECK(two.params == doctest::Approx(1000));
+  CHECK(two.grads == doctest::Approx(2000));
+  CHECK(two.activations == doctest::Approx(800));
+  // PP 3, N 3 of 100 tokens. Stage 0: stage 1's Right-SP {2} over 2 stages
+  // (1000 + 2000, 600 + 2 x 200 x 2 / 2) and stage 2's Right-SP {1, 2} over 3
+  // (667 + 1333, 2 x 1200 / 3 + 2 x 100 x 2 / 3): 6933. Stage 1: 5733,
+  // stage 2: 6400.
+  const auto three = mp::detail::split_helper_bytes(memo::equal_length_partition(300, 3), 3, 1, 10, 2, stage_parameters);
+  CHECK(three.params == doctest::Approx(1000 + 2000 / 3.0));
+  CHECK(three.grads == doctest::Approx(2000 + 4000 / 3.0));
+  CHECK(three.activations == doctest::Approx(1000 + 800 + 400 / 3.0));
+  CHECK(three.total() == doctest::Approx(6933.333333));
+  // Over SP 2 each GPU holds half of it.
+  const auto halves = mp::detail::split_helper_bytes(memo::equal_length_partition(300, 3), 3, 2, 5, 1, stage_parameters);
+  CHECK(halves.total() == doctest::Approx(6933.333333 / 2));
 }

@@ -29,11 +29,11 @@
 // All ranks must issue the same collectives in the same order with the same
 // element counts and, for a broadcast, the same root (per stream order;
 // keep one communicator's collectives on one stream or order them with
-// events). An implementation detects what it
-// can of a mismatch and reports it on every rank instead of hanging.
-// A blocking `send` and its matching `recv` on the *same* stream of two ranks
-// that also wait for each other in the other direction deadlock, as NCCL
-// does without a group: use `send_recv`, or two streams.
+// events). An implementation detects what it can of a mismatch and reports
+// it on every rank instead of hanging: the thread group always, MPI with
+// `verify_calls`. A blocking `send` and its matching `recv` on the *same*
+// stream of two ranks that also wait for each other in the other direction
+// deadlock, as NCCL does without a group: use `send_recv`, or two streams.
 //
 // Lifetimes: a communicator holds no reference to a backend (every
 // operation names the backend it is issued on, and the backend checks that
@@ -136,6 +136,25 @@ inline std::uint64_t comm_payload_bytes(const comm_call& call, int ranks) {
 }
 
 namespace detail {
+
+/// A call as its error messages name it: "broadcast(float32 x 4, root 1)".
+inline std::string describe_call(const comm_call& call) {
+  if (call.op == comm_op::barrier) return "barrier()";
+  std::string text = std::string(to_string(call.op)) + "(" + to_string(call.type) + " x " + std::to_string(call.count);
+  if (call.op == comm_op::send_recv) text += ", recv " + std::to_string(call.recv_count);
+  if (call.op == comm_op::broadcast) text += ", root " + std::to_string(call.peer);
+  return text + ")";
+}
+
+/// "ranks issued different collectives: rank 0 <calls[0]>; rank 1 ...",
+/// the message of every rank when a group's calls do not match.
+inline std::string different_calls_text(const std::vector<std::string>& calls) {
+  std::string text = "ranks issued different collectives:";
+  for (std::size_t r = 0; r < calls.size(); ++r) {
+    text += " rank " + std::to_string(r) + " " + calls[r] + (r + 1 < calls.size() ? ";" : "");
+  }
+  return text;
+}
 
 /// Liveness of a communicator, watched by the groups split from it.
 using comm_liveness = liveness_token;

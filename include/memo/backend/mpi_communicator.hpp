@@ -29,7 +29,12 @@
 //   whose ranks name different roots (erroneous in MPI: some ranks may
 //   return with another rank's data while others wait, until the timeout
 //   or forever without one): the ranks must issue the same calls in the
-//   same order, as with every MPI program.
+//   same order, as with every MPI program. `options.verify_calls` checks
+//   the collectives: before each one (and each split) every rank's call
+//   is gathered, and when they differ in kind, element type, count or
+//   root every rank fails with each rank's call named, as the thread
+//   group does, before anything is sent (one small all_gather more per
+//   collective). Point-to-point calls are not checked.
 // - Timeouts: MPI's calls have none, so a rank that stops taking part
 //   (stuck, or dead without the launcher noticing) would hold its peers
 //   forever. Every call is made with the nonblocking MPI-3 form (so ranks
@@ -65,6 +70,7 @@
 //   refused, and may still take the peer's late message.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -117,10 +123,12 @@ struct mpi_comm_state {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};  // 0: no limit
+  bool verify = false;                   // every collective's signature compared first (options::verify_calls)
   /// How long a timed-out (or failed) point-to-point call's requests get to
   /// be withdrawn before they are left posted.
   static constexpr std::chrono::seconds withdraw_seconds{1};
-  explicit mpi_comm_state(MPI_Comm owned, std::chrono::milliseconds limit = {}) : comm(owned), timeout(limit) {
+  explicit mpi_comm_state(MPI_Comm owned, std::chrono::milliseconds limit = {}, bool verify_calls = false)
+      : comm(owned), timeout(limit), verify(verify_calls) {
     check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
@@ -135,10 +143,81 @@ struct mpi_comm_state {
     (void)MPI_Comm_free(&comm);
   }
 
+  /// `call`, after checking that every rank issues the same one when
+  /// `verify` is set and it is a collective.
+  void run(const comm_call& call) const {
+    if (verify && !pairwise(call.op)) agree(signature(call), describe_call(call));
+    run_call(call);
+  }
+
+  /// What `agree` gathers of a call: a marker, the operation (-1: split),
+  /// the element type, the count (low and high 31 bits) and the root.
+  using call_signature = std::array<std::int32_t, 6>;
+  static constexpr std::int32_t signature_marker = 0x43414c4c;  // "CALL"
+  static constexpr std::int32_t split_signature = -1;
+  static call_signature signature(const comm_call& call) {
+    return {signature_marker, static_cast<std::int32_t>(call.op), static_cast<std::int32_t>(call.type),
+            static_cast<std::int32_t>(call.count & 0x7fffffffu), static_cast<std::int32_t>((call.count >> 31) & 0x7fffffffu),
+            call.op == comm_op::broadcast ? call.peer : -1};
+  }
+  static call_signature signature_of_split() { return {signature_marker, split_signature, 0, 0, 0, -1}; }
+  /// A gathered signature as its call's name ("broadcast(float32 x 4, root 1)", "split").
+  static std::string describe_signature(const std::int32_t* sig) {
+    if (sig[0] != signature_marker) return "a call that does not verify";
+    if (sig[1] == split_signature) return "split";
+    if (sig[1] < 0 || sig[1] > static_cast<std::int32_t>(comm_op::broadcast) || sig[2] < 0 || sig[2] > 1) {
+      return "a call this build does not know";
+    }
+    comm_call call;
+    call.op = static_cast<comm_op>(sig[1]);
+    call.type = static_cast<comm_type>(sig[2]);
+    call.count = static_cast<std::size_t>(static_cast<std::uint32_t>(sig[3])) |
+                 (static_cast<std::size_t>(static_cast<std::uint32_t>(sig[4])) << 31);
+    call.peer = sig[5];
+    return describe_call(call);
+  }
+
+  /// Gathers every rank's signature of the call about to be made (under
+  /// the timeout, like any call) and fails every rank alike, naming each
+  /// rank's call, when they differ; nothing else was posted, so the
+  /// communicator stays usable.
+  void agree(const call_signature& mine, const std::string& what) const {
+    // On the heap: a gather that times out stays posted, its buffers MPI's.
+    struct gathered {
+      call_signature mine;
+      std::vector<std::int32_t> all;
+    };
+    auto buffers = std::make_unique<gathered>(gathered{mine, {}});
+    buffers->all.resize(mine.size() * static_cast<std::size_t>(size));
+    comm_call gather;
+    gather.op = comm_op::all_gather;
+    gather.type = comm_type::int32;
+    gather.send = buffers->mine.data();
+    gather.recv = buffers->all.data();
+    gather.count = mine.size();
+    try {
+      run_call(gather);
+    } catch (const error& e) {
+      (void)buffers.release();
+      throw error(std::string(e.what()) + " (while checking that every rank issues " + what + ")");
+    } catch (...) {
+      (void)buffers.release();
+      throw;
+    }
+    const auto& all = buffers->all;
+    bool same = true;
+    for (std::size_t i = 0; i < all.size(); ++i) same = same && all[i] == mine[i % mine.size()];
+    if (same) return;
+    std::vector<std::string> calls;
+    for (std::size_t r = 0; r < all.size(); r += mine.size()) calls.push_back(describe_signature(all.data() + r));
+    throw error(who() + ": " + different_calls_text(calls) + " (checked before the call: nothing was sent, and the "
+                "communicator stays usable)");
+  }
+
   /// `call` in its nonblocking MPI-3 form, always (MPI does not match a
   /// blocking collective with a nonblocking one, so ranks with and without
   /// a timeout still meet), polled until done (or `timeout`, when set).
-  void run(const comm_call& call) const {
+  void run_call(const comm_call& call) const {
     expects(!mpi_finalized(), "mpi_communicator: a call ran after MPI_Finalize");
     check_usable(to_string(call.op));
     const MPI_Datatype type = mpi_type(call.type);
@@ -417,6 +496,13 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     /// How long one call may wait for its peers; 0: no limit (see the
     /// header). Ranks may differ in it.
     std::chrono::milliseconds timeout{0};
+    /// Before each collective (and split), gather every rank's call
+    /// (operation, element type, count, root) and fail every rank, naming
+    /// each rank's call, when they differ: what MPI itself cannot see (see
+    /// the header). One small all_gather more per collective. Every rank
+    /// must set it alike (checked when the communicator is made); the
+    /// groups split from it inherit it.
+    bool verify_calls = false;
   };
 
   /// A communicator over the ranks of `base` (MPI_COMM_WORLD by default),
@@ -437,7 +523,17 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     detail::require_mpi_thread_multiple(provided, "mpi_communicator");
     MPI_Comm copy = MPI_COMM_NULL;
     check_mpi(MPI_Comm_dup(base, &copy), "MPI_Comm_dup");
-    state_ = std::make_shared<detail::mpi_comm_state>(copy, config.timeout);
+    state_ = std::make_shared<detail::mpi_comm_state>(copy, config.timeout, config.verify_calls);
+    // Whether every rank verifies (a rank that does gathers before each
+    // collective, which the others would take for their call): the max of
+    // v and of -v, the same on every rank, so all fail or none.
+    const int mine[2] = {config.verify_calls ? 1 : 0, config.verify_calls ? -1 : 0};
+    int agreed[2] = {0, 0};
+    check_mpi(MPI_Allreduce(mine, agreed, 2, MPI_INT, MPI_MAX, copy), "MPI_Allreduce");
+    expects(agreed[0] == -agreed[1], [&] {
+      return describe() + ": the ranks disagree on options.verify_calls (set on some, not on others; every rank "
+             "must set it alike)";
+    });
   }
   mpi_communicator(mpi_communicator&&) noexcept = default;
   mpi_communicator& operator=(mpi_communicator&&) noexcept = default;
@@ -468,6 +564,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
       std::int32_t mine[3];
       std::vector<std::int32_t> all;
     };
+    if (state().verify) state().agree(detail::mpi_comm_state::signature_of_split(), "split");
     auto buffers = std::make_unique<gathered>(gathered{{split_marker, color, key}, {}});
     buffers->all.resize(3 * static_cast<std::size_t>(size()));
     comm_call gather;
@@ -477,7 +574,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     gather.recv = buffers->all.data();
     gather.count = 3;
     try {
-      state().run(gather);
+      state().run_call(gather);
     } catch (...) {
       (void)buffers.release();
       throw;
@@ -491,7 +588,7 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     }
     MPI_Comm child = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(state().comm, color, key, &child), "MPI_Comm_split");
-    mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child, state().timeout));
+    mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child, state().timeout, state().verify));
     result.parent_ = liveness_;
     result.has_parent_ = true;
     return result;

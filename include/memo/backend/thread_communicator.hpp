@@ -55,14 +55,6 @@ namespace memo {
 
 namespace detail {
 
-inline std::string describe_call(const comm_call& call) {
-  if (call.op == comm_op::barrier) return "barrier()";
-  std::string text = std::string(to_string(call.op)) + "(" + to_string(call.type) + " x " + std::to_string(call.count);
-  if (call.op == comm_op::send_recv) text += ", recv " + std::to_string(call.recv_count);
-  if (call.op == comm_op::broadcast) text += ", root " + std::to_string(call.peer);
-  return text + ")";
-}
-
 /// Sums `ranks` blocks of `count` elements in rank order into `out`.
 template <class T>
 void sum_blocks(const std::vector<const T*>& blocks, std::size_t count, T* out) {
@@ -304,13 +296,9 @@ class thread_group {
              std::to_string(postings.size()) + ")";
     }
     if (all_same) return std::nullopt;
-    std::string text = "ranks issued different collectives:";
-    for (std::size_t r = 0; r < postings.size(); ++r) {
-      text += " rank " + std::to_string(r) + " " +
-              (postings[r].split ? std::string("split") : describe_call(postings[r].call)) +
-              (r + 1 < postings.size() ? ";" : "");
-    }
-    return text;
+    std::vector<std::string> calls;
+    for (const auto& p : postings) calls.push_back(p.split ? std::string("split") : describe_call(p.call));
+    return different_calls_text(calls);
   }
 
   void make_children(round& result) const {

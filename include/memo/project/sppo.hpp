@@ -59,8 +59,12 @@
 // weights and their gradients, the K/V of the tokens before a Right-SP
 // phase and their dK/dV, and the K/V of each Left-SP piece back to the
 // owner and their dK/dV out again (reported as communication: the pieces
-// of the stage that takes part in the most). The helpers' activations
-// are not counted in their memory. The classifier is added once.
+// of the stage that takes part in the most). The classifier is added
+// once. A multiplexed pipeline's GPUs also hold what they compute for
+// other stages (`split_helper_bytes`: those stages' weights and
+// gradients, the pieces' activations, the K/V before a Right-SP phase),
+// at the busiest stage; the plain pipeline is kept where that does not
+// fit.
 #pragma once
 
 #include <algorithm>
@@ -138,7 +142,8 @@ struct split_piece {
 ///    hands the helpers the owner's weights, and takes their gradients
 ///    back in the backward (16-bit both ways).
 ///  - The first Right-SP piece hands the helpers the owner's K/V of every
-///    earlier token (the owner computed them alone) and takes their dK/dV
+///    earlier token (the owner holds them all: those of its Left-SP
+///    pieces came back to it) and takes their dK/dV
 ///    back in the backward; the later Right-SP pieces attend to these and
 ///    to what the same GPUs computed for the same heads before, so move
 ///    nothing more.
@@ -158,6 +163,49 @@ inline double split_piece_handover_bytes(const split_piece& piece) {
     bytes += piece.tokens_before * piece.kv_bytes;
   }
   return (k - 1.0) / k * bytes;
+}
+
+/// What one GPU holds for the split pieces it computes for other stages.
+struct split_helper_memory {
+  double params = 0, grads = 0, activations = 0;
+  [[nodiscard]] double total() const { return params + grads + activations; }
+};
+
+/// The most a GPU of any stage holds as a helper of the other stages' split
+/// pieces (see split_piece_handover_bytes), all at once: what a Left-SP
+/// piece keeps lives from its forward at the step's start to its backward
+/// at the end, and every Right-SP piece's from the end of the forwards to
+/// the start of the backwards. For each stage it helps, over k stages, it
+/// holds 1/k of that stage's per-GPU share of: the weights (16-bit) and
+/// their gradients (fp32); for each piece, the skeletal activations of the
+/// piece's tokens and their dK/dV (`skeletal_bytes` and `kv_bytes`: one
+/// token, every layer of the stage, per GPU of its SP group); and before
+/// a Right-SP phase, the K/V of every earlier token and their dK/dV.
+/// `owner_parameters(i)`: the parameters of stage i.
+template <class Parameters>
+split_helper_memory split_helper_bytes(const sequence_partition& part, int pp, int sp, double skeletal_bytes,
+                                       double kv_bytes, Parameters owner_parameters) {
+  const int n = static_cast<int>(part.count());
+  split_helper_memory most;
+  for (int stage = 0; stage < pp; ++stage) {
+    split_helper_memory held;
+    auto help = [&](int owner, int k, int first_j, int last_j, double tokens_before) {
+      held.params += owner_parameters(owner) * bytes_per_element / (static_cast<double>(sp) * k);
+      held.grads += owner_parameters(owner) * 4.0 / (static_cast<double>(sp) * k);
+      for (int j = first_j; j < last_j; ++j) {
+        held.activations += static_cast<double>(part.tokens(static_cast<std::size_t>(j))) * (skeletal_bytes + kv_bytes) / k;
+      }
+      held.activations += 2 * tokens_before * kv_bytes / k;
+    };
+    for (int owner = 0; owner < pp; ++owner) {
+      if (owner < stage) help(owner, pp - owner, 0, pp - 1 - owner, 0.0);  // its Left-SP range {owner..PP-1}
+      if (owner > stage) {                                                  // its Right-SP range {0..owner}
+        help(owner, owner + 1, n - owner, n, static_cast<double>(part.begin(static_cast<std::size_t>(n - owner))));
+      }
+    }
+    if (held.total() > most.total()) most = held;
+  }
+  return most;
 }
 
 /// Which pipeline a SPPO step is timed with.
@@ -253,9 +301,10 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     const int first_gpu = first * sp, last_gpu = (first + k) * sp - 1;
     return first_gpu / per_node == last_gpu / per_node;
   };
-  // What running stage `owner`'s layers on other stages' GPUs moves
-  // besides (split_piece_handover_bytes): its weights and their gradients, and
-  // the K/V of the tokens before the piece.
+  // Stage `owner`'s parameters, which running its layers on other stages'
+  // GPUs moves there and back (split_piece_handover_bytes) and keeps
+  // there (split_helper_bytes): its layers, and the embedding or the
+  // classifier on the first and the last stage.
   const double embedding = static_cast<double>(m.vocab) * h;
   auto owner_weights = [&, layers](int owner) {
     return layers * m.layer_parameters() + (owner == 0 || owner == pp - 1 ? embedding : 0.0);
@@ -326,7 +375,21 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // memory above does not depend on the schedule, and the closed form times
   // the others (what `project` ranks them by is how close they come to
   // fitting, not their time).
-  const bool fits = !memory_limit(d, r.host_per_node, c);
+  bool fits = !memory_limit(d, r.host_per_node, c);
+  // A multiplexed pipeline's helpers also hold what they compute for other
+  // stages (split_helper_bytes): the same breakdown plus that, at the
+  // busiest stage. SPPO 6.2 says multiplexing adds no memory; it does not
+  // say where the pieces' weights, activations and K/V live.
+  memory_breakdown helped = d;
+  if (options.multiplexed) {
+    const split_helper_memory helper =
+        split_helper_bytes(part, pp, sp, layers * skeletal_per_token, layers * kv_per_token, owner_weights);
+    helped.params += helper.params;
+    helped.grads += helper.grads;
+    helped.skeletal += helper.activations;
+  }
+  const bool fits_multiplexed = options.multiplexed && !memory_limit(helped, r.host_per_node, c);
+  if (pipeline == sppo_pipeline::multiplexed && options.multiplexed) d = helped, fits = fits_multiplexed;
   // SPPO multiplexes only when the pipeline "still exhibits excessive
   // bubble ratios" (section 4's workflow, step 3): both schedules are
   // simulated and the shorter kept. Splitting a subsequence over up to PP
@@ -353,9 +416,12 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
                            2.0 * (pp - 1) * options.p2p_seconds;
   } else {
     figures = simulate_sppo(plain, p.device());
-    if (options.multiplexed && sppo_schedule_ops(options) <= sppo_max_simulated_ops) {
+    if (fits_multiplexed && sppo_schedule_ops(options) <= sppo_max_simulated_ops) {
       const sppo_pipeline_figures multiplexed = simulate_sppo(options, p.device());
-      if (multiplexed.step_seconds < figures.step_seconds) figures = multiplexed, r.chosen.multiplexed = true;
+      if (multiplexed.step_seconds < figures.step_seconds) {
+        figures = multiplexed, r.chosen.multiplexed = true;
+        d = helped;
+      }
     }
   }
   // The step, part by part: a stage's own work, the exchanges of the split
