@@ -265,7 +265,8 @@ TEST_CASE("strategy: why no setting applies, for SPPO only") {
   CHECK(mp::no_setting_reason(mp::strategy::sppo, small, twelve, 1024) ==
         "no SP x PP x N of section 6.1 on 12 GPUs (8 per node) at 1024 tokens, nor copies of a smaller pipeline: "
         "one pipeline over every GPU needs whole nodes (12 GPUs are not a multiple of 8) (every SP); no "
-        "subsequence count N with 2048 to 16384 tokens each, N >= PP and N <= 1048576 (SP 8 PP 1)");
+        "subsequence count N with 2048 to 16384 tokens each, N >= PP and N <= 1048576 (SP 8 PP 1); SP must divide "
+        "the heads (32), key/value heads (32) and FFN width (16384) (SP 7 PP 1)");
   CHECK(mp::no_setting_reason(mp::strategy::sppo, small, twelve, 1 << 20).empty());
   // 40 GPUs: SP 8 leaves PP 5, which does not divide 32 layers: one copy of SP 8 x PP 4 (or
   // five of SP 8 x PP 1, ...) runs instead.
@@ -677,4 +678,24 @@ TEST_CASE("strategy: with a pin, what runs out is searched among the pinned sett
     if (p && !p->fits()) scanned = k * 65536;
   }
   CHECK(r->shortfalls.front().runs_out_at == scanned);
+}
+
+TEST_CASE("strategy: SPPO's copies never fit a shorter sequence on more GPUs of a node") {
+  // A 6-head model: SP 6 on 6 of a node's 8 GPUs is a copy too (it fitted
+  // 960K on 6 GPUs and 896K on 8 when copies needed SP dividing the node).
+  // A 2-layer model: one copy with the rest idle keeps the node's host
+  // memory to itself (two copies on 8 GPUs fitted 9792K, one on 4 11200K).
+  const mp::cluster_profile a100 = mp::load_cluster_profile("a100");
+  for (const char* shape : {"6,6144,6,50257", "2,1024,2,32000"}) {
+    const mp::model_shape m = mp::parse_model_shape(shape);
+    double before = 0;
+    for (const int gpus : {4, 6, 7, 8}) {
+      const auto r = mp::longest(mp::strategy::sppo, m, {a100, gpus, 8});
+      REQUIRE(r);
+      CAPTURE(shape);
+      CAPTURE(gpus);
+      CHECK(r->sequence >= before);
+      before = r->sequence;
+    }
+  }
 }

@@ -559,18 +559,21 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
     }
   }
   // Otherwise copies of smaller pipelines: up to a node's GPUs (as many
-  // copies to a node as it holds whole, a partial node what it can) or a
-  // whole number of nodes.
+  // copies to a node as it holds whole, a partial node what it can; SP
+  // then need not divide the node) or a whole number of nodes (each stage
+  // inside one: SP divides the node). As many copies as fit, or one with
+  // the other GPUs idle: the copies of a node share its host memory, so
+  // one copy may reach further than all of them.
   if (!one_pipeline) {
     const int node = c.gpus_per_node;
     for (int sp = std::min(node, c.gpus); sp >= 1; --sp) {
-      if (node % sp != 0) continue;
       for (int pp = 1; static_cast<std::int64_t>(sp) * pp < c.gpus; ++pp) {
         const int gpus = sp * pp;
-        if (m.layers % pp != 0 || (gpus > node && gpus % node != 0)) continue;
+        if (m.layers % pp != 0 || (gpus > node && (gpus % node != 0 || node % sp != 0))) continue;
         const int replicas =
             gpus <= node ? (c.gpus / node) * (node / gpus) + (c.gpus % node) / gpus : c.gpus / gpus;
         add_pipelines(sp, pp, replicas);
+        if (replicas > 1) add_pipelines(sp, pp, 1);
       }
     }
   }
@@ -590,8 +593,9 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
       rejected.emplace_back(
           one_pipeline ? "SP must divide the GPUs of a node (" + std::to_string(per_node) +
                              ") and SP x PP use every GPU (copies run only where no one pipeline can)"
-                       : "copies need SP dividing a node (" + std::to_string(c.gpus_per_node) +
-                             "), SP x PP up to a node or whole nodes, and DP as many as the GPUs hold",
+                       : "copies need SP x PP up to a node (" + std::to_string(c.gpus_per_node) +
+                             " GPUs) or whole nodes with SP dividing a node, and DP 1 or as many as the GPUs "
+                             "hold",
           shape.empty() ? std::string("every SP") : shape.text());
     }
     if (!whole_nodes) {
