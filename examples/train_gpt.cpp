@@ -665,7 +665,9 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
   } catch (const memo::error& e) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "train_gpt: rank %d: %s\n", rank, e.what());
+    const bool verify = std::string_view(e.what()).find("verify_calls") != std::string_view::npos;
+    std::fprintf(stderr, "train_gpt: rank %d: %s%s\n", rank, e.what(),
+                 verify ? " (give --verify-collectives to every rank, or to none)" : "");
     std::fflush(stderr);
     MPI_Barrier(MPI_COMM_WORLD);
     return 1;

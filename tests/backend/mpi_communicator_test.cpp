@@ -142,11 +142,36 @@ TEST_CASE("mpi_communicator: verify_calls fails every rank on calls that differ,
   backend.synchronize(stream);
 }
 
+TEST_CASE("mpi_communicator: verify_calls' signature of a call, and counts beyond MPI's int") {
+  using state = memo::detail::mpi_comm_state;
+  memo::comm_call call;
+  call.op = memo::comm_op::broadcast;
+  call.type = memo::comm_type::int32;
+  call.count = 7;
+  call.peer = 3;
+  CHECK(state::describe_signature(state::signature(call).data()) == "broadcast(int32 x 7, root 3)");
+  // Every count MPI cannot take is one signature: the ranks agree, then each
+  // fails alike at the call (its count check), none posting it.
+  call.op = memo::comm_op::all_reduce;
+  call.count = std::size_t{1} << 31;
+  const auto big = state::signature(call);
+  call.count = (std::size_t{1} << 62) + 7;
+  CHECK(state::signature(call) == big);
+  CHECK(state::describe_signature(big.data()) == "all_reduce(int32 x more than 2147483647)");
+  call.count = 7;
+  CHECK(state::signature(call) != big);
+  call.count = 2147483647;
+  CHECK(state::signature(call) != big);
+  CHECK(state::describe_signature(state::signature_of_split().data()) == "split");
+}
+
 TEST_CASE("mpi_communicator: ranks that disagree on verify_calls fail where the communicator is made") {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   CHECK_THROWS_WITH_AS(memo::mpi_communicator(MPI_COMM_WORLD, {.verify_calls = me == 0}),
-                       doctest::Contains("the ranks disagree on options.verify_calls"), memo::error);
+                       doctest::Contains("the ranks disagree on options.verify_calls: set on rank(s) 0, not on "
+                                         "rank(s) 1"),
+                       memo::error);
   // Then the world is as before: a communicator made alike works.
   memo::host_backend backend;
   memo::mpi_communicator comm(MPI_COMM_WORLD, {.verify_calls = true});

@@ -70,6 +70,7 @@
 //   refused, and may still take the peer's late message.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -151,13 +152,14 @@ struct mpi_comm_state {
   }
 
   /// What `agree` gathers of a call: a marker, the operation (-1: split),
-  /// the element type, the count (low and high 31 bits) and the root.
+  /// the element type, the count (-1 beyond MPI's int count: every rank
+  /// with such a count fails alike at the call itself), and the root.
   using call_signature = std::array<std::int32_t, 6>;
   static constexpr std::int32_t signature_marker = 0x43414c4c;  // "CALL"
   static constexpr std::int32_t split_signature = -1;
   static call_signature signature(const comm_call& call) {
     return {signature_marker, static_cast<std::int32_t>(call.op), static_cast<std::int32_t>(call.type),
-            static_cast<std::int32_t>(call.count & 0x7fffffffu), static_cast<std::int32_t>((call.count >> 31) & 0x7fffffffu),
+            call.count <= static_cast<std::size_t>(INT32_MAX) ? static_cast<std::int32_t>(call.count) : -1, 0,
             call.op == comm_op::broadcast ? call.peer : -1};
   }
   static call_signature signature_of_split() { return {signature_marker, split_signature, 0, 0, 0, -1}; }
@@ -171,10 +173,14 @@ struct mpi_comm_state {
     comm_call call;
     call.op = static_cast<comm_op>(sig[1]);
     call.type = static_cast<comm_type>(sig[2]);
-    call.count = static_cast<std::size_t>(static_cast<std::uint32_t>(sig[3])) |
-                 (static_cast<std::size_t>(static_cast<std::uint32_t>(sig[4])) << 31);
+    call.count = sig[3] < 0 ? 0 : static_cast<std::size_t>(sig[3]);
     call.peer = sig[5];
-    return describe_call(call);
+    std::string text = describe_call(call);
+    if (sig[3] < 0) {  // "all_reduce(float32 x 0)" -> "all_reduce(float32 x more than 2147483647)"
+      const std::string zero = " x 0";
+      text.replace(text.find(zero), zero.size(), " x more than " + std::to_string(INT32_MAX));
+    }
+    return text;
   }
 
   /// Gathers every rank's signature of the call about to be made (under
@@ -182,6 +188,7 @@ struct mpi_comm_state {
   /// rank's call, when they differ; nothing else was posted, so the
   /// communicator stays usable.
   void agree(const call_signature& mine, const std::string& what) const {
+    check_usable(what);  // refused before anything is made
     // On the heap: a gather that times out stays posted, its buffers MPI's.
     struct gathered {
       call_signature mine;
@@ -196,10 +203,7 @@ struct mpi_comm_state {
     gather.recv = buffers->all.data();
     gather.count = mine.size();
     try {
-      run_call(gather);
-    } catch (const error& e) {
-      (void)buffers.release();
-      throw error(std::string(e.what()) + " (while checking that every rank issues " + what + ")");
+      run_call(gather, " (checking that every rank issues " + what + ")");
     } catch (...) {
       (void)buffers.release();
       throw;
@@ -217,7 +221,9 @@ struct mpi_comm_state {
   /// `call` in its nonblocking MPI-3 form, always (MPI does not match a
   /// blocking collective with a nonblocking one, so ranks with and without
   /// a timeout still meet), polled until done (or `timeout`, when set).
-  void run_call(const comm_call& call) const {
+  /// `checking` names the call a verification gather is made for, in its
+  /// timeout message.
+  void run_call(const comm_call& call, const std::string& checking = {}) const {
     expects(!mpi_finalized(), "mpi_communicator: a call ran after MPI_Finalize");
     check_usable(to_string(call.op));
     const MPI_Datatype type = mpi_type(call.type);
@@ -296,7 +302,8 @@ struct mpi_comm_state {
                                                    " and receiving from rank " + std::to_string(call.source)
              : call.op == comm_op::broadcast ? " from root " + std::to_string(call.peer) + " (" +
                                                    std::to_string(call.count) + " elements) for its peers"
-                                             : std::string(" for its peers"));
+                                             : std::string(" for its peers")) +
+            checking;
         int failure = MPI_SUCCESS;
         MPI_Status received{};
         const withdrawal outcome = withdraw(requests, pending, call, waited, failure, &received);
@@ -527,12 +534,21 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     // Whether every rank verifies (a rank that does gathers before each
     // collective, which the others would take for their call): the max of
     // v and of -v, the same on every rank, so all fail or none.
-    const int mine[2] = {config.verify_calls ? 1 : 0, config.verify_calls ? -1 : 0};
-    int agreed[2] = {0, 0};
-    check_mpi(MPI_Allreduce(mine, agreed, 2, MPI_INT, MPI_MAX, copy), "MPI_Allreduce");
-    expects(agreed[0] == -agreed[1], [&] {
-      return describe() + ": the ranks disagree on options.verify_calls (set on some, not on others; every rank "
-             "must set it alike)";
+    const int mine = config.verify_calls ? 1 : 0;
+    std::vector<int> every(static_cast<std::size_t>(size()));
+    check_mpi(MPI_Allgather(&mine, 1, MPI_INT, every.data(), 1, MPI_INT, copy), "MPI_Allgather");
+    expects(std::all_of(every.begin(), every.end(), [&](int v) { return v == every.front(); }), [&] {
+      auto ranks = [&](int value) {  // the first 16 ranks that have it
+        std::string list;
+        int listed = 0;
+        for (std::size_t r = 0; r < every.size() && listed < 16; ++r) {
+          if (every[r] != value) continue;
+          list += (listed++ ? ", " : "") + std::to_string(r);
+        }
+        return list + (static_cast<int>(std::count(every.begin(), every.end(), value)) > listed ? ", ..." : "");
+      };
+      return describe() + ": the ranks disagree on options.verify_calls: set on rank(s) " + ranks(1) +
+             ", not on rank(s) " + ranks(0) + " (every rank must set it alike)";
     });
   }
   mpi_communicator(mpi_communicator&&) noexcept = default;
