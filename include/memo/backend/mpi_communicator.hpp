@@ -532,8 +532,8 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
     check_mpi(MPI_Comm_dup(base, &copy), "MPI_Comm_dup");
     state_ = std::make_shared<detail::mpi_comm_state>(copy, config.timeout, config.verify_calls);
     // Whether every rank verifies (a rank that does gathers before each
-    // collective, which the others would take for their call): the max of
-    // v and of -v, the same on every rank, so all fail or none.
+    // collective, which the others would take for their call): every
+    // rank's setting, gathered, so all fail alike or none.
     const int mine = config.verify_calls ? 1 : 0;
     std::vector<int> every(static_cast<std::size_t>(size()));
     check_mpi(MPI_Allgather(&mine, 1, MPI_INT, every.data(), 1, MPI_INT, copy), "MPI_Allgather");
