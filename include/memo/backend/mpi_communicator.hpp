@@ -151,9 +151,10 @@ struct mpi_comm_state {
     run_call(call);
   }
 
-  /// What `agree` gathers of a call: a marker, the operation (-1: split),
-  /// the element type, the count (-1 beyond MPI's int count: every rank
-  /// with such a count fails alike at the call itself), and the root.
+  /// What `agree` gathers of a call, six words: a marker, the operation
+  /// (-1: split), the element type, the count (-1 beyond MPI's int count:
+  /// every rank with such a count fails alike at the call itself), a zero
+  /// (reserved), and the root.
   using call_signature = std::array<std::int32_t, 6>;
   static constexpr std::int32_t signature_marker = 0x43414c4c;  // "CALL"
   static constexpr std::int32_t split_signature = -1;
@@ -176,9 +177,10 @@ struct mpi_comm_state {
     call.count = sig[3] < 0 ? 0 : static_cast<std::size_t>(sig[3]);
     call.peer = sig[5];
     std::string text = describe_call(call);
-    if (sig[3] < 0) {  // "all_reduce(float32 x 0)" -> "all_reduce(float32 x more than 2147483647)"
-      const std::string zero = " x 0";
-      text.replace(text.find(zero), zero.size(), " x more than " + std::to_string(INT32_MAX));
+    const std::string zero = " x 0";
+    if (const auto at = text.find(zero); sig[3] < 0 && at != std::string::npos) {
+      // "all_reduce(float32 x 0)" -> "all_reduce(float32 x more than 2147483647)"
+      text.replace(at, zero.size(), " x more than " + std::to_string(INT32_MAX));
     }
     return text;
   }

@@ -119,7 +119,7 @@ inline constexpr profile_field_range profile_field_ranges[] = {
 
 namespace detail {
 
-/// "between 1e-03 and 1" or "a whole number up to 1e+06", for messages.
+/// "between 1e-03 and 1" or "a whole number up to 1048576", for messages.
 inline std::string range_text(const profile_field_range& range) {
   auto number = [](double x) {
     char out[32];

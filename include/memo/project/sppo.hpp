@@ -372,13 +372,15 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
     figures.work_seconds += options.forward_seconds[j] + options.backward_seconds[j];
   }
   // Only a setting that fits and may be the fastest is simulated: the
-  // memory above does not depend on the schedule, and the closed form times
-  // the others (what `project` ranks them by is how close they come to
-  // fitting, not their time).
+  // memory above is the plain pipeline's (the multiplexed one adds what its
+  // helpers hold, below), and the closed form times the others (what
+  // `project` ranks them by is how close they come to fitting, not their
+  // time).
   bool fits = !memory_limit(d, r.host_per_node, c);
   // A multiplexed pipeline's helpers also hold what they compute for other
   // stages (split_helper_bytes): the same breakdown plus that, at the
-  // busiest stage. SPPO 6.2 says multiplexing adds no memory; it does not
+  // busiest stage (added to the fullest stage's own memory even where the
+  // two are different stages: an overestimate there). SPPO 6.2 says multiplexing adds no memory; it does not
   // say where the pieces' weights, activations and K/V live.
   memory_breakdown helped = d;
   if (options.multiplexed) {
@@ -455,9 +457,12 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 /// Every (SP, PP, N) section 6.1 allows (see the header comment): one
 /// pipeline over every GPU. Where no SP x PP can use every GPU at any
 /// length (PP would not divide the layers, SP the heads, or the GPUs are
-/// not whole nodes), as many copies of each smaller pipeline as the nodes
-/// hold whole run data-parallel (DP), each copy inside a node or on whole nodes,
-/// the remaining GPUs idle; so more GPUs never fit a shorter sequence. With `simulate` false, only the N
+/// not whole nodes), copies of smaller pipelines run data-parallel (DP):
+/// each copy inside a node (any SP x PP up to the node) or on whole nodes
+/// (SP dividing a node), as many as the GPUs hold or one, the remaining
+/// GPUs idle; so more GPUs of a node do not fit a shorter sequence (one
+/// pipeline over every GPU: the node's host memory is shared by more GPUs,
+/// which can). With `simulate` false, only the N
 /// needing the least memory, timed by the closed form (whether some
 /// setting fits is the same either way). Only the SP and PP of `pin` are
 /// tried when it has them (so the fastest setting that prunes the
@@ -566,7 +571,11 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
   // one copy may reach further than all of them.
   if (!one_pipeline) {
     const int node = c.gpus_per_node;
+    bool refused = false;  // an SP the model does not split over was tried (its reason is kept once)
     for (int sp = std::min(node, c.gpus); sp >= 1; --sp) {
+      // Refused for every PP alike: only the first such SP is tried, for
+      // its reason (a node of 2^20 GPUs would otherwise try each).
+      if (!m.splits_over(sp) && std::exchange(refused, true)) continue;
       for (int pp = 1; static_cast<std::int64_t>(sp) * pp < c.gpus; ++pp) {
         const int gpus = sp * pp;
         if (m.layers % pp != 0 || (gpus > node && (gpus % node != 0 || node % sp != 0))) continue;
@@ -574,6 +583,7 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
             gpus <= node ? (c.gpus / node) * (node / gpus) + (c.gpus % node) / gpus : c.gpus / gpus;
         add_pipelines(sp, pp, replicas);
         if (replicas > 1) add_pipelines(sp, pp, 1);
+        if (!m.splits_over(sp)) break;
       }
     }
   }

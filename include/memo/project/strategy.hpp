@@ -121,8 +121,9 @@ inline std::vector<projection> project_settings(strategy kind, const model_shape
 }
 
 /// Why `project_settings` has no setting for `kind` (an empty string when
-/// it has one): SPPO's stages need whole nodes, SP dividing a node and the
-/// heads, PP = GPUs / SP (or, for copies, PP) dividing the layers, and a subsequence count N
+/// it has one): SPPO's one pipeline needs whole nodes, SP dividing a node
+/// and the heads, PP = GPUs / SP dividing the layers (copies: SP x PP up to
+/// a node, or whole nodes with SP dividing a node), and a subsequence count N
 /// with s/N in [2K, 16K] (or the pinned N) and N >= PP; with a `pin`, that
 /// no setting has its values, and, for each value pinned, which values the
 /// settings with the other pinned values have ("the settings here have TP
