@@ -25,6 +25,7 @@
 // Usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N]
 //                        [--head-dim 64|128]
 #include <memo/backend/host_backend.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
 #include <memo/core/text.hpp>
@@ -93,7 +94,7 @@ double time_attention(memo::host_backend& backend, memo::host_backend::stream& s
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
   std::int64_t min_tokens = 0;
@@ -260,4 +261,8 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("attention_bench", "", [&] { return bench_main(argc, argv); });
 }

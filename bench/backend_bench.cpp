@@ -16,6 +16,7 @@
 //
 // Usage: backend_bench [--quick] [--json]
 #include <memo/backend/host_backend.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
 
@@ -78,7 +79,7 @@ void keep_copying(memo::host_backend& backend, memo::host_backend::stream& strea
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
@@ -222,4 +223,8 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("backend_bench", "", [&] { return bench_main(argc, argv); });
 }

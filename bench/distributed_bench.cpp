@@ -70,6 +70,7 @@
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/thread_communicator.hpp>
 #include <memo/core/bytes.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/device_profile.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
@@ -121,50 +122,46 @@ memo::host_backend::options one_thread() {
 // `exchanges_only` of the all-to-alls it issues alone. Every rank builds its
 // object first; the clock runs from a barrier to the last rank's end.
 double time_ranks(int P, const shape_config& c, bool exchanges_only) {
-  auto comms = memo::thread_communicator::create_group(P);
   std::vector<double> seconds(static_cast<std::size_t>(P), 0.0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < P; ++r) {
-    threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
-      memo::host_backend backend(one_thread());
-      auto stream = backend.make_stream();
-      const memo::distributed_attention_shape shape{.tokens = c.tokens,
-                                                    .heads = c.heads,
-                                                    .kv_heads = c.heads,
-                                                    .head_dim = c.head_dim,
-                                                    .layout_chunk = c.layout_chunk,
-                                                    .attention_chunk = c.attention_chunk};
-      memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
-      const std::int64_t L = attention.layout().local_tokens(), H = c.heads, D = c.head_dim;
-      const auto n = static_cast<std::size_t>(L * H * D);
-      auto q = pattern(n, 1), k = pattern(n, 2), v = pattern(n, 3), dout = pattern(n, 4);
-      std::vector<float> o(n), dq(n), dk(n), dv(n);
-      auto view = [&](std::vector<float>& x) { return memo::tensor_view<float, 3>::contiguous(x.data(), {L, H, D}); };
-      auto cview = [&](std::vector<float>& x) {
-        return memo::tensor_view<const float, 3>::contiguous(x.data(), {L, H, D});
-      };
-      // The exchanges of one forward + backward: 3 + 1 all-to-alls per
-      // local chunk forward, 1 + 3 backward, each of c x H/P x D per rank.
-      const std::int64_t u = attention.layout().chunks_per_rank();
-      const auto block = static_cast<std::size_t>(c.layout_chunk * (H / P) * D) * static_cast<std::size_t>(P);
-      std::vector<float> send(block, 1.0f), recv(block);
-      comm.barrier(backend, stream);
-      backend.synchronize(stream);
-      const auto t0 = clock_type::now();
-      if (exchanges_only) {
-        for (std::int64_t i = 0; i < 8 * u; ++i) {
-          comm.all_to_all<float>(backend, stream, std::span<const float>(send), std::span<float>(recv));
-        }
-      } else {
-        attention.forward(stream, cview(q), cview(k), cview(v), view(o));
-        attention.backward(stream, cview(dout), view(dq), view(dk), view(dv));
+  memo::run_thread_group(P, [&](memo::thread_communicator& comm) {
+    const int r = comm.rank();
+    memo::host_backend backend(one_thread());
+    auto stream = backend.make_stream();
+    const memo::distributed_attention_shape shape{.tokens = c.tokens,
+                                                  .heads = c.heads,
+                                                  .kv_heads = c.heads,
+                                                  .head_dim = c.head_dim,
+                                                  .layout_chunk = c.layout_chunk,
+                                                  .attention_chunk = c.attention_chunk};
+    memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(backend, comm, shape);
+    const std::int64_t L = attention.layout().local_tokens(), H = c.heads, D = c.head_dim;
+    const auto n = static_cast<std::size_t>(L * H * D);
+    auto q = pattern(n, 1), k = pattern(n, 2), v = pattern(n, 3), dout = pattern(n, 4);
+    std::vector<float> o(n), dq(n), dk(n), dv(n);
+    auto view = [&](std::vector<float>& x) { return memo::tensor_view<float, 3>::contiguous(x.data(), {L, H, D}); };
+    auto cview = [&](std::vector<float>& x) {
+      return memo::tensor_view<const float, 3>::contiguous(x.data(), {L, H, D});
+    };
+    // The exchanges of one forward + backward: 3 + 1 all-to-alls per
+    // local chunk forward, 1 + 3 backward, each of c x H/P x D per rank.
+    const std::int64_t u = attention.layout().chunks_per_rank();
+    const auto block = static_cast<std::size_t>(c.layout_chunk * (H / P) * D) * static_cast<std::size_t>(P);
+    std::vector<float> send(block, 1.0f), recv(block);
+    comm.barrier(backend, stream);
+    backend.synchronize(stream);
+    const auto t0 = clock_type::now();
+    if (exchanges_only) {
+      for (std::int64_t i = 0; i < 8 * u; ++i) {
+        comm.all_to_all<float>(backend, stream, std::span<const float>(send), std::span<float>(recv));
       }
-      comm.barrier(backend, stream);
-      backend.synchronize(stream);
-      seconds[static_cast<std::size_t>(r)] = std::chrono::duration<double>(clock_type::now() - t0).count();
-    });
-  }
-  for (auto& t : threads) t.join();
+    } else {
+      attention.forward(stream, cview(q), cview(k), cview(v), view(o));
+      attention.backward(stream, cview(dout), view(dq), view(dk), view(dv));
+    }
+    comm.barrier(backend, stream);
+    backend.synchronize(stream);
+    seconds[static_cast<std::size_t>(r)] = std::chrono::duration<double>(clock_type::now() - t0).count();
+  });
   return *std::max_element(seconds.begin(), seconds.end());
 }
 
@@ -244,58 +241,54 @@ struct parallel_timing {
 parallel_timing time_parallel(const model_shape& m, const model_setting& s, const std::vector<std::int32_t>& in,
                               const std::vector<std::int32_t>& tg) {
   const int P = s.sp * s.pp;
-  auto comms = memo::thread_communicator::create_group(P);
   std::vector<parallel_timing> per_rank(static_cast<std::size_t>(P));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < P; ++r) {
-    threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
-      memo::host_backend backend(one_thread());
-      memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(
-          backend, comm, m.config,
-          {.context = m.context, .sequence_parallel = s.sp, .pipeline_stages = s.pp, .subsequences = s.subsequences,
-           .attention_chunk = 64, .overlap_exchanges = s.overlap, .overlap_gradient_reduction = s.overlap_reduction});
-      model.initialize(1);
+  memo::run_thread_group(P, [&](memo::thread_communicator& comm) {
+    const int r = comm.rank();
+    memo::host_backend backend(one_thread());
+    memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(
+        backend, comm, m.config,
+        {.context = m.context, .sequence_parallel = s.sp, .pipeline_stages = s.pp, .subsequences = s.subsequences,
+         .attention_chunk = 64, .overlap_exchanges = s.overlap, .overlap_gradient_reduction = s.overlap_reduction});
+    model.initialize(1);
+    model.train_step(in, tg, {});
+    backend.device_memory().reset_peak();
+    double comm_seconds = 0, reduction_seconds = 0, exposed_seconds = 0;
+    const double cpu0 = process_cpu_seconds();  // every rank's threads: the ranks step together
+    const auto t0 = clock_type::now();
+    for (std::int64_t k = 0; k < m.steps; ++k) {
       model.train_step(in, tg, {});
-      backend.device_memory().reset_peak();
-      double comm_seconds = 0, reduction_seconds = 0, exposed_seconds = 0;
-      const double cpu0 = process_cpu_seconds();  // every rank's threads: the ranks step together
-      const auto t0 = clock_type::now();
-      for (std::int64_t k = 0; k < m.steps; ++k) {
-        model.train_step(in, tg, {});
-        comm_seconds += model.step_communication().seconds;
-        reduction_seconds += model.step_gradient_reduction().collectives.seconds;
-        exposed_seconds += model.step_gradient_reduction().exposed_seconds;
-      }
-      const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-      auto& out = per_rank[static_cast<std::size_t>(r)];
-      out.reduction_seconds = reduction_seconds / static_cast<double>(m.steps);
-      out.exposed_seconds = exposed_seconds / static_cast<double>(m.steps);
-      double all = 0, unhidden = 0;
-      for (const auto& b : model.gradient_buckets().buckets) {
-        const auto n = static_cast<double>(b.count());
-        all += n, unhidden += b.layer <= 0 ? n : 0.0;
-      }
-      // The first and last stages also sum wte over the stages after their
-      // own sums: Vp x C floats behind nothing.
-      const int stage = r / s.sp;
-      if (s.pp > 1 && (stage == 0 || stage == s.pp - 1)) {
-        const double wte = static_cast<double>(m.config.padded_vocab_size) * m.config.channels;
-        all += wte, unhidden += wte;
-      }
-      out.unhidden_share = all > 0 ? unhidden / all : 0.0;
-      out.cores_used = (process_cpu_seconds() - cpu0) / seconds;
-      out.step_seconds = seconds / static_cast<double>(m.steps);
-      out.comm_share = comm_seconds / seconds;
-      out.peak_bytes = backend.device_memory().peak_bytes();
-      // The schedule's bubble: simulated step / one stage's work.
-      const memo::timeline t = model.schedule().simulate(memo::device_profile::a800_80gb());
-      double work = 0;
-      const std::size_t stream = t.stream_index(memo::sppo_stream_name(0));
-      for (const auto& op : t.ops()) work += op.stream == stream ? op.duration_seconds() : 0.0;
-      out.bubble = t.makespan_seconds() / work - 1.0;
-    });
-  }
-  for (auto& t : threads) t.join();
+      comm_seconds += model.step_communication().seconds;
+      reduction_seconds += model.step_gradient_reduction().collectives.seconds;
+      exposed_seconds += model.step_gradient_reduction().exposed_seconds;
+    }
+    const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    auto& out = per_rank[static_cast<std::size_t>(r)];
+    out.reduction_seconds = reduction_seconds / static_cast<double>(m.steps);
+    out.exposed_seconds = exposed_seconds / static_cast<double>(m.steps);
+    double all = 0, unhidden = 0;
+    for (const auto& b : model.gradient_buckets().buckets) {
+      const auto n = static_cast<double>(b.count());
+      all += n, unhidden += b.layer <= 0 ? n : 0.0;
+    }
+    // The first and last stages also sum wte over the stages after their
+    // own sums: Vp x C floats behind nothing.
+    const int stage = r / s.sp;
+    if (s.pp > 1 && (stage == 0 || stage == s.pp - 1)) {
+      const double wte = static_cast<double>(m.config.padded_vocab_size) * m.config.channels;
+      all += wte, unhidden += wte;
+    }
+    out.unhidden_share = all > 0 ? unhidden / all : 0.0;
+    out.cores_used = (process_cpu_seconds() - cpu0) / seconds;
+    out.step_seconds = seconds / static_cast<double>(m.steps);
+    out.comm_share = comm_seconds / seconds;
+    out.peak_bytes = backend.device_memory().peak_bytes();
+    // The schedule's bubble: simulated step / one stage's work.
+    const memo::timeline t = model.schedule().simulate(memo::device_profile::a800_80gb());
+    double work = 0;
+    const std::size_t stream = t.stream_index(memo::sppo_stream_name(0));
+    for (const auto& op : t.ops()) work += op.stream == stream ? op.duration_seconds() : 0.0;
+    out.bubble = t.makespan_seconds() / work - 1.0;
+  });
   parallel_timing out = per_rank[0];
   out.reduction_seconds = out.exposed_seconds = out.unhidden_share = 0;
   for (const auto& r : per_rank) {
@@ -438,38 +431,34 @@ offload_row offload_memory(const model_shape& m, offload_row row) {
   enum { off, on, kv };
   for (const int pass : {off, on, kv}) {
     const int P = row.sp * row.pp;
-    auto comms = memo::thread_communicator::create_group(P);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < P; ++r) {
-      threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
-        memo::host_backend backend(one_thread());
-        memo::gpt2_parallel_options options{.context = m.context, .sequence_parallel = row.sp,
-                                            .pipeline_stages = row.pp, .subsequences = row.subsequences,
-                                            .attention_chunk = 64};
-        if (pass != off) {
-          options.subsequence_offload = std::vector<double>(static_cast<std::size_t>(row.subsequences), row.alpha);
-        }
-        options.kv_offload = pass == kv;
-        memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(backend, comm, m.config,
-                                                                                      options);
-        if (r != 0) return;
-        (pass == off ? row.off_bytes : pass == on ? row.on_bytes : row.kv_bytes) = model.activation_bytes();
-        if (pass == off) return;
-        if (pass == kv) {
-          row.kv_host_bytes = model.host_offload_bytes() - model.skeletal_host_bytes();
-          kv_prediction(model, row);
-          return;
-        }
-        row.host_bytes = model.skeletal_host_bytes();
-        double bytes_per_row = 0;
-        const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(m.config, 1);
-        for (const auto& t : layout.tensors()) bytes_per_row += static_cast<double>(t.bytes_per_token);
-        const stage_rows rows = rows_of(model, row.subsequences, row.alpha);
-        row.predicted_drop = (rows.all - 2 * rows.longest - rows.kept) * bytes_per_row;
-        row.predicted_host = rows.offloaded * bytes_per_row;
-      });
-    }
-    for (auto& t : threads) t.join();
+    memo::run_thread_group(P, [&](memo::thread_communicator& comm) {
+      const int r = comm.rank();
+      memo::host_backend backend(one_thread());
+      memo::gpt2_parallel_options options{.context = m.context, .sequence_parallel = row.sp,
+                                          .pipeline_stages = row.pp, .subsequences = row.subsequences,
+                                          .attention_chunk = 64};
+      if (pass != off) {
+        options.subsequence_offload = std::vector<double>(static_cast<std::size_t>(row.subsequences), row.alpha);
+      }
+      options.kv_offload = pass == kv;
+      memo::gpt2_parallel_model<memo::thread_communicator, memo::host_backend> model(backend, comm, m.config,
+                                                                                    options);
+      if (r != 0) return;
+      (pass == off ? row.off_bytes : pass == on ? row.on_bytes : row.kv_bytes) = model.activation_bytes();
+      if (pass == off) return;
+      if (pass == kv) {
+        row.kv_host_bytes = model.host_offload_bytes() - model.skeletal_host_bytes();
+        kv_prediction(model, row);
+        return;
+      }
+      row.host_bytes = model.skeletal_host_bytes();
+      double bytes_per_row = 0;
+      const memo::skeletal_layout layout = memo::gpt2_skeletal_layout(m.config, 1);
+      for (const auto& t : layout.tensors()) bytes_per_row += static_cast<double>(t.bytes_per_token);
+      const stage_rows rows = rows_of(model, row.subsequences, row.alpha);
+      row.predicted_drop = (rows.all - 2 * rows.longest - rows.kept) * bytes_per_row;
+      row.predicted_host = rows.offloaded * bytes_per_row;
+    });
   }
   return row;
 }
@@ -485,19 +474,19 @@ struct sppo_setting {
   const char* sequence;
 };
 
-}  // namespace
+constexpr const char* usage = "usage: distributed_bench [--quick] [--json]\n";
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool quick = false, json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  memo::command_arguments args(argc, argv);
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--json") {
       json = true;
     } else {
-      std::fprintf(stderr, "usage: distributed_bench [--quick] [--json]\n");
-      return 2;
+      args.unknown();
     }
   }
   const int cores = std::max(1u, std::thread::hardware_concurrency());
@@ -758,4 +747,10 @@ int main(int argc, char** argv) {
   std::printf("Papers' settings projected (memo-project's model; profile per row):\n");
   for (const auto& row : projected) std::printf("  [%s] %s\n", row.profile.c_str(), memo::project::row_text(row).c_str());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return memo::run_command("distributed_bench", usage, [&] { return bench_main(argc, argv); });
 }

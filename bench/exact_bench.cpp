@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/core/command_line.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/spread.hpp"
 #include "memo/plan/exact_solver.hpp"
@@ -459,7 +460,7 @@ void print_header(const char* title) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool json = false;
   bool quick = false;
   bool ablation = true;
@@ -675,4 +676,8 @@ int main(int argc, char** argv) {
     std::printf("random, nested and gpt families: proven %zu / %zu within %.3g s\n", small_proven, small, limit);
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("exact_bench", "", [&] { return bench_main(argc, argv); });
 }

@@ -44,9 +44,11 @@ int main() {
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/backend/host_backend.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/spread.hpp"
@@ -175,50 +177,50 @@ kv_prefetch_result kv_prefetch_part(const bench_shape& shape, const std::vector<
   return r;
 }
 
-int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quick) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+constexpr const char* usage =
+    "usage: model_offload_bench [--json] [--quick] [--layers N] [--context N] [--channels N] [--heads N] "
+    "[--rounds N] [--steps-per-round N]\n"
+    "--quick runs a 4-layer model at 128 tokens in 5 rounds of 1 step; the other options, in any order, "
+    "change that.\n";
+
+/// The shape the command line asks for: --quick's or the default one, then
+/// every option given.
+bench_shape parse_args(int argc, char** argv, bool& json, bool& quick) {
+  memo::command_arguments args(argc, argv);
+  std::vector<std::pair<int bench_shape::*, int>> given;
+  while (!args.done()) {
+    const std::string_view arg = args.next();
+    const auto field = arg == "--layers"            ? &bench_shape::layers
+                       : arg == "--context"         ? &bench_shape::context
+                       : arg == "--channels"        ? &bench_shape::channels
+                       : arg == "--heads"           ? &bench_shape::heads
+                       : arg == "--rounds"          ? &bench_shape::rounds
+                       : arg == "--steps-per-round" ? &bench_shape::steps_per_round
+                                                    : nullptr;
     if (arg == "--json") {
       json = true;
     } else if (arg == "--quick") {
       quick = true;
-      shape = {4, 128, 32, 2, 5, 1};
-    } else if ((arg == "--layers" || arg == "--context" || arg == "--channels" || arg == "--heads" ||
-                arg == "--rounds" || arg == "--steps-per-round") &&
-               i + 1 < argc) {
-      const auto value = memo::detail::parse_integer<int>(argv[++i]);
-      if (!value || *value < 1 || *value > 1'000'000) {
-        std::fprintf(stderr, "model_offload_bench: %s needs a positive integer, got '%s'\n", arg.c_str(), argv[i]);
-        return 2;
-      }
-      int& field = arg == "--layers"     ? shape.layers
-                   : arg == "--context"  ? shape.context
-                   : arg == "--channels" ? shape.channels
-                   : arg == "--heads"    ? shape.heads
-                   : arg == "--rounds"   ? shape.rounds
-                                         : shape.steps_per_round;
-      field = *value;
+    } else if (field != nullptr) {
+      given.emplace_back(field, args.integer<int>(1, 1'000'000));
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--json] [--quick] [--layers N] [--context N] [--channels N] [--heads N] "
-                   "[--rounds N] [--steps-per-round N]\n",
-                   argv[0]);
-      return 2;
+      args.unknown();
     }
   }
-  return 0;
+  bench_shape shape = quick ? bench_shape{4, 128, 32, 2, 5, 1} : bench_shape{};
+  for (const auto& [field, value] : given) shape.*field = value;
+  if (shape.layers < 3) throw memo::usage_error("--layers must be at least 3 (two are never swapped)");
+  if (shape.rounds < 5) throw memo::usage_error("--rounds must be at least 5");
+  return shape;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  bench_shape shape;
+int bench_main(int argc, char** argv) {
   bool json = false;
   bool quick = false;
-  if (const int status = parse_args(argc, argv, shape, json, quick); status != 0) return status;
-  try {
-    memo::expects(shape.layers >= 3, "model_offload_bench: --layers must be at least 3 (two are never swapped)");
-    memo::expects(shape.rounds >= 5, "model_offload_bench: --rounds must be at least 5");
+  const bench_shape shape = parse_args(argc, argv, json, quick);
+  {
     const memo::gpt2_config config = config_of(shape);
     config.validate("model_offload_bench");
     const auto in = tokens(shape.context, 1);
@@ -359,10 +361,11 @@ int main(int argc, char** argv) {
                   kv.ratio.median, kv.ratio.min, kv.ratio.max, kv.predicted_ratio);
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "model_offload_bench: %s\n", e.what());
-    return 1;
   }
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("model_offload_bench", usage, [&] { return bench_main(argc, argv); });
 }
 
 #endif

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "memo/backend/host_backend.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/spread.hpp"
 #include "memo/model/gpt2_model.hpp"
 #include "memo/plan/bilevel_planner.hpp"
@@ -147,7 +148,7 @@ std::vector<scaling_row> heuristic_scaling(std::mt19937_64& rng, const std::vect
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool quick = false, json = false;
   double time_limit = 10.0;
   std::uint64_t seed = 1;
@@ -371,4 +372,8 @@ int main(int argc, char** argv) {
     std::cerr << "plan_bench: error: " << e.message() << "\n";
     return 1;
   }
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("plan_bench", "", [&] { return bench_main(argc, argv); });
 }

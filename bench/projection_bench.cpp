@@ -18,28 +18,29 @@
 // Then a summary: rows per verdict. --quick skips the 32-128 GPU searches
 // (smoke test); --json prints one JSON object.
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "memo/core/command_line.hpp"
 #include "memo/core/json.hpp"
 #include "memo/project/papers.hpp"
 
 namespace mp = memo::project;
 
-int main(int argc, char** argv) {
+namespace {
+
+int bench_main(int argc, char** argv) {
   bool quick = false, json = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (std::strcmp(argv[i], "--json") == 0) json = true;
-    else {
-      std::cerr << "projection_bench: unknown argument '" << argv[i] << "' (--quick, --json)\n";
-      return 2;
-    }
+  memo::command_arguments args(argc, argv);
+  while (!args.done()) {
+    const std::string_view arg = args.next();
+    if (arg == "--quick") quick = true;
+    else if (arg == "--json") json = true;
+    else args.unknown();
   }
-  try {
+  {
     struct section {
       const char* name;
       std::vector<mp::paper_row> rows;
@@ -71,14 +72,13 @@ int main(int argc, char** argv) {
       std::printf("rows judged: %d agree with the paper, %d differ (docs/projections.md says why)\n",
                   verdicts["agrees"], verdicts["differs"]);
     }
-    std::cout.flush();
-    if (!std::cout) {
-      std::cerr << "projection_bench: writing to standard output failed\n";
-      return 1;
-    }
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "projection_bench: error: " << e.what() << "\n";
-    return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return memo::run_command("projection_bench", "usage: projection_bench [--quick] [--json]\n",
+                           [&] { return bench_main(argc, argv); });
 }

@@ -62,6 +62,7 @@ int main() {
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/core/json.hpp"
 #include "memo/core/spread.hpp"
@@ -324,7 +325,7 @@ int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quic
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bench_shape shape;
   bool json = false;
   bool quick = false;
@@ -561,6 +562,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "swap_bench: %s\n", e.what());
     return 1;
   }
+}
+
+
+int main(int argc, char** argv) {
+  return memo::run_command("swap_bench", "", [&] { return bench_main(argc, argv); });
 }
 
 #endif  // MEMO_HAS_LPSOLVE

@@ -46,6 +46,7 @@
 //                    [--layers N] [--channels C] [--heads H]
 #include <memo/backend/host_backend.hpp>
 #include <memo/core/bytes.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/json.hpp>
 #include <memo/core/spread.hpp>
 #include <memo/core/text.hpp>
@@ -61,6 +62,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,6 +90,10 @@ struct model_shape {
   [[nodiscard]] std::string name() const {
     return "L" + std::to_string(layers) + " C" + std::to_string(channels) + " NH" + std::to_string(heads) +
            " V" + std::to_string(vocab);
+  }
+  [[nodiscard]] double parameters_excluding_wpe() const {
+    const auto C = static_cast<double>(channels);
+    return 12.0 * static_cast<double>(layers) * C * C + static_cast<double>(padded_vocab()) * C;
   }
   [[nodiscard]] double model_flops(std::int64_t context) const {
     const auto T = static_cast<double>(context);
@@ -309,68 +315,59 @@ memory_case run_memory_case(memo::host_backend& backend, const model_shape& m, s
   return r;
 }
 
-}  // namespace
+constexpr const char* usage =
+    "usage: train_bench [--quick] [--json] [--min-context N] [--max-context N] [--layers N] [--channels C] "
+    "[--heads H]\n"
+    "--quick times a 1-layer, 64-channel, 1-head model at 256 and 512 tokens; the other options, in any "
+    "order, change that.\n";
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
-  std::int64_t min_context = 1024;
-  std::int64_t max_context = 16384;
-  model_shape shape;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto number = [&](std::int64_t low) {
-      const auto v = i + 1 < argc ? memo::detail::parse_integer<std::int64_t>(argv[++i]) : std::nullopt;
-      if (!v || *v < low) {
-        std::fprintf(stderr, "train_bench: %s needs an integer >= %lld\n", arg.c_str(), static_cast<long long>(low));
-        std::exit(2);
-      }
-      return *v;
-    };
-    // A context: whole attention chunks (256 tokens), at most 2^24.
-    auto context = [&] {
-      const std::int64_t t = number(256);
-      if (t % 256 != 0 || t > (std::int64_t{1} << 24)) {
-        std::fprintf(stderr, "train_bench: %s %lld is not a multiple of 256 up to 16777216\n", arg.c_str(),
-                     static_cast<long long>(t));
-        std::exit(2);
-      }
-      return t;
-    };
+  std::optional<std::int64_t> min_given, max_given, layers, channels, heads;
+  memo::command_arguments args(argc, argv);
+  // A context: whole attention chunks (256 tokens), at most 2^24.
+  auto context = [&] {
+    const auto t = args.integer<std::int64_t>(256, std::int64_t{1} << 24);
+    if (t % 256 != 0) throw memo::usage_error("a context must be a multiple of 256, got " + std::to_string(t));
+    return t;
+  };
+  // The gpt2_config fields are 32-bit.
+  auto count = [&] { return args.integer<std::int64_t>(1, std::numeric_limits<std::int32_t>::max()); };
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--quick") quick = true;
     else if (arg == "--json") json = true;
-    else if (arg == "--max-context") max_context = context();
-    else if (arg == "--min-context") min_context = context();
-    else if (arg == "--layers") shape.layers = number(1);
-    else if (arg == "--channels") shape.channels = number(1);
-    else if (arg == "--heads") shape.heads = number(1);
-    else {
-      std::fprintf(stderr,
-                   "usage: train_bench [--quick] [--json] [--min-context N] [--max-context N] [--layers N] "
-                   "[--channels C] [--heads H]\n");
-      return 2;
-    }
+    else if (arg == "--max-context") max_given = context();
+    else if (arg == "--min-context") min_given = context();
+    else if (arg == "--layers") layers = count();
+    else if (arg == "--channels") channels = count();
+    else if (arg == "--heads") heads = count();
+    else args.unknown();
   }
+  model_shape shape = quick ? model_shape{1, 64, 1, 64} : model_shape{};
+  shape.layers = layers.value_or(shape.layers);
+  shape.channels = channels.value_or(shape.channels);
+  shape.heads = heads.value_or(shape.heads);
+  const std::int64_t min_context = min_given.value_or(quick ? 256 : 1024);
+  const std::int64_t max_context = max_given.value_or(quick ? 512 : 16384);
   if (min_context > max_context) {
-    std::fprintf(stderr, "train_bench: --min-context %lld is above --max-context %lld: no context to time\n",
-                 static_cast<long long>(min_context), static_cast<long long>(max_context));
-    return 2;
+    throw memo::usage_error("--min-context " + std::to_string(min_context) + " is above --max-context " +
+                            std::to_string(max_context) + ": no context to time");
   }
   if (shape.channels % shape.heads != 0) {
-    std::fprintf(stderr, "train_bench: --channels %lld is not a multiple of --heads %lld\n",
-                 static_cast<long long>(shape.channels), static_cast<long long>(shape.heads));
-    return 2;
+    throw memo::usage_error("--channels " + std::to_string(shape.channels) + " is not a multiple of --heads " +
+                            std::to_string(shape.heads));
   }
-  if (quick) shape = {1, 64, 1, 64};
 
-  try {
+  {
     memo::host_backend backend;
     auto stream = backend.make_stream("gemm reference");
     const int rounds = 5;
 
     // Speed: one model per context, all built first.
     std::vector<std::int64_t> contexts;
-    for (std::int64_t t = quick ? 256 : min_context; t <= (quick ? 512 : max_context); t *= 2) contexts.push_back(t);
+    for (std::int64_t t = min_context; t <= max_context; t *= 2) contexts.push_back(t);
     std::vector<timed_context> runs;
     for (const std::int64_t t : contexts) {
       timed_context r;
@@ -427,9 +424,7 @@ int main(int argc, char** argv) {
           .field("rounds", rounds)
           .field("compute_threads", backend.compute_threads())
           .field("model", shape.name())
-          .field("parameters_excluding_wpe",
-                 static_cast<double>(12 * shape.layers * shape.channels * shape.channels +
-                                     shape.padded_vocab() * shape.channels))
+          .field("parameters_excluding_wpe", shape.parameters_excluding_wpe())
           .field("gemm_n", gemm.n())
           .field("gemm_gflops_median", gemm_summary.median * 1e-9)
           .field("gemm_gflops_min", gemm_summary.min * 1e-9)
@@ -525,9 +520,12 @@ int main(int argc, char** argv) {
         }
       }
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_bench: %s\n", e.what());
-    return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return memo::run_command("train_bench", usage, [&] { return bench_main(argc, argv); });
 }

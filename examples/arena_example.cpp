@@ -12,6 +12,7 @@
 // Usage: arena_example
 #include <memo/backend/buffer.hpp>
 #include <memo/backend/host_backend.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/memory_region.hpp>
 #include <memo/plan/bilevel_planner.hpp>
 #include <memo/plan/planned_arena.hpp>
@@ -85,7 +86,7 @@ std::vector<float> step(memo::host_backend& backend, memo::host_backend::stream&
 
 }  // namespace
 
-int main() {
+int example_main() {
   memo::host_backend backend;
   auto compute = backend.make_stream("compute");
   auto& device = backend.device_memory();
@@ -160,4 +161,11 @@ int main() {
   const bool ok = identical && carved_ok && allocations_during_steps == 0 &&
                   device_peak == planned.plan.peak_bytes;
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("arena_example", "usage: arena_example (no arguments)\n", [&] {
+    memo::command_arguments(argc, argv).none();
+    return example_main();
+  });
 }

@@ -11,6 +11,7 @@
 // Usage: backend_example [--json]
 #include <memo/backend/buffer.hpp>
 #include <memo/backend/host_backend.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/json.hpp>
 
 #include <cmath>
@@ -108,8 +109,8 @@ offload_report offload_and_restore(B& backend, std::int64_t tokens, std::int64_t
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::string(argv[1]) == "--json";
+int example_main(int argc, char** argv) {
+  const bool json = memo::command_arguments(argc, argv).only("--json");
   memo::host_backend::options options;
   options.device_to_host_bytes_per_second = 2.0e9;  // a slow host link: 2 GB/s
   options.host_to_device_bytes_per_second = 2.0e9;
@@ -140,4 +141,9 @@ int main(int argc, char** argv) {
     std::printf("pinned peak         %s\n", memo::format_bytes(report.pinned_peak_bytes).c_str());
   }
   return report.round_trip_ok && report.gemm_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("backend_example", "usage: backend_example [--json]\n",
+                           [&] { return example_main(argc, argv); });
 }

@@ -21,12 +21,12 @@
 // Usage: communicator_example [--json]
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/thread_communicator.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/json.hpp>
 
 #include <cstdio>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -89,31 +89,21 @@ rank_result run_rank(C& comm, typename C::backend_type& backend) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::string(argv[1]) == "--json";
-  auto comms = memo::thread_communicator::create_group(ranks);
+constexpr const char* usage = "usage: communicator_example [--json]\n";
+
+int example_main(int argc, char** argv) {
+  const bool json = memo::command_arguments(argc, argv).only("--json");
   std::vector<rank_result> results(ranks);
-  std::vector<std::string> failures(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        memo::host_backend::options options;
-        options.compute_threads = 1;
-        memo::host_backend backend(options);
-        results[r] = run_rank(comms[r], backend);
-      } catch (const std::exception& e) {
-        failures[r] = e.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  // A rank that throws fails the others' collectives; every failure is thrown here.
+  memo::run_thread_group(ranks, [&](memo::thread_communicator& comm) {
+    memo::host_backend::options options;
+    options.compute_threads = 1;
+    memo::host_backend backend(options);
+    results[static_cast<std::size_t>(comm.rank())] = run_rank(comm, backend);
+  });
 
   bool ok = true;
-  for (int r = 0; r < ranks; ++r) {
-    ok &= failures[r].empty() && results[r].all_to_all_ok && results[r].all_reduce_ok && results[r].group_ok &&
-          results[r].broadcast_ok;
-  }
+  for (const rank_result& r : results) ok &= r.all_to_all_ok && r.all_reduce_ok && r.group_ok && r.broadcast_ok;
   if (json) {
     memo::json_writer out;
     out.begin_object().field("ranks", ranks).field("ok", ok);
@@ -121,14 +111,16 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out.str().c_str());
   } else {
     for (int r = 0; r < ranks; ++r) {
-      if (!failures[r].empty()) {
-        std::printf("rank %d failed: %s\n", r, failures[r].c_str());
-        continue;
-      }
+      const rank_result& result = results[static_cast<std::size_t>(r)];
       std::printf("rank %d  all_to_all %-4s  all_reduce %-4s  split+all_gather %-4s  broadcast %s\n", r,
-                  results[r].all_to_all_ok ? "ok" : "BAD", results[r].all_reduce_ok ? "ok" : "BAD",
-                  results[r].group_ok ? "ok" : "BAD", results[r].broadcast_ok ? "ok" : "BAD");
+                  result.all_to_all_ok ? "ok" : "BAD", result.all_reduce_ok ? "ok" : "BAD",
+                  result.group_ok ? "ok" : "BAD", result.broadcast_ok ? "ok" : "BAD");
     }
   }
+  if (!ok) std::fprintf(stderr, "communicator_example: a collective gave a wrong result (BAD above)\n");
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("communicator_example", usage, [&] { return example_main(argc, argv); });
 }

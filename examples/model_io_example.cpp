@@ -6,22 +6,46 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include "memo/core/command_line.hpp"
 #include "memo/model/builtin_data.hpp"
 #include "memo/model/checkpoint.hpp"
 #include "memo/model/gpt2_config.hpp"
 #include "memo/model/token_data.hpp"
 
-int main() {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("memo_model_io_" + std::to_string(std::chrono::steady_clock::now()
-                                                              .time_since_epoch()
-                                                              .count()));
-  fs::create_directories(dir);
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory under the system's temporary one, removed with
+/// everything in it when this goes out of scope.
+class scratch_directory {
+ public:
+  scratch_directory() {
+    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+    path_ = fs::temp_directory_path() / ("memo_model_io_" + std::to_string(stamp));
+    fs::create_directories(path_);
+  }
+  scratch_directory(const scratch_directory&) = delete;
+  scratch_directory& operator=(const scratch_directory&) = delete;
+  ~scratch_directory() {
+    std::error_code ignored;  // nothing to do about a directory that cannot be removed
+    fs::remove_all(path_, ignored);
+  }
+  [[nodiscard]] const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+int example_main(int argc, char** argv) {
+  memo::command_arguments(argc, argv).none();
+  const scratch_directory scratch;
+  const fs::path& dir = scratch.path();
   int status = 0;
-  try {
+  {
     // A model: maxT=64, V=16, Vp=32, L=2, NH=2, C=8.
     const memo::gpt2_config config{64, 16, 32, 2, 2, 8};
     const memo::gpt2_parameter_table table = memo::gpt2_parameter_layout(config);
@@ -47,7 +71,10 @@ int main() {
     std::cout << "checkpoint " << fs::file_size(checkpoint) << " bytes, read back "
               << (loaded.config == config && loaded.parameters == parameters ? "identical" : "DIFFERENT")
               << "\n";
-    if (loaded.parameters != parameters) status = 1;
+    if (loaded.config != config || loaded.parameters != parameters) {
+      std::cerr << "model_io_example: the checkpoint read back differs from what was written\n";
+      status = 1;
+    }
 
     // Built-in data: 8 copy-task sequences of 64 tokens over ids [0, 16).
     const memo::copy_task task{64, 16, /*seed=*/2024};
@@ -71,15 +98,18 @@ int main() {
     fs::resize_file(checkpoint, fs::file_size(checkpoint) - 100);
     try {
       (void)memo::read_gpt2_checkpoint(checkpoint);
-      std::cout << "a truncated checkpoint was accepted\n";
+      std::cerr << "model_io_example: a truncated checkpoint was accepted\n";
       status = 1;
     } catch (const memo::error& e) {
       std::cout << "truncated checkpoint: " << e.message() << "\n";
     }
-  } catch (const memo::error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    status = 1;
   }
-  fs::remove_all(dir);
   return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return memo::run_command("model_io_example", "usage: model_io_example (no arguments)\n",
+                           [&] { return example_main(argc, argv); });
 }

@@ -17,6 +17,7 @@
 #include <memo/backend/host_backend.hpp>
 #include <memo/backend/self_communicator.hpp>
 #include <memo/backend/thread_communicator.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/json.hpp>
 #include <memo/model/gpt2_model.hpp>
 #include <memo/model/gpt2_parallel_model.hpp>
@@ -29,7 +30,6 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -92,11 +92,23 @@ std::vector<float> train_ranks(Comm& comm, const memo::gpt2_config& config, cons
   return losses;
 }
 
+/// 0 when the ranks agree with one device to fp32 rounding, else 1 (and why on stderr).
+int agree(double attention_difference, double loss_difference) {
+  if (attention_difference < 1e-4 && loss_difference < 1e-4) return 0;
+  std::fprintf(stderr,
+               "pipeline_example: the ranks differ from one device by %.3g (attention) and %.3g (losses), "
+               "beyond the 1e-4 of fp32 rounding\n",
+               attention_difference, loss_difference);
+  return 1;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::string(argv[1]) == "--json";
-  try {
+constexpr const char* usage = "usage: pipeline_example [--json]\n";
+
+int example_main(int argc, char** argv) {
+  const bool json = memo::command_arguments(argc, argv).only("--json");
+  {
     // 1. Distributed attention on 4 ranks against one rank.
     const memo::distributed_attention_shape shape{.tokens = 2048,
                                                   .heads = 8,
@@ -110,14 +122,9 @@ int main(int argc, char** argv) {
     const auto q = pattern(qn, 1), k = pattern(kn, 2), v = pattern(kn, 3), dout = pattern(qn, 4);
     attention_outputs four{std::vector<float>(qn), std::vector<float>(qn)};
     attention_outputs one{std::vector<float>(qn), std::vector<float>(qn)};
-    {
-      auto comms = memo::thread_communicator::create_group(4);
-      std::vector<std::thread> ranks;
-      for (auto& comm : comms) {
-        ranks.emplace_back([&, c = std::move(comm)]() mutable { attention_rank(c, shape, q, k, v, dout, four); });
-      }
-      for (auto& rank : ranks) rank.join();
-    }
+    memo::run_thread_group(4, [&](memo::thread_communicator& comm) {
+      attention_rank(comm, shape, q, k, v, dout, four);
+    });
     memo::self_communicator self;
     attention_rank(self, shape, q, k, v, dout, one);
     double difference = 0, norm = 0;
@@ -157,16 +164,9 @@ int main(int argc, char** argv) {
     const memo::gpt2_parallel_options options{
         .context = 256, .sequence_parallel = 2, .pipeline_stages = 2, .subsequences = 4, .attention_chunk = 64};
     std::vector<std::vector<float>> rank_losses(4);
-    {
-      auto comms = memo::thread_communicator::create_group(4);
-      std::vector<std::thread> ranks;
-      for (int r = 0; r < 4; ++r) {
-        ranks.emplace_back([&, r, c = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
-          rank_losses[static_cast<std::size_t>(r)] = train_ranks(c, config, options, in, tg);
-        });
-      }
-      for (auto& rank : ranks) rank.join();
-    }
+    memo::run_thread_group(4, [&](memo::thread_communicator& comm) {
+      rank_losses[static_cast<std::size_t>(comm.rank())] = train_ranks(comm, config, options, in, tg);
+    });
     memo::host_backend backend;
     memo::gpt2_model<memo::host_backend> single(backend, config, {.context = 256, .attention_chunk = 64});
     single.initialize(7);
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
       j.field("sp", solution.best.sp).field("pp", solution.best.pp).field("n", solution.best.n);
       j.end_object();
       std::printf("%s\n", j.str().c_str());
-      return difference < 1e-4 && loss_difference < 1e-4 ? 0 : 1;
+      return agree(difference, loss_difference);
     }
     std::printf(
         "distributed attention, 4 ranks vs 1: T %lld, %lld heads (%lld K/V), |O| %.3f, largest "
@@ -221,9 +221,10 @@ int main(int argc, char** argv) {
       std::printf("  step %zu: loss %.6f on 4 ranks, %.6f on one device\n", step + 1, rank_losses[0][step],
                   single_losses[step]);
     }
-    return difference < 1e-4 && loss_difference < 1e-4 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipeline_example: %s\n", e.what());
-    return 1;
+    return agree(difference, loss_difference);
   }
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("pipeline_example", usage, [&] { return example_main(argc, argv); });
 }

@@ -2,13 +2,14 @@
 // requests of MEMO Figure 4, three ways: greedy, exact, and bi-level.
 #include <iostream>
 
+#include "memo/core/command_line.hpp"
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
 #include "memo/plan/exact_solver.hpp"
 #include "memo/plan/greedy.hpp"
 #include "memo/plan/trace.hpp"
 
-int main() {
+int example_main() {
   // One layer: forward and backward, in the paper's request form.
   const memo::memory_trace layer = memo::parse_trace(R"(
 section begin layer 0 forward
@@ -72,4 +73,11 @@ section end layer 0 backward
   // The plan as CSV (id,offset,size,lower,upper), ready to save.
   std::cout << memo::write_plan_csv(problem, best.plan).substr(0, 60) << "...\n";
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("plan_example", "usage: plan_example (no arguments)\n", [&] {
+    memo::command_arguments(argc, argv).none();
+    return example_main();
+  });
 }

@@ -15,9 +15,11 @@
 // Usage: schedule_example [output-directory] [--json]
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "memo/backend/host_backend.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/json.hpp"
 #include "memo/schedule/memo_step.hpp"
 #include "memo/schedule/stream_schedule.hpp"
@@ -46,15 +48,18 @@ double measure_host_flops() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string directory = ".";
+int example_main(int argc, char** argv) {
+  std::optional<std::string> directory;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  memo::command_arguments args(argc, argv);
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--json") {
       json = true;
+    } else if (arg.starts_with("--") || directory) {
+      args.unknown();
     } else {
-      directory = arg;
+      directory = std::string(arg);
     }
   }
 
@@ -107,8 +112,8 @@ int main(int argc, char** argv) {
 
   // 5. Compare and export.
   const std::string difference = executed.op_order_difference(simulated);
-  const std::string simulated_path = directory + "/memo_step_simulated.json";
-  const std::string executed_path = directory + "/memo_step_executed.json";
+  const std::string simulated_path = directory.value_or(".") + "/memo_step_simulated.json";
+  const std::string executed_path = directory.value_or(".") + "/memo_step_executed.json";
   simulated.write_chrome_trace(simulated_path);
   executed.write_chrome_trace(executed_path);
 
@@ -137,4 +142,9 @@ int main(int argc, char** argv) {
                 simulated_path.c_str(), executed_path.c_str());
   }
   return difference.empty() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("schedule_example", "usage: schedule_example [output-directory] [--json]\n",
+                           [&] { return example_main(argc, argv); });
 }

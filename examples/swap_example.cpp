@@ -12,6 +12,7 @@
 
 #include "memo/backend/buffer.hpp"
 #include "memo/backend/host_backend.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/memory_region.hpp"
 #include "memo/swap/host_store.hpp"
 #include "memo/swap/rounding_buffers.hpp"
@@ -40,7 +41,7 @@ void mlp_token(const memo::skeletal_views& views, std::size_t token) {
 
 }  // namespace
 
-int main() {
+int example_main() {
   memo::host_backend::options options;
   options.device_to_host_bytes_per_second = 200e6;  // a slow "PCIe" link
   options.host_to_device_bytes_per_second = 200e6;
@@ -131,4 +132,11 @@ int main() {
               memo::format_bytes(backend.device_memory().peak_bytes()).c_str(),
               memo::format_bytes(buffer_bytes).c_str(), wrong_values);
   return wrong_values == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return memo::run_command("swap_example", "usage: swap_example (no arguments)\n", [&] {
+    memo::command_arguments(argc, argv).none();
+    return example_main();
+  });
 }

@@ -39,6 +39,7 @@
 #include <memo/core/bytes.hpp>
 #include <memo/core/error.hpp>
 #include <memo/core/json.hpp>
+#include <memo/core/command_line.hpp>
 #include <memo/core/report_output.hpp>
 #include <memo/core/text.hpp>
 #include <memo/model/binary_file.hpp>
@@ -115,9 +116,7 @@ constexpr const char* usage =
     "Across ranks --alpha is SPPO's offload ratio of each subsequence's skeletal rows:\n"
     "X for all, a0,a1,... one per subsequence, auto from this machine's profile.\n";
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using memo::usage_error;
 
 enum class builtin_task { recall, copy };
 
@@ -158,7 +157,7 @@ Int parse_int(std::string_view option, std::string_view text, Int low,
               Int high = std::numeric_limits<std::int32_t>::max()) {
   const std::optional<Int> value = memo::detail::parse_integer<Int>(text);
   if (!value || *value < low || *value > high) {
-    throw usage_error(std::string(option) + " '" + std::string(text) + "' is not an integer in [" +
+    throw usage_error(std::string(option) + " '" + memo::detail::quote(text) + "' is not an integer in [" +
                       std::to_string(low) + ", " + std::to_string(high) + "]");
   }
   return *value;
@@ -204,7 +203,7 @@ options parse(int argc, char** argv) {
         std::fprintf(stderr, "train_gpt: --help on one of %d ranks: ending the job\n", launched_ranks());
         std::exit(2);
       }
-      std::exit(0);
+      std::exit(memo::finish_report("train_gpt", 0));
     } else if (arg == "--json") {
       o.json = true;
     } else if (arg == "--layers") {
@@ -693,7 +692,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
   // at the first rank that exits with an error).
   try {
     std::vector<memo::agreed_value> flags = memo::gpt2_parallel_agreement(config, parallel);
-    flags.push_back(memo::agreed_value::of_real("--alpha", o.alpha.value_or(-1.0)));
+    flags.push_back(memo::agreed_value::of_optional_real("--alpha", o.alpha));
     flags.push_back(memo::agreed_value::of_reals("--alpha list", o.alpha_list));
     flags.push_back({"--alpha auto", o.alpha_auto, memo::agreed_value::kind::boolean});
     memo::expect_ranks_agree(backend, world, flags,
@@ -885,7 +884,7 @@ int run(const options& o) {
     if (step == o.steps && !o.timeline.empty()) model.record_timeline(true);
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, adamw);
-    if (!std::isfinite(loss)) throw memo::training_diverged(step, loss, o.lr, !o.checkpoint_out.empty());
+    if (!std::isfinite(loss)) throw memo::training_diverged(step, loss, adamw, !o.checkpoint_out.empty());
     interval_seconds += std::chrono::duration<double>(clock::now() - t0).count();
     losses.push_back(loss);
     if (predictable) predictable_losses.push_back(model.mean_loss(*predictable));
@@ -991,13 +990,5 @@ int run(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return memo::finish_report("train_gpt", run(parse(argc, argv)));
-  } catch (const usage_error& e) {
-    std::fprintf(stderr, "train_gpt: %s\n%s", e.what(), usage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    return 1;
-  }
+  return memo::run_command("train_gpt", usage, [&] { return run(parse(argc, argv)); });
 }

@@ -69,6 +69,7 @@
 
 #include "memo/core/atomic_file.hpp"
 #include "memo/core/json.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/report_output.hpp"
 #include "memo/plan/bilevel_planner.hpp"
 #include "memo/plan/caching_allocator.hpp"
@@ -83,9 +84,7 @@
 
 namespace {
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using memo::usage_error;
 
 struct arguments {
   std::string solver = "all";
@@ -847,8 +846,8 @@ int main(int argc, char** argv) {
     }
     return finish(plan(args, started));
   } catch (const usage_error& e) {
-    const int status = fail(argc, argv, e.what(), 2);
-    std::cerr << "memo-plan: " << e.what() << "\n" << usage_text;
+    const int status = fail(argc, argv, e.message(), 2);
+    std::cerr << "memo-plan: " << e.message() << "\n" << usage_text;
     return status;
   } catch (const memo::error& e) {
     const int status = fail(argc, argv, e.message(), 1);

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "memo/core/json.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/report_output.hpp"
 #include "memo/project/strategy.hpp"
 
@@ -69,9 +70,7 @@ namespace {
 
 namespace mp = memo::project;
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using memo::usage_error;
 
 const char* const usage_text =
     "usage: memo-project --model 7b|13b|30b|65b|8b|L,C,H,V[,F[,KV]][,swiglu] --gpus N [--gpus-per-node G]\n"
@@ -632,7 +631,7 @@ int main(int argc, char** argv) {
     }
     return finish(run(args));
   } catch (const usage_error& e) {
-    print_error(json_requested(argc, argv), e.what(), 2);
+    print_error(json_requested(argc, argv), e.message(), 2);
     return finish(2);
   } catch (const memo::error& e) {
     print_error(json_requested(argc, argv), e.message(), 1);

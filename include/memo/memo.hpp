@@ -10,6 +10,7 @@
 // the transformer-layer description and device profiles
 #include "memo/core/atomic_file.hpp"
 #include "memo/core/bytes.hpp"
+#include "memo/core/command_line.hpp"
 #include "memo/core/config.hpp"
 #include "memo/core/device_profile.hpp"
 #include "memo/core/error.hpp"

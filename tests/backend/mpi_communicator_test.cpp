@@ -142,6 +142,25 @@ TEST_CASE("mpi_communicator: verify_calls fails every rank on calls that differ,
   backend.synchronize(stream);
 }
 
+TEST_CASE("mpi_communicator: a negative split color on one rank fails every rank alike, which stay usable") {
+  memo::host_backend backend;
+  auto stream = backend.make_stream("colors");
+  for (const bool verify : {false, true}) {
+    CAPTURE(verify);
+    memo::mpi_communicator comm(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(60000), .verify_calls = verify});
+    const int P = comm.size(), me = comm.rank();
+    const std::string message = error_of(backend, stream, [&] { (void)comm.split(me == P - 1 ? -1 : 0, me); });
+    const std::string expected =
+        verify ? (P == 1 ? std::string("split color must be >= 0, got -1")
+                         : "rank " + std::to_string(P - 1) + " split(a negative color)")
+               : "split color must be >= 0: rank " + std::to_string(P - 1) + " gave -1";
+    CHECK_MESSAGE(message.find(expected) != std::string::npos, message);
+    // Usable afterwards: a split every rank makes alike.
+    memo::mpi_communicator all = comm.split(0, me);
+    CHECK(all.size() == P);
+  }
+}
+
 TEST_CASE("mpi_communicator: verify_calls' signature of a call, and counts beyond MPI's int") {
   using state = memo::detail::mpi_comm_state;
   memo::comm_call call;
@@ -163,6 +182,8 @@ TEST_CASE("mpi_communicator: verify_calls' signature of a call, and counts beyon
   call.count = 2147483647;
   CHECK(state::signature(call) != big);
   CHECK(state::describe_signature(state::signature_of_split().data()) == "split");
+  CHECK(state::describe_signature(state::signature_of_split(true).data()) == "split(a negative color)");
+  CHECK(state::signature_of_split(true) != state::signature_of_split());
 }
 
 TEST_CASE("mpi_communicator: ranks that disagree on verify_calls fail where the communicator is made") {

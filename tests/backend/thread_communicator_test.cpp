@@ -422,3 +422,37 @@ TEST_CASE("thread_communicator: a round that completed stands when the group bre
     CHECK_THROWS_WITH_AS((void)group.arrive(0, {barrier}), doctest::Contains("sent 3"), memo::error);
   }
 }
+
+TEST_CASE("run_thread_group: every rank runs with its communicator, and every rank's failure is thrown, named") {
+  // Each rank sums its rank: every one ends with the same total.
+  std::vector<float> sums(4, -1.0f);
+  memo::run_thread_group(4, [&](thread_communicator& comm) {
+    host_backend backend(small_backend());
+    auto stream = backend.make_stream();
+    std::vector<float> v(1, static_cast<float>(comm.rank()));
+    comm.all_reduce(backend, stream, std::span<const float>(v), std::span<float>(v));
+    backend.synchronize(stream);
+    sums[static_cast<std::size_t>(comm.rank())] = v[0];
+  });
+  CHECK(sums == std::vector<float>(4, 6.0f));
+  // Rank 2 throws before the barrier: the others fail in it (rank 2 left),
+  // and all of it comes back as one error naming each rank.
+  std::string message;
+  try {
+    memo::run_thread_group(3, [&](thread_communicator& comm) {
+      if (comm.rank() == 2) throw std::runtime_error("rank two gave up");
+      host_backend backend(small_backend());
+      auto stream = backend.make_stream();
+      comm.barrier(backend, stream);
+      backend.synchronize(stream);
+    });
+    FAIL("no error");
+  } catch (const memo::error& e) {
+    message = e.message();
+  }
+  CHECK_MESSAGE(message.find("rank 2: rank two gave up") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("rank 0: ") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("rank 1: ") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("rank 2 left the group") != std::string::npos, message);
+  CHECK_MESSAGE(message.rfind("rank 2: rank two gave up", 0) == 0, message);  // the first thrown first
+}

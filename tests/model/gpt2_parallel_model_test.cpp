@@ -348,6 +348,33 @@ TEST_CASE("gpt2_parallel_model: ranks given different configs or options fail on
   for (const auto& e : errors) CHECK(e == "");
 }
 
+TEST_CASE("gpt2_parallel_model: a token outside the vocabulary on one rank fails every rank, and the next step is clean") {
+  // Refused on that rank alone, it would leave the others waiting in the
+  // step's collectives (forever under MPI without a timeout). The rank
+  // steps on token 0 instead, and every rank fails once the step is done.
+  const auto in = memo_test::random_tokens(context, 11, 1), tg = memo_test::random_tokens(context, 11, 2);
+  std::vector<float> clean(2), after(2);
+  const auto errors = on_ranks(2, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
+    parallel m(backend, comm, shape(), {.context = context, .sequence_parallel = 2});
+    m.initialize(2);
+    clean[static_cast<std::size_t>(r)] = m.forward_backward(in, tg);
+    auto mine = in;
+    if (r == 0) mine[5] = 99;
+    try {
+      (void)m.forward_backward(mine, tg);
+      FAIL("no error on rank " << r);
+    } catch (const memo::error& e) {
+      const std::string want =
+          r == 0 ? "input token 99 at position 5 is outside the vocabulary [0, 11) (every rank fails this step)"
+                 : "token ids outside the vocabulary [0, 11) were given to rank(s) 0 (each names the first)";
+      CHECK_MESSAGE(std::string(e.what()).find(want) != std::string::npos, e.what());
+    }
+    after[static_cast<std::size_t>(r)] = m.forward_backward(in, tg);
+  });
+  for (const auto& e : errors) CHECK(e == "");
+  CHECK(after == clean);
+}
+
 TEST_CASE("gpt2_parallel_model: ranks given different token windows fail on every rank, and the next step is clean") {
   // A trainer that feeds each rank its own data (as data parallelism
   // would) trains on a sequence no rank was given. Every rank gathers the
@@ -444,17 +471,18 @@ TEST_CASE("gpt2_parallel_model: a rank that leaves or fails mid-training fails i
     const memo::gpt2_parallel_options options{.context = context,
                                               .sequence_parallel = pipeline ? 1 : 2,
                                               .pipeline_stages = pipeline ? 2 : 1};
-    // Rank 1 steps once, then gives a token outside the vocabulary (its
-    // check fails before any collective) and leaves; rank 0 steps on.
+    // Rank 1 steps once, then gives a window one token short (its check
+    // fails before any collective) and leaves; rank 0 steps on. (A token
+    // outside the vocabulary fails every rank alike, tested above.)
     const auto errors = on_ranks(2, [&](int r, memo::thread_communicator& comm, memo::host_backend& backend) {
       parallel m(backend, comm, shape(), options);
       m.initialize(1);
       m.train_step(in, tg, {});
       auto mine = in;
-      if (r == 1) mine[5] = 11;
+      if (r == 1) mine.pop_back();
       m.train_step(mine, tg, {});
     }, std::chrono::milliseconds(20000));
-    CHECK(errors[1].find("input token 11 at position 5 is outside the vocabulary [0, 11)") != std::string::npos);
+    CHECK(errors[1].find("31 inputs and 32 targets given, the context is 32") != std::string::npos);
     CHECK(errors[0].find("rank 1") != std::string::npos);
     CHECK(errors[0].find("left the group") != std::string::npos);
   }

@@ -382,6 +382,35 @@ TEST_CASE("distributed_attention: a second run without keep_state, or a run off 
   backend.synchronize(stream);
 }
 
+TEST_CASE("distributed_attention: backward() needs forward() just before it, not a run call in between") {
+  // A run call overwrites the sharded Q, O and log-sum-exp the
+  // whole-sequence forward() keeps for backward(): its gradients would be
+  // silently wrong, so backward() refuses.
+  auto comms = memo::thread_communicator::create_group(1);
+  memo::host_backend backend(memo_test::one_thread());
+  auto stream = backend.make_stream();
+  std::vector<float> x(32 * 2 * 4, 0.25f), out(32 * 2 * 4), lse(2 * 32);
+  const auto lse_view = tensor_view<float, 2>::contiguous(lse.data(), {2, 32});
+  auto in = [&](std::int64_t n) { return tensor_view<const float, 3>::contiguous(x.data(), {n, 2, 4}); };
+  auto to = [&](std::int64_t n) { return tensor_view<float, 3>::contiguous(out.data(), {n, 2, 4}); };
+  memo::distributed_attention<memo::thread_communicator, memo::host_backend> attention(
+      backend, comms[0],
+      {.tokens = 32, .heads = 2, .kv_heads = 2, .head_dim = 4, .layout_chunk = 8, .attention_chunk = 8,
+       .keep_state = true});
+  std::vector<float> dq(32 * 2 * 4), dk(32 * 2 * 4), dv(32 * 2 * 4);
+  auto grad = [](std::vector<float>& g) { return tensor_view<float, 3>::contiguous(g.data(), {32, 2, 4}); };
+  CHECK_THROWS_WITH_AS(attention.backward(stream, in(32), grad(dq), grad(dk), grad(dv)),
+                       doctest::Contains("backward() needs the whole-sequence forward() just before it"), memo::error);
+  attention.forward(stream, in(32), in(32), in(32), to(32));
+  attention.forward_queries(stream, {0, 8}, in(8), in(8), in(8), to(8), lse_view);
+  CHECK_THROWS_WITH_AS(attention.backward(stream, in(32), grad(dq), grad(dk), grad(dv)),
+                       doctest::Contains("a run call since, which overwrote what it saved"), memo::error);
+  // forward() again: backward() runs.
+  attention.forward(stream, in(32), in(32), in(32), to(32));
+  attention.backward(stream, in(32), grad(dq), grad(dk), grad(dv));
+  backend.synchronize(stream);
+}
+
 TEST_CASE("distributed_attention: a shared attention scratch of another shape is an error naming both") {
   memo::host_backend backend(memo_test::one_thread());
   auto comms = memo::thread_communicator::create_group(1);

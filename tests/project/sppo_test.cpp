@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace mp = memo::project;
 
@@ -43,23 +47,67 @@ TEST_CASE("sppo: settings obey section 6.1's restrictions") {
     CHECK(static_cast<int>(r.chosen.alpha_i.size()) == r.chosen.subsequences);
   }
   // Not whole nodes (6 GPUs, 4 a node): copies of pipelines up to a node,
-  // as many as the GPUs hold (4 GPUs: one; 2: three; 1: six), or one with
-  // the rest idle.
+  // as many as the GPUs hold (4 GPUs: one; 2: three; 1: six), as many with
+  // 1, 2, 4, ... copies to a node (2 GPUs: one to a node, 2; 1 GPU: 2 or 4
+  // to a node, the partial node holding 2: 4, 2), or one with the rest idle.
   const auto copies = mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072);
   REQUIRE_FALSE(copies.empty());
-  int single = 0, many = 0;
+  std::map<int, std::set<int>> counts;  // GPUs of a copy -> the DP tried
   for (const auto& r : copies) {
     const int gpus = r.chosen.sp * r.chosen.pp;
     CAPTURE(gpus);
-    CHECK(gpus <= 4);
-    const int most = gpus == 4 ? 1 : gpus == 2 ? 3 : 6;  // gpus 1, 2 or 4 (PP divides 8 layers, SP 4 heads)
-    REQUIRE((gpus == 1 || gpus == 2 || gpus == 4));
-    CHECK((r.chosen.dp == most || r.chosen.dp == 1));
-    (r.chosen.dp == 1 ? single : many) += 1;
+    REQUIRE((gpus == 1 || gpus == 2 || gpus == 4));  // PP divides 8 layers, SP 4 heads
+    counts[gpus].insert(r.chosen.dp);
     CHECK(8 % r.chosen.pp == 0);
   }
-  CHECK(single > 0);
-  CHECK(many > 0);
+  CHECK(counts[4] == std::set<int>{1});
+  CHECK(counts[2] == std::set<int>{1, 2, 3});
+  CHECK(counts[1] == std::set<int>{1, 2, 4, 6});
+  // A pinned DP: any count the GPUs hold, none beyond.
+  mp::settings_pin three;
+  three.sp = 1, three.pp = 2, three.dp = 3;
+  const auto pinned = mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072, true, nullptr, three);
+  REQUIRE_FALSE(pinned.empty());
+  for (const auto& r : pinned) CHECK(r.chosen.dp == 3);
+  three.dp = 4;
+  std::string why;
+  CHECK(mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072, true, &why, three).empty());
+  CHECK_MESSAGE(why.find("DP at most as many as the GPUs hold") != std::string::npos, why);
+}
+
+TEST_CASE("sppo: copies spread over the nodes, and a node's copies share its host memory") {
+  // 10 GPUs of 4 a node: 2 whole nodes and a partial one of 2. Copies of
+  // one GPU: a whole node holds 4, the partial 2; spread as evenly as they
+  // fit, 3 copies take one a node, 6 two, 8 three on the whole nodes (the
+  // partial keeps 2), 10 all.
+  const mp::cluster ten = node(10);
+  const mp::detail::sppo_copy_placement one_gpu(ten, 1);
+  CHECK(one_gpu.copies(1) == 3);
+  CHECK(one_gpu.copies(2) == 6);
+  CHECK(one_gpu.copies(4) == 10);
+  const int expected_per_node[] = {0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4};  // 1..10 copies
+  for (int replicas = 1; replicas <= 10; ++replicas) {
+    CAPTURE(replicas);
+    CHECK(one_gpu.per_node(replicas) == expected_per_node[replicas]);
+  }
+  CHECK(mp::detail::sppo_copy_counts(ten, 1) == std::vector<int>{10, 6, 3, 1});
+  CHECK(mp::detail::sppo_copy_counts(ten, 2) == std::vector<int>{5, 3, 1});
+  CHECK(mp::detail::sppo_copy_counts(ten, 4) == std::vector<int>{2, 1});
+  CHECK(mp::detail::sppo_copy_counts(ten, 8) == std::vector<int>{1});  // on whole nodes
+  // The host memory of a node is what its copies offload: with 12 GPUs of
+  // 4 a node, three copies of 2 GPUs take one a node and offload what one
+  // copy alone does, at three times the tokens; six take two a node and
+  // offload twice that.
+  const mp::cluster host = node(12, 1e15, 1e15);
+  const double inf = std::numeric_limits<double>::infinity();
+  auto copies_of = [&](int replicas) {
+    return mp::detail::sppo(mp::strategy::sppo, small, host, 65536, 1, 2, 8, inf, {}, replicas);
+  };
+  const auto alone = copies_of(1), spread = copies_of(3), paired = copies_of(6);
+  CHECK(alone.host_per_node > 0);
+  CHECK(spread.host_per_node == doctest::Approx(alone.host_per_node));
+  CHECK(paired.host_per_node == doctest::Approx(2 * alone.host_per_node));
+  CHECK(spread.tokens_per_gpu_per_second == doctest::Approx(3 * alone.tokens_per_gpu_per_second));
 }
 
 TEST_CASE("sppo: one stage's step is its work, by hand from the FLOPs") {
@@ -381,4 +429,45 @@ TEST_CASE("sppo: what a GPU holds for the split pieces of other stages, by hand"
   // Over SP 2 each GPU holds half of it.
   const auto halves = mp::detail::split_helper_bytes(memo::equal_length_partition(300, 3), 3, 2, 5, 1, stage_parameters);
   CHECK(halves.total() == doctest::Approx(6933.333333 / 2));
+  // Stage by stage. Stage 1: stage 0's Left-SP {0, 1} over {0, 1, 2}
+  // (667 + 1333, 2 x 1200 / 3) and stage 2's Right-SP {1, 2} over all
+  // three (the same, plus 2 x 100 x 2 / 3): 5733. Stage 2: stage 0's
+  // Left-SP (2000 + 800) and stage 1's Left-SP {0} over {1, 2} (1000 +
+  // 2000 + 600): 6400.
+  const auto by_stage =
+      mp::detail::split_helper_bytes_by_stage(memo::equal_length_partition(300, 3), 3, 1, 10, 2, stage_parameters);
+  REQUIRE(by_stage.size() == 3);
+  CHECK(by_stage[0].total() == doctest::Approx(6933.333333));
+  CHECK(by_stage[1].total() == doctest::Approx(2 * (2000 + 800) + 400 / 3.0));
+  CHECK(by_stage[2].activations == doctest::Approx(800 + 600));
+  CHECK(by_stage[2].total() == doctest::Approx(6400));
+}
+
+TEST_CASE("sppo: a multiplexed pipeline's memory is a stage's own plus what it helps with, where that is the most") {
+  // With a 1000-token vocabulary the last stage's loss (6 B x 1000 / SP a
+  // token) just exceeds a layer's working set, while stage 0 holds the
+  // most for the other stages (the Right-SP phases' K/V history): the sum
+  // is the most on stage 0, whose transient is the working set alone.
+  // With 100 tokens the loss is below the working set on every stage, and
+  // the working set does not depend on the vocabulary.
+  const mp::model_shape vocab{"vocab", 8, 256, 4, 1000}, few{"few", 8, 256, 4, 100};
+  mp::cluster fast = node(16);
+  fast.profile.inter_node_bytes_per_second = 1e18;
+  const double inf = std::numeric_limits<double>::infinity();
+  auto project = [&](const mp::model_shape& m, mp::detail::sppo_pipeline pipeline) {
+    return mp::detail::sppo(mp::strategy::sppo, m, fast, 65536, 4, 4, 32, inf, pipeline);
+  };
+  const auto plain = project(vocab, mp::detail::sppo_pipeline::plain);
+  const auto split = project(vocab, mp::detail::sppo_pipeline::multiplexed);
+  const auto working = project(few, mp::detail::sppo_pipeline::plain);
+  REQUIRE(split.chosen.multiplexed);
+  CHECK(plain.device.transient > working.device.transient);  // the loss, on the last stage
+  CHECK(split.device.transient == doctest::Approx(working.device.transient));
+  // Stage 0 holds the embedding as the last stage does: the same states,
+  // plus the weights and gradients of the stages it helps.
+  CHECK(split.device.optimizer == plain.device.optimizer);
+  CHECK(split.device.params > plain.device.params);
+  CHECK(split.device.grads > plain.device.grads);
+  // Never less than the plain pipeline: the last stage also helps.
+  CHECK(split.device.total() > plain.device.total());
 }

@@ -680,6 +680,31 @@ TEST_CASE("strategy: with a pin, what runs out is searched among the pinned sett
   CHECK(r->shortfalls.front().runs_out_at == scanned);
 }
 
+TEST_CASE("strategy: SPPO's copies spread over the nodes: one a node fits what one copy alone fits") {
+  // A 2-layer, 2-head model has no one pipeline over 24 GPUs (SP 1 or 2,
+  // PP 24 or 12 does not divide 2 layers). At 11200K one copy of SP 2 x
+  // PP 2 fits with its node's host memory to itself; three fit one to a
+  // node, at three times the tokens; six (two a node) do not.
+  const mp::model_shape m = mp::parse_model_shape("2,1024,2,32000");
+  const mp::cluster one_node{mp::load_cluster_profile("a100"), 8, 8}, three_nodes{mp::load_cluster_profile("a100"), 24, 8};
+  const double s = 11200.0 * 1024;
+  mp::settings_pin pin;
+  pin.sp = 2, pin.pp = 2, pin.dp = 1;
+  const auto alone = mp::project(mp::strategy::sppo, m, one_node, s, true, pin);
+  REQUIRE(alone);
+  CHECK(alone->fits());
+  const auto best = mp::project(mp::strategy::sppo, m, three_nodes, s);
+  REQUIRE(best);
+  CHECK(best->fits());
+  CHECK(best->chosen.dp == 3);
+  CHECK(best->host_per_node == doctest::Approx(alone->host_per_node));
+  CHECK(best->tokens_per_gpu_per_second == doctest::Approx(alone->tokens_per_gpu_per_second));
+  pin.dp = 6;
+  const auto six = mp::project(mp::strategy::sppo, m, three_nodes, s, true, pin);
+  REQUIRE(six);
+  CHECK_FALSE(six->fits());
+}
+
 TEST_CASE("strategy: SPPO's copies never fit a shorter sequence on more GPUs of a node") {
   // A 6-head model: SP 6 on 6 of a node's 8 GPUs is a copy too (it fitted
   // 960K on 6 GPUs and 896K on 8 when copies needed SP dividing the node).

@@ -47,11 +47,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <charconv>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -64,6 +66,7 @@
 #include "memo/core/digest.hpp"
 #include "memo/core/error.hpp"
 #include "memo/core/liveness.hpp"
+#include "memo/core/text.hpp"
 
 namespace memo {
 
@@ -137,10 +140,12 @@ inline std::uint64_t comm_payload_bytes(const comm_call& call, int ranks) {
 
 namespace detail {
 
-/// A call as its error messages name it: "broadcast(float32 x 4, root 1)".
-inline std::string describe_call(const comm_call& call) {
+/// A call as its error messages name it: "broadcast(float32 x 4, root 1)";
+/// `count`, when given, is written in place of the element count.
+inline std::string describe_call(const comm_call& call, const std::string& count = {}) {
   if (call.op == comm_op::barrier) return "barrier()";
-  std::string text = std::string(to_string(call.op)) + "(" + to_string(call.type) + " x " + std::to_string(call.count);
+  std::string text = std::string(to_string(call.op)) + "(" + to_string(call.type) + " x " +
+                     (count.empty() ? std::to_string(call.count) : count);
   if (call.op == comm_op::send_recv) text += ", recv " + std::to_string(call.recv_count);
   if (call.op == comm_op::broadcast) text += ", root " + std::to_string(call.peer);
   return text + ")";
@@ -459,6 +464,10 @@ struct agreed_value {
   static agreed_value of_real(const char* name, double v) {
     return {name, std::bit_cast<std::uint64_t>(v == 0.0 ? 0.0 : v), kind::real};  // -0 is 0
   }
+  /// A real that may not be given (shown as "not given"; NaN stands for it).
+  static agreed_value of_optional_real(const char* name, std::optional<double> v) {
+    return of_real(name, v.value_or(std::numeric_limits<double>::quiet_NaN()));
+  }
   /// Several reals as one digest (-0 counted as 0, as in of_real).
   static agreed_value of_reals(const char* name, std::span<const double> values) {
     digest d;
@@ -470,10 +479,9 @@ struct agreed_value {
     switch (is) {
       case kind::boolean: return v ? "true" : "false";
       case kind::digest: return k == 0 ? "one set" : "another";
-      case kind::real: {  // the shortest text that reads back as the same double
-        char text[32];
-        const auto end = std::to_chars(text, text + sizeof text, std::bit_cast<double>(v)).ptr;
-        return std::string(text, end);
+      case kind::real: {
+        const double real = std::bit_cast<double>(v);
+        return std::isnan(real) ? "not given" : detail::shortest(real);
       }
       case kind::integer: break;
     }

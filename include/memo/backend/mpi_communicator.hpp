@@ -46,9 +46,10 @@
 //   calls that take longer give their core to the ranks and backend
 //   threads that share it, at that much latency each. Nonblocking
 //   collectives may use other algorithms than the blocking ones. `split`
-//   gathers every rank's color and key that way first (so a rank that
-//   never comes fails it after the timeout), then calls MPI_Comm_split,
-//   which has no nonblocking form. One case stays unbounded: a rank whose
+//   gathers every rank's color and key (with verify_calls, its call
+//   signature instead) that way first (so a rank that never comes fails
+//   it after the timeout), then calls MPI_Comm_split, which has no
+//   nonblocking form. One case stays unbounded: a rank whose
 //   gather times out just as the others' complete leaves them in
 //   MPI_Comm_split until the job ends (which it should: that rank's
 //   communicator is unusable, and train_gpt calls MPI_Abort). Groups made
@@ -163,11 +164,15 @@ struct mpi_comm_state {
             call.count <= static_cast<std::size_t>(INT32_MAX) ? static_cast<std::int32_t>(call.count) : -1, 0,
             call.op == comm_op::broadcast ? call.peer : -1};
   }
-  static call_signature signature_of_split() { return {signature_marker, split_signature, 0, 0, 0, -1}; }
+  /// A split's signature: word 4 says whether its color is negative (every
+  /// rank fails alike when the ranks differ in it, or when all have one).
+  static call_signature signature_of_split(bool negative_color = false) {
+    return {signature_marker, split_signature, 0, 0, negative_color ? 1 : 0, -1};
+  }
   /// A gathered signature as its call's name ("broadcast(float32 x 4, root 1)", "split").
   static std::string describe_signature(const std::int32_t* sig) {
     if (sig[0] != signature_marker) return "a call that does not verify";
-    if (sig[1] == split_signature) return "split";
+    if (sig[1] == split_signature) return sig[4] != 0 ? "split(a negative color)" : "split";
     if (sig[1] < 0 || sig[1] > static_cast<std::int32_t>(comm_op::broadcast) || sig[2] < 0 || sig[2] > 1) {
       return "a call this build does not know";
     }
@@ -176,13 +181,7 @@ struct mpi_comm_state {
     call.type = static_cast<comm_type>(sig[2]);
     call.count = sig[3] < 0 ? 0 : static_cast<std::size_t>(sig[3]);
     call.peer = sig[5];
-    std::string text = describe_call(call);
-    const std::string zero = " x 0";
-    if (const auto at = text.find(zero); sig[3] < 0 && at != std::string::npos) {
-      // "all_reduce(float32 x 0)" -> "all_reduce(float32 x more than 2147483647)"
-      text.replace(at, zero.size(), " x more than " + std::to_string(INT32_MAX));
-    }
-    return text;
+    return describe_call(call, sig[3] < 0 ? "more than " + std::to_string(INT32_MAX) : std::string());
   }
 
   /// Gathers every rank's signature of the call about to be made (under
@@ -567,43 +566,24 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   [[nodiscard]] MPI_Comm native() const { return state().comm; }
 
   /// MPI_Comm_split: a host call, collective over this communicator. It
-  /// first gathers every rank's (marker, color, key) with the polled
-  /// nonblocking all_gather, under the communicator's timeout: a rank that
-  /// never comes, or comes with another call, fails here instead of holding
-  /// the others in MPI_Comm_split (which has no nonblocking form); once
-  /// every rank is known to be in split, MPI_Comm_split follows at once.
+  /// first gathers every rank's (marker, color, key), or with verify_calls
+  /// every rank's call signature, with the polled nonblocking all_gather,
+  /// under the communicator's timeout: a rank that never comes, or comes
+  /// with another call, fails here instead of holding the others in
+  /// MPI_Comm_split (which has no nonblocking form); once every rank is
+  /// known to be in split, MPI_Comm_split follows at once.
   [[nodiscard]] mpi_communicator split(int color, int key) {
     check_usable();
     state().check_usable("split");
+    if (state().verify) {
+      // The check gathers every rank's call already: each is in split.
+      state().agree(detail::mpi_comm_state::signature_of_split(color < 0), "split");
+    } else {
+      gather_split_markers(color, key);
+    }
+    // After the gather, so that a negative color fails every rank alike:
+    // with verify_calls every rank's is negative here, or none is.
     expects(color >= 0, [&] { return describe() + ": split color must be >= 0, got " + std::to_string(color); });
-    // On the heap: a gather that times out stays posted, its buffers MPI's
-    // until the others come (then they are left to the end of the job).
-    struct gathered {
-      std::int32_t mine[3];
-      std::vector<std::int32_t> all;
-    };
-    if (state().verify) state().agree(detail::mpi_comm_state::signature_of_split(), "split");
-    auto buffers = std::make_unique<gathered>(gathered{{split_marker, color, key}, {}});
-    buffers->all.resize(3 * static_cast<std::size_t>(size()));
-    comm_call gather;
-    gather.op = comm_op::all_gather;
-    gather.type = comm_type::int32;
-    gather.send = buffers->mine;
-    gather.recv = buffers->all.data();
-    gather.count = 3;
-    try {
-      state().run_call(gather);
-    } catch (...) {
-      (void)buffers.release();
-      throw;
-    }
-    for (int r = 0; r < size(); ++r) {
-      if (buffers->all[3 * static_cast<std::size_t>(r)] == split_marker) continue;
-      const std::string why = "split met another call from rank " + std::to_string(r);
-      state().mark_unusable(gather, why);
-      throw error(describe() + ": " + why + " (every rank must call split together); the communicator is unusable "
-                  "from now on");
-    }
     MPI_Comm child = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(state().comm, color, key, &child), "MPI_Comm_split");
     mpi_communicator result(std::make_shared<detail::mpi_comm_state>(child, state().timeout, state().verify));
@@ -628,6 +608,49 @@ class mpi_communicator : public communicator_ops<mpi_communicator, host_backend>
   }
 
  private:
+  /// `split`'s gather of every rank's (marker, color, key) without
+  /// verify_calls: returns once every rank is in split with a color >= 0,
+  /// else fails every rank alike (the communicator stays usable when only
+  /// a color was negative).
+  void gather_split_markers(int color, int key) const {
+    // On the heap: a gather that times out stays posted, its buffers MPI's
+    // until the others come (then they are left to the end of the job).
+    struct gathered {
+      std::int32_t mine[3];
+      std::vector<std::int32_t> all;
+    };
+    auto buffers = std::make_unique<gathered>(gathered{{split_marker, color, key}, {}});
+    buffers->all.resize(3 * static_cast<std::size_t>(size()));
+    comm_call gather;
+    gather.op = comm_op::all_gather;
+    gather.type = comm_type::int32;
+    gather.send = buffers->mine;
+    gather.recv = buffers->all.data();
+    gather.count = 3;
+    try {
+      state().run_call(gather);
+    } catch (...) {
+      (void)buffers.release();
+      throw;
+    }
+    for (int r = 0; r < size(); ++r) {
+      if (buffers->all[3 * static_cast<std::size_t>(r)] == split_marker) continue;
+      const std::string why = "split met another call from rank " + std::to_string(r);
+      state().mark_unusable(gather, why);
+      throw error(describe() + ": " + why + " (every rank must call split together); the communicator is unusable "
+                  "from now on");
+    }
+    std::string negative;  // "rank 1 gave -1", for the first 16 ranks with a negative color
+    int count = 0;
+    for (int r = 0; r < size(); ++r) {
+      const std::int32_t c = buffers->all[3 * static_cast<std::size_t>(r) + 1];
+      if (c >= 0 || ++count > 16) continue;
+      negative += (negative.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " gave " + std::to_string(c));
+    }
+    if (count > 16) negative += " and " + std::to_string(count - 16) + " more";
+    if (count > 0) throw error(describe() + ": split color must be >= 0: " + negative);
+  }
+
   explicit mpi_communicator(std::shared_ptr<detail::mpi_comm_state> state) : state_(std::move(state)) {}
   const detail::mpi_comm_state& state() const {
     expects(state_ != nullptr, "use of a moved-from mpi_communicator");

@@ -44,6 +44,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -497,5 +498,50 @@ class thread_communicator : public communicator_ops<thread_communicator, host_ba
 
 static_assert(CommunicatorOf<thread_communicator, host_backend>,
               "thread_communicator must satisfy memo::Communicator over host_backend");
+
+/// Plays a new group of `ranks` ranks on as many threads of this process:
+/// `body(communicator)` runs on each thread with its rank's communicator
+/// (`communicator.rank()` says which), and this returns once every thread
+/// has ended. A rank that throws fails its peers' collectives (the
+/// group's guarantees above), so every thread ends; then the ranks'
+/// failures are one `memo::error`, each rank's message named ("rank 1:
+/// ...; rank 0: ..."), the first thrown first. A thread that cannot be
+/// started counts as its rank's failure; the started ones are still
+/// joined.
+template <class Body>
+void run_thread_group(int ranks, Body&& body, thread_communicator::options config = {}) {
+  std::vector<thread_communicator> comms = thread_communicator::create_group(ranks, std::move(config));
+  std::mutex mutex;
+  std::vector<std::string> failures;  // "rank r: message", in the order they were thrown
+  auto fail = [&](int rank, const std::string& message) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    failures.push_back("rank " + std::to_string(rank) + ": " + message);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    try {
+      threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
+        try {
+          body(comm);
+        } catch (const error& e) {
+          fail(r, e.message());
+        } catch (const std::exception& e) {
+          fail(r, e.what());
+        } catch (...) {
+          fail(r, "an exception that is not a std::exception");
+        }
+      });
+    } catch (const std::exception& e) {
+      // Its communicator went with the closure: the peers' waits for it fail.
+      fail(r, std::string("its thread could not start: ") + e.what());
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (failures.empty()) return;
+  std::string text;
+  for (const std::string& f : failures) text += (text.empty() ? "" : "; ") + f;
+  throw error(text);
+}
 
 }  // namespace memo

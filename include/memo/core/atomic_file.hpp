@@ -39,6 +39,7 @@
 #include <unistd.h>    // fsync, close, getpid, access, fchown (POSIX)
 
 #include "memo/core/error.hpp"
+#include "memo/core/text.hpp"
 
 namespace memo {
 
@@ -46,7 +47,9 @@ namespace detail {
 
 inline std::string errno_text(int code) { return std::generic_category().message(code); }
 
-inline std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
+/// A path in quotes as error messages show it (shown_path: control bytes
+/// escaped, cut past 256 characters).
+inline std::string quoted(const std::filesystem::path& path) { return "'" + shown_path(path) + "'"; }
 
 /// `path` made absolute with "." and ".." resolved by name (no link
 /// followed); nullopt when the working directory cannot be read.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "memo/core/error.hpp"
+#include "memo/core/text.hpp"
 
 namespace memo {
 
@@ -100,10 +101,7 @@ class json_writer {
       out_ += "null";
       return *this;
     }
-    char text[64];
-    const auto [end, failed] = std::to_chars(text, text + sizeof text, number);
-    expects(failed == std::errc{}, "json_writer: a number did not fit its text buffer");
-    out_.append(text, end);
+    out_ += detail::shortest(number);
     return *this;
   }
 

@@ -87,6 +87,15 @@ inline std::string quote(std::string_view text, std::size_t shown = 64) {
   return out;
 }
 
+/// The shortest text that reads back as `number` ("0.5", "1e+300").
+template <class Real>
+std::string shortest(Real number) {
+  char text[64];
+  const auto [end, failed] = std::to_chars(text, text + sizeof text, number);
+  if (failed != std::errc{}) return std::to_string(number);  // cannot happen: 64 characters hold any double
+  return std::string(text, end);
+}
+
 /// A path as error messages show it: control bytes escaped, cut past 256
 /// characters (a file name is input too).
 inline std::string shown_path(const std::filesystem::path& path) { return quote(path.string(), 256); }

@@ -100,8 +100,10 @@
 // Errors. Ranks given different configs or options fail on every rank at
 // the constructor's first collectives, which gather them
 // (gpt2_parallel_agreement), naming each difference; ranks given different
-// token windows fail on every rank once the step is done (each step
-// gathers the digests of every rank's inputs and targets). Every shape that does
+// token windows, or a token outside the vocabulary on some rank, fail on
+// every rank once the step is done (each step gathers the digests of
+// every rank's inputs and targets; a rank with such a token steps on
+// token 0, so the step itself reads no memory it should not). Every shape that does
 // not split (ranks, heads, layers, context, chunks, subsequences) and every
 // offload ratio outside [0, 1] (or a count other than one per subsequence)
 // is a memo::error raised on every rank before any other collective,
@@ -713,9 +715,23 @@ class gpt2_parallel_model {
 
   /// After a step: every rank was given the same window (the same error on
   /// every rank otherwise: each holds every rank's digest).
-  void check_windows_agree() const {
+  /// The window digest of a rank given a token outside the vocabulary
+  /// (a real window's digest that equals it is changed in its last bit).
+  static constexpr std::uint64_t invalid_window = 0x6261642d746f6b6eull;  // "bad-tokn"
+
+  void check_windows_agree() {
     if (world_->size() == 1) return;
     const std::span<const std::uint64_t> all(host_digests_.data() + 1, window_digest_words() - 1);
+    if (!invalid_tokens_.empty()) throw error(std::exchange(invalid_tokens_, {}) + " (every rank fails this step)");
+    std::string given;  // the ranks given a token outside the vocabulary
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r] == invalid_window) given += (given.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (!given.empty()) {
+      throw error("gpt2_parallel_model: token ids outside the vocabulary [0, " + std::to_string(config_.vocab_size) +
+                  ") were given to rank(s) " + given + " (each names the first); this step's loss and gradients are "
+                  "not valid");
+    }
     expects(std::all_of(all.begin(), all.end(), [&](std::uint64_t d) { return d == all[0]; }), [&] {
       return "gpt2_parallel_model: the ranks were given different token windows in one forward_backward (every "
              "rank must be given the same whole sequence of inputs and targets; this step's loss and gradients "
@@ -890,15 +906,27 @@ class gpt2_parallel_model {
       return "gpt2_parallel_model: " + std::to_string(inputs.size()) + " inputs and " +
              std::to_string(targets.size()) + " targets given, the context is " + std::to_string(T);
     });
-    for (std::size_t t = 0; t < T; ++t) {
+    invalid_tokens_.clear();
+    for (std::size_t t = 0; t < T && invalid_tokens_.empty(); ++t) {
       for (const auto& [what, id] : {std::pair{"input", inputs[t]}, std::pair{"target", targets[t]}}) {
-        expects(id >= 0 && id < config_.vocab_size, [&] {
-          return std::string("gpt2_parallel_model: ") + what + " token " + std::to_string(id) + " at position " +
-                 std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")";
-        });
+        if (id >= 0 && id < config_.vocab_size) continue;
+        invalid_tokens_ = std::string("gpt2_parallel_model: ") + what + " token " + std::to_string(id) +
+                          " at position " + std::to_string(t) + " is outside the vocabulary [0, " +
+                          std::to_string(config_.vocab_size) + ")";
+        break;
       }
     }
-    host_digests_.data()[0] = digest{}.add(inputs).add(targets).value();
+    // Alone, refused at once. Among ranks, the others may have been given
+    // valid windows and would wait for this rank in the step's collectives:
+    // the step runs on token 0 everywhere and every rank fails once it is
+    // done (check_windows_agree), as for windows that differ.
+    if (!invalid_tokens_.empty() && world_->size() == 1) throw error(std::exchange(invalid_tokens_, {}));
+    if (!invalid_tokens_.empty()) {
+      substitute_tokens_.assign(T, 0);
+      inputs = targets = substitute_tokens_;
+    }
+    const std::uint64_t window = digest{}.add(inputs).add(targets).value();
+    host_digests_.data()[0] = !invalid_tokens_.empty() ? invalid_window : window == invalid_window ? window ^ 1 : window;
     layout_->shuffle<std::int32_t>(inputs, sp_rank_, host_inputs_.span());
     layout_->shuffle<std::int32_t>(targets, sp_rank_, host_targets_.span());
     const std::int64_t Tl = shape_.local_tokens;
@@ -994,8 +1022,8 @@ class gpt2_parallel_model {
     }
   }
 
-  /// f(local chunk k, its first local row, its first global position) for
-  /// the chunks of local rows [r0, r1).
+  /// f(first local row, first global position) of each chunk of local rows
+  /// [r0, r1).
   template <class F>
   void for_each_chunk(std::int64_t r0, std::int64_t r1, F f) const {
     const std::int64_t c = shape_.layout_chunk;
@@ -1236,6 +1264,8 @@ class gpt2_parallel_model {
   pinned_floats host_losses_;                       // [T]: gathered, in the ranks' local orders
   pinned_ints host_inputs_, host_targets_, host_ids_;  // [T / S]
   pinned_words host_digests_;  // the step's window digest, then every rank's: [1 + P]
+  std::string invalid_tokens_;                  // this step's first token outside the vocabulary, if any
+  std::vector<std::int32_t> substitute_tokens_;  // the window a rank given such a token steps on
   pinned_longs host_order_, host_starts_;
   pinned_bytes attention_pinned_;                   // host K/V of every layer (kv_offload)
   std::vector<float> global_losses_;                // [T]: in sequence order

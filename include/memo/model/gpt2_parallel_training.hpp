@@ -64,13 +64,14 @@ struct gpt2_parallel_training {
 /// The error for a step whose loss is not finite: every later step and a
 /// checkpoint would hold garbage (and the checkpoint could replace a good
 /// one), so training stops there. It names the caller's line.
-inline error training_diverged(std::int64_t step, float loss, double learning_rate, bool checkpoint_asked,
+inline error training_diverged(std::int64_t step, float loss, const ops::adamw_config& adamw, bool checkpoint_asked,
                                std::source_location where = std::source_location::current()) {
-  char text[160];
+  char text[224];
   std::snprintf(text, sizeof text,
-                "step %lld: the loss is %s, training diverged (non-finite weights, or a learning rate of %g "
-                "too large for this model)",
-                static_cast<long long>(step), std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", learning_rate);
+                "step %lld: the loss is %s, training diverged (non-finite weights, or a learning rate of %g or a "
+                "weight decay of %g too large for this model)",
+                static_cast<long long>(step), std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+                adamw.learning_rate, adamw.weight_decay);
   return error(std::string(text) + (checkpoint_asked ? "; no checkpoint written" : ""), where);
 }
 
@@ -119,7 +120,8 @@ std::vector<gpt2_rank_figures> gather_rank_figures(B& backend, Comm& world, cons
 /// What every rank of a training run must be given alike (besides the
 /// model's config and options, which the model checks): the steps, the
 /// optimizer, the initialisation or the parameters (their digest), the
-/// loss ranges reported, and what is written. A rank given other steps
+/// loss ranges reported, and what is written (and where: rank 0 writes the
+/// checkpoint, so a path another rank was given would be ignored). A rank given other steps
 /// or a checkpoint to write would issue other collectives; another
 /// learning rate would leave the ranks of a stage with different weights;
 /// a range one rank refuses would fail that rank alone mid-run; other
@@ -145,6 +147,8 @@ inline std::vector<agreed_value> gpt2_parallel_training_agreement(const gpt2_par
           {"parameter count", run.parameters.size()},
           {"parameter values", digest{}.add(run.parameters).value(), agreed_value::kind::digest},
           {"checkpoint_out given", !run.checkpoint_out.empty(), boolean},
+          {"checkpoint_out path", digest{}.add(std::span<const char>(run.checkpoint_out)).value(),
+           agreed_value::kind::digest},
           {"json", run.json, boolean}};
 }
 
@@ -225,7 +229,7 @@ std::vector<double> train_gpt2_parallel(B& backend, Comm& world, const gpt2_conf
     next(std::span<std::int32_t>(inputs), std::span<std::int32_t>(targets));
     const auto t0 = clock::now();
     const float loss = model.train_step(inputs, targets, run.adamw);
-    if (!std::isfinite(loss)) throw training_diverged(step, loss, run.adamw.learning_rate, !run.checkpoint_out.empty());
+    if (!std::isfinite(loss)) throw training_diverged(step, loss, run.adamw, !run.checkpoint_out.empty());
     const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
     const communication_totals comm = model.step_communication();
     interval_seconds += seconds, total_step += seconds;

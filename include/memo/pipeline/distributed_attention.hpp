@@ -55,10 +55,16 @@
 //
 // Memory: `required_bytes(shape, P)` sizes four regions (two-phase, like
 // chunked_causal_attention): the workspace (all-to-all buffers and the
-// sharded Q, O, dO, dQ of the longest run) is only used inside a call, so
-// objects called in turn on one stream may share it; the state (sharded
-// K, V, dK, dV of the whole sequence, or of the longest run with the host
-// carry) may be shared the same way unless `keep_state` without it; so may
+// sharded Q, O, dO, dQ of the longest run) is only used inside a call of
+// the run API (forward_queries, backward_queries), so objects called in
+// turn on one stream may share it; the state (sharded K, V, dK, dV of the
+// whole sequence, or of the longest run with the host carry) may be
+// shared the same way unless `keep_state` without it. The whole-sequence
+// pair is the exception: backward() reads the sharded Q, O and
+// log-sum-exp forward() left in the workspace and the K/V in the state,
+// so an object that uses it owns both regions from forward() until
+// backward() returns (a run call in between is refused by backward()). So
+// may
 // the attention's device scratch (Q/K/V and carry slots with offload): as
 // a plain region (its copies start after what the stream enqueued before
 // the call), or as a `chunked_attention_scratch` built for
@@ -250,7 +256,8 @@ class distributed_attention {
   /// (overwritten, not accumulated).
   void backward(stream_type& on, tensor_view<const float, 3> dout, tensor_view<float, 3> dq, tensor_view<float, 3> dk,
                 tensor_view<float, 3> dv) {
-    expects(saved_, "distributed attention: backward() before any forward()");
+    expects(saved_, "distributed attention: backward() needs the whole-sequence forward() just before it (none "
+                    "yet, or a run call since, which overwrote what it saved)");
     expect_dense(dout, shape_.heads, "dout"), expect_dense(dq, shape_.heads, "dq");
     expect_dense(dk, shape_.kv_heads, "dk"), expect_dense(dv, shape_.kv_heads, "dv");
     for (auto* g : {&dq, &dk, &dv}) {
@@ -280,6 +287,7 @@ class distributed_attention {
                        tensor_view<const float, 3> k, tensor_view<const float, 3> v, tensor_view<float, 3> o,
                        tensor_view<float, 2> lse) {
     const run r = checked_run(rows, "forward_queries");
+    saved_ = false;  // this run overwrites what a whole-sequence forward() left for backward()
     expect_run_view(q, shape_.heads, r, "q"), expect_run_view(k, shape_.kv_heads, r, "k");
     expect_run_view(v, shape_.kv_heads, r, "v"), expect_run_view(o, shape_.heads, r, "o");
     const tensor_view<float, 2> run_lse = lse_of_run(lse, r);
@@ -344,6 +352,7 @@ class distributed_attention {
                         tensor_view<const float, 3> dout, tensor_view<const float, 2> lse, tensor_view<float, 3> dq,
                         tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
     const run r = checked_run(rows, "backward_queries");
+    saved_ = false;  // as in forward_queries
     if (!shape_.offload) expect_run_view(q, shape_.heads, r, "q");
     expect_run_view(o, shape_.heads, r, "o");
     expect_run_view(dout, shape_.heads, r, "dout"), expect_run_view(dq, shape_.heads, r, "dq");

@@ -1,14 +1,18 @@
 // memo/pipeline/fpdt_shuffle.hpp
 //
-// FPDT's rank-ordinal chunk layout (section 4.1, Figure 4). A sequence of
+// FPDT's rank-ordinal chunk layout (section 4.1, Figure 6). A sequence of
 // T = P u c tokens is cut into P u chunks of c tokens; rank r of P holds
 // the u chunks r, r + P, r + 2P, ... (its local chunk j is global chunk
 // j P + r). The all-to-all of local chunk j (scatter heads, gather
 // sequence) then hands every rank global chunks j P .. j P + P - 1 in rank
 // order, which are the contiguous tokens [j P c, (j + 1) P c): the causal
-// attention of "chunk group" j needs K/V of groups 0 .. j only, and every
-// rank does the same amount of attention work at every step (a contiguous
-// split would give the last rank all the long rows).
+// attention of "chunk group" j needs K/V of groups 0 .. j only, so the
+// plain causal mask holds group by group. With a contiguous split (rank r
+// holding chunks r u .. r u + u - 1) the all-to-all of local chunk j would
+// gather chunks j, j + u, j + 2u, ..., whose mask must be built chunk by
+// chunk (the paper's example: T_5 attends to T_0 and T_4 only); letting
+// one rank at a time scatter its chunks keeps the order but loads the
+// links unevenly (FPDT section 4.1).
 //
 // `fpdt_layout` maps between a rank's local token order and the global
 // order, and shuffles/unshuffles any per-token data (tokens, targets,

@@ -18,9 +18,10 @@
 // compute time of one subsequence. alpha_i is one instance of MEMO's alpha
 // LP (swap/alpha_solver.hpp, equations (2) and (3)) with nothing offloaded
 // whole (K/V stay), S_others = A_i, T_layer = the balanced compute time and
-// the host budget shared evenly by the N subsequences; the LP also caps
-// alpha_i at 1 and at the host budget, so a short subsequence whose A_i is
-// below M_threshold goes to the host whole.
+// the host budget shared evenly by the N subsequences, solved by its closed
+// form (alpha_closed_form, which the alpha solver's tests hold equal to
+// the LP); it also caps alpha_i at 1 and at the host budget, so a short
+// subsequence whose A_i is below M_threshold goes to the host whole.
 //
 // Note on order: the paper writes s_0 <= s_1 <= ... and alpha_0 >= alpha_1
 // >= ...; the FLOPs-balanced partition for causal attention

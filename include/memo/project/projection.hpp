@@ -469,11 +469,18 @@ inline void check_counts(const projection& r) {
   });
 }
 
+/// `d` with its planned arena (skeletal + transient, as a static plan
+/// places them) and a caching allocator's reserve for the same requests.
+inline memory_breakdown arranged(memory_breakdown d) {
+  d.planned_arena = d.skeletal + d.transient;
+  d.caching_reserve = caching_fragmentation * d.planned_arena;
+  return d;
+}
+
 /// The first memory `d` and `host_per_node` overflow on `c` (device memory,
 /// then host memory), or nullopt when both fit.
 inline std::optional<resource> memory_limit(memory_breakdown d, double host_per_node, const cluster& c) {
-  d.planned_arena = d.skeletal + d.transient;
-  d.caching_reserve = caching_fragmentation * d.planned_arena;
+  d = arranged(d);
   if (d.total() > c.profile.device_memory_bytes) return resource::device_memory;
   if (host_per_node > c.profile.host_memory_bytes) return resource::host_memory;
   return std::nullopt;
@@ -513,8 +520,7 @@ inline void finish(projection& r, const model_shape& m, const cluster& c, double
   r.tokens_per_gpu_per_second = r.sequence * r.chosen.dp / gpu_seconds;
   r.mfu = m.model_flops(r.sequence) * r.chosen.dp / (gpu_seconds * c.profile.peak_flops);
   r.hfu = hardware_flops * r.chosen.dp / (gpu_seconds * c.profile.peak_flops);
-  r.device.planned_arena = r.device.skeletal + r.device.transient;
-  r.device.caching_reserve = caching_fragmentation * r.device.planned_arena;
+  r.device = arranged(r.device);
   check_counts(r);
   r.limit = memory_limit(r.device, r.host_per_node, c);
   r.shortfalls.clear();

@@ -61,10 +61,10 @@
 // owner and their dK/dV out again (reported as communication: the pieces
 // of the stage that takes part in the most). The classifier is added
 // once. A multiplexed pipeline's GPUs also hold what they compute for
-// other stages (`split_helper_bytes`: those stages' weights and
+// other stages (`split_helper_bytes_by_stage`: those stages' weights and
 // gradients, the pieces' activations, the K/V before a Right-SP phase),
-// at the busiest stage; the plain pipeline is kept where that does not
-// fit.
+// added to each stage's own memory, at the stage where the sum is the
+// most; the plain pipeline is kept where that does not fit.
 #pragma once
 
 #include <algorithm>
@@ -171,7 +171,7 @@ struct split_helper_memory {
   [[nodiscard]] double total() const { return params + grads + activations; }
 };
 
-/// The most a GPU of any stage holds as a helper of the other stages' split
+/// What a GPU of each stage holds as a helper of the other stages' split
 /// pieces (see split_piece_handover_bytes), all at once: what a Left-SP
 /// piece keeps lives from its forward at the step's start to its backward
 /// at the end, and every Right-SP piece's from the end of the forwards to
@@ -183,10 +183,11 @@ struct split_helper_memory {
 /// a Right-SP phase, the K/V of every earlier token and their dK/dV.
 /// `owner_parameters(i)`: the parameters of stage i.
 template <class Parameters>
-split_helper_memory split_helper_bytes(const sequence_partition& part, int pp, int sp, double skeletal_bytes,
-                                       double kv_bytes, Parameters owner_parameters) {
+std::vector<split_helper_memory> split_helper_bytes_by_stage(const sequence_partition& part, int pp, int sp,
+                                                             double skeletal_bytes, double kv_bytes,
+                                                             Parameters owner_parameters) {
   const int n = static_cast<int>(part.count());
-  split_helper_memory most;
+  std::vector<split_helper_memory> out;
   for (int stage = 0; stage < pp; ++stage) {
     split_helper_memory held;
     auto help = [&](int owner, int k, int first_j, int last_j, double tokens_before) {
@@ -203,9 +204,73 @@ split_helper_memory split_helper_bytes(const sequence_partition& part, int pp, i
         help(owner, owner + 1, n - owner, n, static_cast<double>(part.begin(static_cast<std::size_t>(n - owner))));
       }
     }
+    out.push_back(held);
+  }
+  return out;
+}
+
+/// The most of split_helper_bytes_by_stage: what the busiest helper holds.
+template <class Parameters>
+split_helper_memory split_helper_bytes(const sequence_partition& part, int pp, int sp, double skeletal_bytes,
+                                       double kv_bytes, Parameters owner_parameters) {
+  split_helper_memory most;
+  for (const split_helper_memory& held :
+       split_helper_bytes_by_stage(part, pp, sp, skeletal_bytes, kv_bytes, owner_parameters)) {
     if (held.total() > most.total()) most = held;
   }
   return most;
+}
+
+/// Where copies of a pipeline of `gpus` GPUs run: one inside a node (any
+/// SP x PP up to the node's GPUs) runs beside others of its node, up to
+/// `per_node` of them on each node (whole nodes hold node / gpus, a partial
+/// node what it can); one over more GPUs than a node runs on whole nodes.
+struct sppo_copy_placement {
+  int whole_nodes = 0;  ///< nodes of gpus_per_node GPUs
+  int most = 0;         ///< copies a whole node holds (0: copies span whole nodes)
+  int partial = 0;      ///< copies the partial node holds
+
+  sppo_copy_placement(const cluster& c, int gpus) : whole_nodes(c.gpus / c.gpus_per_node) {
+    if (gpus > c.gpus_per_node) return;
+    most = c.gpus_per_node / gpus;
+    partial = (c.gpus % c.gpus_per_node) / gpus;
+  }
+  /// Copies the cluster holds with at most `per_node` to a node.
+  [[nodiscard]] std::int64_t copies(int per_node) const {
+    return static_cast<std::int64_t>(whole_nodes) * std::min(per_node, most) + std::min(per_node, partial);
+  }
+  /// The copies a node holds when `replicas` are spread as evenly as the
+  /// nodes hold them (the fewest to a node that place them all).
+  [[nodiscard]] int per_node(int replicas) const {
+    if (whole_nodes == 0) return replicas;
+    // Up to `partial` to a node every node, the partial one too; beyond, whole nodes only.
+    const std::int64_t even = static_cast<std::int64_t>(whole_nodes + 1) * partial;
+    if (replicas <= even) return static_cast<int>((replicas + whole_nodes) / (whole_nodes + 1));
+    return static_cast<int>((replicas - partial + whole_nodes - 1) / whole_nodes);
+  }
+};
+
+/// The copy counts tried for pipelines of `gpus` GPUs (see
+/// sppo_copy_placement), the most first: over whole nodes, as many as fit
+/// or one; inside a node, as many as fit with 1, 2, 4, ... copies to a
+/// node and as many as a node holds, or one with the rest idle (the copies
+/// of a node share its host memory, so fewer to a node may reach a longer
+/// sequence, and one to each node as far as one alone). `pinned`: that
+/// count alone, if the cluster holds it.
+inline std::vector<int> sppo_copy_counts(const cluster& c, int gpus, std::optional<int> pinned = std::nullopt) {
+  const sppo_copy_placement place(c, gpus);
+  const std::int64_t most =
+      place.most == 0 ? c.gpus / gpus : place.copies(place.most);  // at most 2^20 (cluster::check)
+  if (pinned) return *pinned >= 1 && *pinned <= most ? std::vector<int>{*pinned} : std::vector<int>{};
+  std::vector<int> out{static_cast<int>(most)};
+  if (place.most > 0) {
+    int below = 1;
+    while (below * 2 < place.most) below *= 2;
+    for (int per_node = below; per_node >= 1; per_node /= 2) out.push_back(static_cast<int>(place.copies(per_node)));
+  }
+  out.push_back(1);
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 /// Which pipeline a SPPO step is timed with.
@@ -292,11 +357,14 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // other stages' shares of its [s_j / SP, h] rows across the range, over
   // the inter-node link unless the range's GPUs share a node.
   const int per_node = c.gpus_in_a_node();
-  // The GPUs of the fullest node that work (copies fill nodes one after
-  // another; the others idle and use no host memory).
+  // The GPUs of the fullest node that work: copies inside a node spread
+  // over the nodes as evenly as they fit (sppo_copy_placement), a pipeline
+  // over whole nodes keeps them busy; the others idle and use no host
+  // memory.
   const int pipeline_gpus = sp * pp;
-  const int busy_in_a_node = std::min(pipeline_gpus <= per_node ? per_node / pipeline_gpus * pipeline_gpus : per_node,
-                                      c.gpus_in_a_node(pipeline_gpus * replicas));
+  const int busy_in_a_node = pipeline_gpus > per_node
+                                 ? per_node
+                                 : sppo_copy_placement(c, pipeline_gpus).per_node(replicas) * pipeline_gpus;
   auto in_one_node = [sp, per_node](int first, int k) {
     const int first_gpu = first * sp, last_gpu = (first + k) * sp - 1;
     return first_gpu / per_node == last_gpu / per_node;
@@ -335,6 +403,17 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   const double working = widest * (2 * h / sp + 4 * mlp_width / sp + (sp > 1 ? 2 * h : 0.0) + 2 * h);
   const double loss = widest * (loss_bytes_per_logit * m.vocab / sp + (sp > 1 ? 2 * h : 0.0) + 2 * h);
   d.transient = std::max(working, loss);
+  // A GPU of another stage than the last: no loss; of a middle stage: no
+  // embedding or classifier either (its parameters, gradients, states).
+  auto own_memory = [&d, &owner_weights, stage_parameters, working, loss, sp, pp, replicas](int stage) {
+    memory_breakdown own = d;
+    if (stage != pp - 1) own.transient -= std::max(working, loss) - working;
+    const double missing = stage_parameters - owner_weights(stage);
+    own.params -= 2 * missing / sp;
+    own.grads -= 4 * missing / sp;
+    own.optimizer -= 12 * missing / (static_cast<double>(sp) * replicas);
+    return own;
+  };
   // The offload plan is closed form per subsequence, so it is made on the
   // hopeless path too (on its equal-length partition): the host memory the
   // setting would fill is reported whether or not the device holds it.
@@ -377,18 +456,23 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   // `project` ranks them by is how close they come to fitting, not their
   // time).
   bool fits = !memory_limit(d, r.host_per_node, c);
-  // A multiplexed pipeline's helpers also hold what they compute for other
-  // stages (split_helper_bytes): the same breakdown plus that, at the
-  // busiest stage (added to the fullest stage's own memory even where the
-  // two are different stages: an overestimate there). SPPO 6.2 says multiplexing adds no memory; it does not
-  // say where the pieces' weights, activations and K/V live.
+  // A multiplexed pipeline's GPUs also hold what they compute for other
+  // stages (split_helper_bytes_by_stage): each stage's own memory plus
+  // that, at the stage where the sum is the most. SPPO 6.2 says
+  // multiplexing adds no memory; it does not say where the pieces'
+  // weights, activations and K/V live.
   memory_breakdown helped = d;
   if (options.multiplexed) {
-    const split_helper_memory helper =
-        split_helper_bytes(part, pp, sp, layers * skeletal_per_token, layers * kv_per_token, owner_weights);
-    helped.params += helper.params;
-    helped.grads += helper.grads;
-    helped.skeletal += helper.activations;
+    const std::vector<split_helper_memory> helpers =
+        split_helper_bytes_by_stage(part, pp, sp, layers * skeletal_per_token, layers * kv_per_token, owner_weights);
+    for (int stage = 0; stage < pp; ++stage) {
+      const split_helper_memory& helper = helpers[static_cast<std::size_t>(stage)];
+      memory_breakdown both = own_memory(stage);
+      both.params += helper.params;
+      both.grads += helper.grads;
+      both.skeletal += helper.activations;
+      if (stage == 0 || arranged(both).total() > arranged(helped).total()) helped = both;
+    }
   }
   const bool fits_multiplexed = options.multiplexed && !memory_limit(helped, r.host_per_node, c);
   if (pipeline == sppo_pipeline::multiplexed && options.multiplexed) d = helped, fits = fits_multiplexed;
@@ -459,11 +543,11 @@ inline std::vector<int> sppo_subsequence_counts(double s, int pp) {
 /// length (PP would not divide the layers, SP the heads, or the GPUs are
 /// not whole nodes), copies of smaller pipelines run data-parallel (DP):
 /// each copy inside a node (any SP x PP up to the node) or on whole nodes
-/// (SP dividing a node), as many as the GPUs hold or one, the remaining
-/// GPUs idle; so more GPUs of a node do not fit a shorter sequence (one
-/// pipeline over every GPU: the node's host memory is shared by more GPUs,
-/// which can). With `simulate` false, only the N
-/// needing the least memory, timed by the closed form (whether some
+/// (SP dividing a node), the counts of sppo_copy_counts (a pinned DP: any
+/// the GPUs hold), the remaining GPUs idle; so more GPUs of a node do not
+/// fit a shorter sequence (one pipeline over every GPU: the node's host
+/// memory is shared by more GPUs, which can). With `simulate` false, only
+/// the N needing the least memory, timed by the closed form (whether some
 /// setting fits is the same either way). Only the SP and PP of `pin` are
 /// tried when it has them (so the fastest setting that prunes the
 /// simulation of slower ones is one of them); its N is the only one tried,
@@ -566,9 +650,9 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
   // Otherwise copies of smaller pipelines: up to a node's GPUs (as many
   // copies to a node as it holds whole, a partial node what it can; SP
   // then need not divide the node) or a whole number of nodes (each stage
-  // inside one: SP divides the node). As many copies as fit, or one with
-  // the other GPUs idle: the copies of a node share its host memory, so
-  // one copy may reach further than all of them.
+  // inside one: SP divides the node), as many as sppo_copy_counts tries:
+  // the copies of a node share its host memory, so fewer to a node may
+  // reach further than all of them.
   if (!one_pipeline) {
     const int node = c.gpus_per_node;
     bool refused = false;  // an SP the model does not split over was tried (its reason is kept once)
@@ -579,10 +663,7 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
       for (int pp = 1; static_cast<std::int64_t>(sp) * pp < c.gpus; ++pp) {
         const int gpus = sp * pp;
         if (m.layers % pp != 0 || (gpus > node && (gpus % node != 0 || node % sp != 0))) continue;
-        const int replicas =
-            gpus <= node ? (c.gpus / node) * (node / gpus) + (c.gpus % node) / gpus : c.gpus / gpus;
-        add_pipelines(sp, pp, replicas);
-        if (replicas > 1) add_pipelines(sp, pp, 1);
+        for (const int replicas : sppo_copy_counts(c, gpus, pin.dp)) add_pipelines(sp, pp, replicas);
         if (!m.splits_over(sp)) break;
       }
     }
@@ -604,8 +685,8 @@ inline std::vector<projection> sppo_settings(strategy kind, const model_shape& m
           one_pipeline ? "SP must divide the GPUs of a node (" + std::to_string(per_node) +
                              ") and SP x PP use every GPU (copies run only where no one pipeline can)"
                        : "copies need SP x PP up to a node (" + std::to_string(c.gpus_per_node) +
-                             " GPUs) or whole nodes with SP dividing a node, and DP 1 or as many as the GPUs "
-                             "hold",
+                             " GPUs) or whole nodes with SP dividing a node, and DP at most as many as the "
+                             "GPUs hold",
           shape.empty() ? std::string("every SP") : shape.text());
     }
     if (!whole_nodes) {

@@ -1,0 +1,139 @@
+// memo/core/command_line.hpp
+//
+// What the command lines of memo's programs (tools, benches, examples) do
+// alike, written once:
+//
+//   - `command_arguments` reads argv one option at a time; an option's
+//     value is read as a bounded integer or number, and a missing,
+//     malformed or out-of-range value, or an unknown option, is a
+//     `usage_error` naming the option, the value (quoted: control and
+//     non-ASCII bytes escaped) and the bound it broke;
+//   - `run_command` runs a program's body and gives one exit status per
+//     outcome: 0 done, 1 the run failed (stderr: "<tool>: error: <why>",
+//     a memo::error's message without where it was raised),
+//     2 a usage error (stderr: "<tool>: <why>" and the usage text); an
+//     exception never escapes main, and a report that did not reach
+//     stdout makes the status 1 (`finish_report`).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "memo/core/error.hpp"
+#include "memo/core/report_output.hpp"
+#include "memo/core/text.hpp"
+
+namespace memo {
+
+/// A command line that does not say what a program accepts (exit status 2).
+class usage_error : public error {
+ public:
+  using error::error;
+};
+
+/// argv after the program's name, one option at a time.
+class command_arguments {
+ public:
+  command_arguments(int argc, char** argv) : argc_(argc), argv_(argv) {}
+
+  /// Whether every argument has been read.
+  [[nodiscard]] bool done() const { return next_ >= argc_; }
+
+  /// The next argument (the option the value readers below belong to).
+  std::string_view next() {
+    expects(!done(), "command_arguments: next() past the last argument");
+    option_ = argv_[next_++];
+    return option_;
+  }
+
+  /// The value following the current option.
+  std::string_view value() {
+    if (done()) throw usage_error(std::string(option_) + " needs a value");
+    return argv_[next_++];
+  }
+
+  /// The value as an integer in [low, high].
+  template <class Int>
+  Int integer(Int low, Int high = std::numeric_limits<Int>::max()) {
+    const std::string_view text = value();
+    const std::optional<Int> v = detail::parse_integer<Int>(text);
+    if (!v || *v < low || *v > high) {
+      throw usage_error(std::string(option_) + " '" + detail::quote(text) + "' is not an integer in [" +
+                        std::to_string(low) + ", " + std::to_string(high) + "]");
+    }
+    return *v;
+  }
+
+  /// The value as a decimal number in [low, high] (no infinity or NaN).
+  double number(double low, double high = std::numeric_limits<double>::max()) {
+    const std::string_view text = value();
+    const std::optional<double> v = detail::parse_decimal(text);
+    if (!v) throw usage_error(std::string(option_) + " " + detail::decimal_problem(text));
+    if (*v < low || *v > high) {
+      throw usage_error(std::string(option_) + " '" + detail::quote(text) + "' is not a number in [" +
+                        detail::shortest(low) + ", " + detail::shortest(high) + "]");
+    }
+    return *v;
+  }
+
+  /// For a program whose one option is `flag`: whether it was given (a
+  /// usage error for any other argument).
+  bool only(std::string_view flag) {
+    bool given = false;
+    while (!done()) {
+      if (next() != flag) unknown();
+      given = true;
+    }
+    return given;
+  }
+
+  /// For a program that takes no arguments: a usage error naming the first, if any.
+  void none() {
+    if (done()) return;
+    (void)next();
+    unknown();
+  }
+
+  /// A usage error for the current argument, which the program does not know.
+  [[noreturn]] void unknown() const {
+    throw usage_error("unknown argument '" + detail::quote(option_) + "'");
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int next_ = 1;
+  std::string_view option_;
+};
+
+/// Runs `body` (returning the exit status) as a program's main (see the
+/// header comment): `usage` is printed after a usage error's message.
+template <class Body>
+int run_command(std::string_view tool, std::string_view usage, Body&& body) noexcept {
+  int status = 1;
+  try {
+    status = body();
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "%.*s: %s\n%.*s", static_cast<int>(tool.size()), tool.data(), e.message().c_str(),
+                 static_cast<int>(usage.size()), usage.data());
+    status = 2;
+  } catch (const error& e) {  // the message, without where memo raised it
+    std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()), tool.data(), e.message().c_str());
+    status = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()), tool.data(), e.what());
+    status = 1;
+  } catch (...) {
+    std::fprintf(stderr, "%.*s: error: an exception that is not a std::exception\n", static_cast<int>(tool.size()),
+                 tool.data());
+    status = 1;
+  }
+  return finish_report(tool, status);
+}
+
+}  // namespace memo
