@@ -100,38 +100,27 @@ int bench_main(int argc, char** argv) {
   std::int64_t min_tokens = 0;
   std::int64_t only_head_dim = 0;  // 0: both
   std::int64_t max_tokens = 65536;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  memo::command_arguments args(argc, argv);
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--json") {
       json = true;
-    } else if (arg == "--head-dim" && i + 1 < argc) {
-      const auto d = memo::detail::parse_integer<std::int64_t>(argv[++i]);
-      if (!d || (*d != 64 && *d != 128)) {
-        std::fprintf(stderr, "attention_bench: --head-dim '%s' is not 64 or 128\n", argv[i]);
-        return 2;
+    } else if (arg == "--head-dim") {
+      only_head_dim = args.integer<std::int64_t>(64, 128);
+      if (only_head_dim != 64 && only_head_dim != 128) {
+        throw memo::usage_error("--head-dim " + std::to_string(only_head_dim) + " is not 64 or 128");
       }
-      only_head_dim = *d;
-    } else if ((arg == "--max-tokens" || arg == "--min-tokens") && i + 1 < argc) {
-      const auto n = memo::detail::parse_integer<std::int64_t>(argv[++i]);
-      if (!n || *n < 1) {
-        std::fprintf(stderr, "attention_bench: %s '%s' is not a positive integer\n", arg.c_str(), argv[i]);
-        return 2;
-      }
-      (arg == "--max-tokens" ? max_tokens : min_tokens) = *n;
+    } else if (arg == "--max-tokens" || arg == "--min-tokens") {
+      (arg == "--max-tokens" ? max_tokens : min_tokens) = args.integer<std::int64_t>(1);
     } else {
-      std::fprintf(stderr,
-                   "usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N] "
-                   "[--head-dim 64|128]\n");
-      return 2;
+      args.unknown();
     }
   }
-
   if (min_tokens > max_tokens) {
-    std::fprintf(stderr, "attention_bench: --min-tokens %lld is above --max-tokens %lld: no length to time\n",
-                 static_cast<long long>(min_tokens), static_cast<long long>(max_tokens));
-    return 2;
+    throw memo::usage_error("--min-tokens " + std::to_string(min_tokens) + " is above --max-tokens " +
+                            std::to_string(max_tokens) + ": no length to time");
   }
   memo::host_backend backend;
   auto stream = backend.make_stream("compute");
@@ -264,5 +253,8 @@ int bench_main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  return memo::run_command("attention_bench", "", [&] { return bench_main(argc, argv); });
+  return memo::run_command("attention_bench",
+                           "usage: attention_bench [--quick] [--json] [--min-tokens N] [--max-tokens N] "
+                           "[--head-dim 64|128]\n",
+                           [&] { return bench_main(argc, argv); });
 }

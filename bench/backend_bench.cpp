@@ -82,15 +82,15 @@ void keep_copying(memo::host_backend& backend, memo::host_backend::stream& strea
 int bench_main(int argc, char** argv) {
   bool quick = false;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  memo::command_arguments args(argc, argv);
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--json") {
       json = true;
     } else {
-      std::fprintf(stderr, "usage: backend_bench [--quick] [--json]\n");
-      return 2;
+      args.unknown();
     }
   }
 
@@ -226,5 +226,6 @@ int bench_main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  return memo::run_command("backend_bench", "", [&] { return bench_main(argc, argv); });
+  return memo::run_command("backend_bench", "usage: backend_bench [--quick] [--json]\n",
+                           [&] { return bench_main(argc, argv); });
 }

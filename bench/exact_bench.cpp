@@ -39,6 +39,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -375,7 +377,8 @@ void save_problem(const std::string& path, const dsa_problem& p) {
   for (const auto& b : p.buffers) {
     out << b.id << ',' << b.lower << ',' << b.upper << ',' << b.size_bytes << ',' << b.alignment << '\n';
   }
-  if (!out) std::fprintf(stderr, "exact_bench: could not write %s\n", path.c_str());
+  out.close();
+  if (!out) throw memo::error("exact_bench: could not write '" + memo::detail::shown_path(path) + "'");
 }
 
 double ratio(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b); }
@@ -474,9 +477,16 @@ int bench_main(int argc, char** argv) {
   std::string save_dir;
   std::size_t only_buffers = 0;
   unsigned threads = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
+  std::optional<double> limit_given, trace_limit_given;
+  std::optional<int> seeds_given;
+  memo::command_arguments args(argc, argv);
+  auto text = [&] {
+    const std::string_view value = args.value();
+    if (value.empty()) throw memo::usage_error("an empty value is not a name");
+    return std::string(value);
+  };
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--json") {
       json = true;
     } else if (arg == "--quick") {
@@ -485,34 +495,26 @@ int bench_main(int argc, char** argv) {
       ablation = false;
     } else if (arg == "--no-traces") {
       traces = false;
-    } else if (arg == "--time-limit" && has_value) {
-      limit = std::stod(argv[++i]);
-    } else if (arg == "--trace-limit" && has_value) {
-      trace_limit = std::stod(argv[++i]);
-    } else if (arg == "--seeds" && has_value) {
-      seeds = std::stoi(argv[++i]);
-    } else if (arg == "--seed-base" && has_value) {
-      seed_base = std::stoi(argv[++i]);
+    } else if (arg == "--time-limit") {
+      limit_given = args.number(0.0, 86400.0);
+    } else if (arg == "--trace-limit") {
+      trace_limit_given = args.number(0.0, 86400.0);
+    } else if (arg == "--seeds") {
+      seeds_given = args.integer<int>(1, 1'000'000);
+    } else if (arg == "--seed-base") {
+      seed_base = args.integer<int>(0, 1'000'000'000);
     } else if (arg == "--each") {
       each = true;
-    } else if (arg == "--save" && has_value) {
-      save_dir = argv[++i];
-    } else if (arg == "--family" && has_value) {
-      only_family = argv[++i];
-    } else if (arg == "--threads" && has_value) {
-      threads = static_cast<unsigned>(std::stoul(argv[++i]));
-      if (threads < 1 || threads > 256) {
-        std::fprintf(stderr, "exact_bench: --threads must be in [1, 256]\n");
-        return 2;
-      }
-    } else if (arg == "--buffers" && has_value) {
-      only_buffers = static_cast<std::size_t>(std::stoul(argv[++i]));
+    } else if (arg == "--save") {
+      save_dir = text();
+    } else if (arg == "--family") {
+      only_family = text();
+    } else if (arg == "--threads") {
+      threads = args.integer<unsigned>(1, 256);
+    } else if (arg == "--buffers") {
+      only_buffers = args.integer<std::size_t>(1, 100'000'000);
     } else {
-      std::fprintf(stderr,
-                   "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B] [--family NAME] "
-                   "[--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] [--save DIR]\n"
-                   "                   [--threads N]\n");
-      return 2;
+      args.unknown();
     }
   }
   std::vector<std::size_t> sizes = {100, 300, 1000};
@@ -527,9 +529,20 @@ int bench_main(int argc, char** argv) {
     mixed_small_sizes = {10};
     trace_sizes = {4000};
     seeds = 1;
-    limit = std::min(limit, 0.3);
-    trace_limit = std::min(trace_limit, 0.5);
+    limit = 0.3;
+    trace_limit = 0.5;
     ablation_limit = 0.1;
+  }
+  // What the command line gives wins over --quick's values.
+  limit = limit_given.value_or(limit);
+  trace_limit = trace_limit_given.value_or(trace_limit);
+  seeds = seeds_given.value_or(seeds);
+  const char* families[] = {"random-sparse", "random-medium", "random-dense", "mixed-align", "nested", "gpt"};
+  if (!only_family.empty() && only_family != "cut" && only_family != "trace" &&
+      std::find(std::begin(families), std::end(families), only_family) == std::end(families)) {
+    std::string known = "cut, trace";
+    for (const char* f : families) known += std::string(", ") + f;
+    throw memo::usage_error("--family '" + memo::detail::quote(only_family) + "' is none of " + known);
   }
   auto wanted = [&](const std::string& f, std::size_t n) {
     return (only_family.empty() || only_family == f) && (only_buffers == 0 || only_buffers == n);
@@ -538,7 +551,6 @@ int bench_main(int argc, char** argv) {
   all.threads = threads;
   std::vector<run> runs;
   if (!json) print_header("Families (time limit per instance; fit = capacity at the lower bound)");
-  const char* families[] = {"random-sparse", "random-medium", "random-dense", "mixed-align", "nested", "gpt"};
   auto run_group = [&](const std::string& f, const std::string& mode, std::size_t n) {
     const std::size_t first = runs.size();
     for (int seed = seed_base; seed < seed_base + seeds; ++seed) {
@@ -586,6 +598,12 @@ int bench_main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+  }
+  if (runs.empty() && trace_runs.empty()) {
+    throw memo::usage_error("no instance has " +
+                            (only_family.empty() ? std::string("any family") : "family " + only_family) +
+                            (only_buffers == 0 ? std::string() : " and " + std::to_string(only_buffers) + " buffers") +
+                            (traces ? std::string() : " (--no-traces)") + (quick ? " at --quick's sizes" : ""));
   }
   // Ablation: each switch off in turn, interleaved per instance.
   std::vector<run> ablation_runs;
@@ -679,5 +697,9 @@ int bench_main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  return memo::run_command("exact_bench", "", [&] { return bench_main(argc, argv); });
+  return memo::run_command("exact_bench",
+                           "usage: exact_bench [--quick] [--json] [--time-limit S] [--seeds K] [--seed-base B] "
+                           "[--family NAME] [--buffers N] [--trace-limit S] [--no-ablation] [--no-traces] [--each] "
+                           "[--save DIR] [--threads N]\n",
+                           [&] { return bench_main(argc, argv); });
 }

@@ -187,28 +187,24 @@ constexpr const char* usage =
 /// every option given.
 bench_shape parse_args(int argc, char** argv, bool& json, bool& quick) {
   memo::command_arguments args(argc, argv);
-  std::vector<std::pair<int bench_shape::*, int>> given;
+  memo::shape_options<bench_shape> sizes({{"--layers", &bench_shape::layers},
+                                          {"--context", &bench_shape::context},
+                                          {"--channels", &bench_shape::channels},
+                                          {"--heads", &bench_shape::heads},
+                                          {"--rounds", &bench_shape::rounds},
+                                          {"--steps-per-round", &bench_shape::steps_per_round}},
+                                         1, 1'000'000);
   while (!args.done()) {
     const std::string_view arg = args.next();
-    const auto field = arg == "--layers"            ? &bench_shape::layers
-                       : arg == "--context"         ? &bench_shape::context
-                       : arg == "--channels"        ? &bench_shape::channels
-                       : arg == "--heads"           ? &bench_shape::heads
-                       : arg == "--rounds"          ? &bench_shape::rounds
-                       : arg == "--steps-per-round" ? &bench_shape::steps_per_round
-                                                    : nullptr;
     if (arg == "--json") {
       json = true;
     } else if (arg == "--quick") {
       quick = true;
-    } else if (field != nullptr) {
-      given.emplace_back(field, args.integer<int>(1, 1'000'000));
-    } else {
+    } else if (!sizes.read(args, arg)) {
       args.unknown();
     }
   }
-  bench_shape shape = quick ? bench_shape{4, 128, 32, 2, 5, 1} : bench_shape{};
-  for (const auto& [field, value] : given) shape.*field = value;
+  const bench_shape shape = sizes.applied(quick ? bench_shape{4, 128, 32, 2, 5, 1} : bench_shape{});
   if (shape.layers < 3) throw memo::usage_error("--layers must be at least 3 (two are never swapped)");
   if (shape.rounds < 5) throw memo::usage_error("--rounds must be at least 5");
   return shape;

@@ -150,24 +150,24 @@ std::vector<scaling_row> heuristic_scaling(std::mt19937_64& rng, const std::vect
 
 int bench_main(int argc, char** argv) {
   bool quick = false, json = false;
-  double time_limit = 10.0;
+  std::optional<double> time_limit_given;
   std::uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+  memo::command_arguments args(argc, argv);
+  while (!args.done()) {
+    const std::string_view a = args.next();
     if (a == "--quick") {
       quick = true;
     } else if (a == "--json") {
       json = true;
-    } else if (a == "--time-limit" && i + 1 < argc) {
-      time_limit = std::atof(argv[++i]);
-    } else if (a == "--seed" && i + 1 < argc) {
-      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--time-limit") {
+      time_limit_given = args.number(0.0, 86400.0);
+    } else if (a == "--seed") {
+      seed = args.integer<std::uint64_t>(0);
     } else {
-      std::cerr << "usage: plan_bench [--quick] [--json] [--time-limit S] [--seed N]\n";
-      return 2;
+      args.unknown();
     }
   }
-  if (quick) time_limit = std::min(time_limit, 1.0);
+  const double time_limit = time_limit_given.value_or(quick ? 1.0 : 10.0);
 
   try {
     std::mt19937_64 rng(seed);
@@ -375,5 +375,6 @@ int bench_main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  return memo::run_command("plan_bench", "", [&] { return bench_main(argc, argv); });
+  return memo::run_command("plan_bench", "usage: plan_bench [--quick] [--json] [--time-limit S] [--seed N]\n",
+                           [&] { return bench_main(argc, argv); });
 }

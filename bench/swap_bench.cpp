@@ -58,6 +58,7 @@ int main() {
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/backend/buffer.hpp"
@@ -290,49 +291,44 @@ void write_spread(memo::json_writer& json, std::string_view key, spread s, doubl
   json.end_object();
 }
 
-int parse_args(int argc, char** argv, bench_shape& shape, bool& json, bool& quick) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+constexpr const char* usage =
+    "usage: swap_bench [--json] [--quick] [--layers N] [--tokens N] [--hidden N] [--window N] [--rounds N]\n"
+    "--quick runs 5 layers of 1024 tokens, hidden 32, window 256, in 5 rounds; the other options, in any "
+    "order, change that.\n";
+
+/// The shape the command line asks for: --quick's or the default one, then
+/// every option given.
+bench_shape parse_args(int argc, char** argv, bool& json, bool& quick) {
+  memo::command_arguments args(argc, argv);
+  memo::shape_options<bench_shape> sizes({{"--layers", &bench_shape::layers},
+                                          {"--tokens", &bench_shape::tokens},
+                                          {"--hidden", &bench_shape::hidden},
+                                          {"--window", &bench_shape::window},
+                                          {"--rounds", &bench_shape::rounds}},
+                                         1, 1'000'000);
+  while (!args.done()) {
+    const std::string_view arg = args.next();
     if (arg == "--json") {
       json = true;
     } else if (arg == "--quick") {
       quick = true;
-      shape = {5, 1024, 32, 256, 5};
-    } else if ((arg == "--layers" || arg == "--tokens" || arg == "--hidden" || arg == "--window" ||
-                arg == "--rounds") &&
-               i + 1 < argc) {
-      char* end = nullptr;
-      const long value = std::strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || value < 1 || value > 1'000'000) {
-        std::fprintf(stderr, "swap_bench: %s needs a positive integer, got '%s'\n", arg.c_str(), argv[i]);
-        return 2;
-      }
-      int& field = arg == "--layers" ? shape.layers
-                   : arg == "--tokens" ? shape.tokens
-                   : arg == "--hidden" ? shape.hidden
-                   : arg == "--window" ? shape.window
-                                       : shape.rounds;
-      field = static_cast<int>(value);
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--json] [--quick] [--layers N] [--tokens N] [--hidden N] [--window N] [--rounds N]\n",
-                   argv[0]);
-      return 2;
+    } else if (!sizes.read(args, arg)) {
+      args.unknown();
     }
   }
-  return 0;
+  const bench_shape shape = sizes.applied(quick ? bench_shape{5, 1024, 32, 256, 5} : bench_shape{});
+  if (shape.layers < 3) throw memo::usage_error("--layers must be at least 3 (two are never swapped)");
+  if (shape.rounds < 5) throw memo::usage_error("--rounds must be at least 5");
+  return shape;
 }
 
 }  // namespace
 
 int bench_main(int argc, char** argv) {
-  bench_shape shape;
   bool json = false;
   bool quick = false;
-  if (const int status = parse_args(argc, argv, shape, json, quick); status != 0) return status;
+  const bench_shape shape = parse_args(argc, argv, json, quick);
   try {
-    memo::expects(shape.layers >= 3, "swap_bench: --layers must be at least 3 (two are never swapped)");
-    memo::expects(shape.rounds >= 5, "swap_bench: --rounds must be at least 5");
     const auto n = static_cast<std::size_t>(shape.layers);
     const memo::skeletal_layout layout = synthetic_layout(shape);
     const double layer_bytes = static_cast<double>(layout.layer_bytes());
@@ -566,7 +562,7 @@ int bench_main(int argc, char** argv) {
 
 
 int main(int argc, char** argv) {
-  return memo::run_command("swap_bench", "", [&] { return bench_main(argc, argv); });
+  return memo::run_command("swap_bench", usage, [&] { return bench_main(argc, argv); });
 }
 
 #endif  // MEMO_HAS_LPSOLVE

@@ -58,6 +58,8 @@ int example_main(int argc, char** argv) {
       json = true;
     } else if (arg.starts_with("--") || directory) {
       args.unknown();
+    } else if (arg.empty()) {
+      throw memo::usage_error("an empty output directory (give '.' for this one)");
     } else {
       directory = std::string(arg);
     }

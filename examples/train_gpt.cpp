@@ -155,12 +155,7 @@ struct options {
 template <class Int>
 Int parse_int(std::string_view option, std::string_view text, Int low,
               Int high = std::numeric_limits<std::int32_t>::max()) {
-  const std::optional<Int> value = memo::detail::parse_integer<Int>(text);
-  if (!value || *value < low || *value > high) {
-    throw usage_error(std::string(option) + " '" + memo::detail::quote(text) + "' is not an integer in [" +
-                      std::to_string(low) + ", " + std::to_string(high) + "]");
-  }
-  return *value;
+  return memo::integer_option<Int>(option, text, low, high);
 }
 
 double parse_number(std::string_view option, const std::string& text) {
@@ -233,11 +228,11 @@ options parse(int argc, char** argv) {
       // trains from, and far above it fp32 overflows without a finite loss
       // ever telling (the layernorms' variance).
       if (!(*o.init_std > 0.0 && *o.init_std <= 1.0)) {
-        throw usage_error("--init-std '" + text + "' is not a number in (0, 1]");
+        throw usage_error("--init-std '" + memo::detail::quote(text) + "' is not a number in (0, 1]");
       }
     } else if (arg == "--task") {
       const std::string text = value();
-      if (text != "recall" && text != "copy") throw usage_error("--task '" + text + "' is not 'recall' or 'copy'");
+      if (text != "recall" && text != "copy") throw usage_error("--task '" + memo::detail::quote(text) + "' is not 'recall' or 'copy'");
       o.task = text == "recall" ? builtin_task::recall : builtin_task::copy;
     } else if (arg == "--keys") {
       o.keys = parse_int<std::int64_t>(arg, value(), 1, 65536);
@@ -274,18 +269,18 @@ options parse(int argc, char** argv) {
         }
       } else {
         const double a = parse_number(arg, text);
-        if (a > 1.0) throw usage_error("--alpha '" + text + "' is not 'auto' or a number in [0, 1]");
+        if (a > 1.0) throw usage_error("--alpha '" + memo::detail::quote(text) + "' is not 'auto' or a number in [0, 1]");
         o.alpha = a;
       }
     } else if (arg == "--kv-offload") {
       const std::string text = value();
-      if (text != "on" && text != "off") throw usage_error("--kv-offload '" + text + "' is not 'on' or 'off'");
+      if (text != "on" && text != "off") throw usage_error("--kv-offload '" + memo::detail::quote(text) + "' is not 'on' or 'off'");
       o.kv_offload = text == "on";
     } else if (arg == "--device-budget") {
       const std::string text = value();
       const auto bytes = memo::detail::parse_bytes(text);
       if (!bytes || *bytes == 0) {
-        throw usage_error("--device-budget '" + text +
+        throw usage_error("--device-budget '" + memo::detail::quote(text) +
                           "' is not a positive byte count (digits, optionally KiB, MiB, GiB or TiB)");
       }
       o.device_budget = *bytes;
@@ -302,7 +297,7 @@ options parse(int argc, char** argv) {
     } else if (arg == "--partition") {
       const std::string text = value();
       if (text != "balanced" && text != "equal") {
-        throw usage_error("--partition '" + text + "' is not 'balanced' or 'equal'");
+        throw usage_error("--partition '" + memo::detail::quote(text) + "' is not 'balanced' or 'equal'");
       }
       o.equal_subsequences = text == "equal";
     } else if (arg == "--sequence-chunk") {
@@ -310,7 +305,7 @@ options parse(int argc, char** argv) {
     } else if (arg == "--overlap-reduction") {
       const std::string text(value());
       if (text != "on" && text != "off") {
-        throw usage_error("--overlap-reduction '" + text + "' is not 'on' or 'off'");
+        throw usage_error("--overlap-reduction '" + memo::detail::quote(text) + "' is not 'on' or 'off'");
       }
       o.overlap_reduction = text == "on";
     } else if (arg == "--verify-collectives") {
@@ -323,7 +318,7 @@ options parse(int argc, char** argv) {
     } else if (arg == "--device-memory" || arg == "--memory-budget") {
       throw usage_error("unknown option '" + std::string(arg) + "' (a device-memory budget is --device-budget BYTES)");
     } else {
-      throw usage_error("unknown option '" + std::string(arg) + "'");
+      throw usage_error("unknown option '" + memo::detail::quote(arg) + "'");
     }
   }
   if (o.shape_given && !o.checkpoint_in.empty()) {
@@ -361,19 +356,20 @@ options parse(int argc, char** argv) {
     for (const auto& [input, in_path] : inputs) {
       if (std::string_view(output) == "--checkpoint-out" && std::string_view(input) == "--checkpoint-in") continue;
       if (same_file(*out_path, *in_path)) {
-        throw usage_error(std::string(output) + " '" + *out_path + "' is the " + input + " file: writing it would destroy it");
+        throw usage_error(std::string(output) + " '" + memo::detail::shown_path(*out_path) + "' is the " + input +
+                          " file: writing it would destroy it");
       }
     }
   }
   if (same_file(o.checkpoint_out, o.timeline)) {
-    throw usage_error("--checkpoint-out and --timeline name the same file '" + o.timeline + "'");
+    throw usage_error("--checkpoint-out and --timeline name the same file '" + memo::detail::shown_path(o.timeline) + "'");
   }
   // With --json stdout holds exactly one JSON object; a file written there
   // would be mixed into it.
   for (const auto& [output, path] :
        {std::pair{"--checkpoint-out", &o.checkpoint_out}, std::pair{"--timeline", &o.timeline}}) {
     if (o.json && memo::names_standard_output(*path)) {
-      throw usage_error(std::string(output) + " '" + *path +
+      throw usage_error(std::string(output) + " '" + memo::detail::shown_path(*path) +
                         "' is standard output, where --json prints the run: write the file elsewhere");
     }
   }
@@ -633,7 +629,7 @@ std::vector<double> sppo_alpha_auto(const memo::gpt2_config& config, const memo:
     problem.host_budget_bytes = host / static_cast<std::uint64_t>(world.size());
     alpha = memo::plan_sppo_offload(problem).alpha;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: rank 0: --alpha auto: %s\n", e.what());
+    std::fprintf(stderr, "train_gpt: rank 0: --alpha auto: %s\n", memo::message_of(e).c_str());
     alpha.assign(alpha.size(), std::numeric_limits<double>::quiet_NaN());
   }
   MPI_Bcast(alpha.data(), static_cast<int>(alpha.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -665,7 +661,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     const bool verify = std::string_view(e.what()).find("verify_calls") != std::string_view::npos;
-    std::fprintf(stderr, "train_gpt: rank %d: %s%s\n", rank, e.what(),
+    std::fprintf(stderr, "train_gpt: rank %d: %s%s\n", rank, memo::message_of(e).c_str(),
                  verify ? " (give --verify-collectives to every rank, or to none)" : "");
     std::fflush(stderr);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -718,7 +714,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
       }
     }
   } catch (const memo::error& e) {
-    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), memo::message_of(e).c_str());
     std::fflush(stderr);
     MPI_Barrier(MPI_COMM_WORLD);
     return 1;
@@ -744,7 +740,7 @@ int run_across_ranks(const options& o, const memo::gpt2_config& config, training
   } catch (const std::exception& e) {
     // Past the checks every rank made alike, a failure may leave the other
     // ranks inside a collective: end the whole job rather than hang it.
-    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), e.what());
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", world.rank(), memo::message_of(e).c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -838,6 +838,7 @@ int main(int argc, char** argv) {
   // is the run's, so this is what a user sees per buffer).
   mallopt(M_ARENA_MAX, 1);
 #endif
+  memo::report_broken_pipes();
   try {
     const arguments args = parse_arguments(argc, argv);
     if (args.help) {
@@ -848,7 +849,7 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {
     const int status = fail(argc, argv, e.message(), 2);
     std::cerr << "memo-plan: " << e.message() << "\n" << usage_text;
-    return status;
+    return finish(status);
   } catch (const memo::error& e) {
     const int status = fail(argc, argv, e.message(), 1);
     std::cerr << "memo-plan: error: " << e.message() << "\n";

@@ -623,6 +623,7 @@ int finish(int status) { return memo::finish_report("memo-project", status); }
 }  // namespace
 
 int main(int argc, char** argv) {
+  memo::report_broken_pipes();
   try {
     const auto args = parse_arguments(argc, argv);
     if (args.help) {

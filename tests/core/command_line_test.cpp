@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -116,6 +117,68 @@ TEST_CASE("run_command: one exit status per outcome, and the reason on stderr") 
   CHECK(failed.second == "tool: error: the file is gone\n");  // the message, not where memo raised it
   const auto other = run_captured([]() -> int { throw std::runtime_error("out of threads"); });
   CHECK(other == std::pair<int, std::string>{1, "tool: error: out of threads\n"});
+  // --help where the program does not read it: the usage on stdout, status 0.
+  argv_of help({"--help"});
+  const auto asked = run_captured([&] {
+    memo::command_arguments(help.argc(), help.argv()).none();
+    return 1;
+  });
+  CHECK(asked == std::pair<int, std::string>{0, ""});
   const auto odd = run_captured([]() -> int { throw 42; });
   CHECK(odd == std::pair<int, std::string>{1, "tool: error: an exception that is not a std::exception\n"});
+}
+
+TEST_CASE("shape_options: integer fields in any order, applied over a base chosen afterwards") {
+  struct shape {
+    int layers = 6, tokens = 2048;
+  };
+  auto parse = [](std::vector<std::string> words, bool& quick) {
+    argv_of a(std::move(words));
+    memo::command_arguments args(a.argc(), a.argv());
+    memo::shape_options<shape> sizes({{"--layers", &shape::layers}, {"--tokens", &shape::tokens}}, 1, 100000);
+    while (!args.done()) {
+      const std::string_view arg = args.next();
+      if (arg == "--quick") {
+        quick = true;
+      } else if (!sizes.read(args, arg)) {
+        args.unknown();
+      }
+    }
+    return sizes.applied(quick ? shape{4, 128} : shape{});
+  };
+  for (const auto& words : {std::vector<std::string>{"--layers", "9", "--quick"},
+                            std::vector<std::string>{"--quick", "--layers", "9"}}) {
+    bool quick = false;
+    const shape s = parse(words, quick);
+    CHECK(quick);
+    CHECK(s.layers == 9);
+    CHECK(s.tokens == 128);  // quick's, not the default's
+  }
+  bool quick = false;
+  const shape twice = parse({"--tokens", "5", "--tokens", "7"}, quick);
+  CHECK(twice.tokens == 7);
+  CHECK(twice.layers == 6);
+  CHECK(usage_error_of({"--tokens", "100001"}, [](memo::command_arguments& a) {
+          memo::shape_options<shape> sizes({{"--tokens", &shape::tokens}}, 1, 100000);
+          (void)sizes.read(a, a.next());
+        }) == "--tokens '100001' is not an integer in [1, 100000]");
+}
+
+TEST_CASE("run_command: a report written into a pipe nobody reads is an error, not a silent SIGPIPE") {
+  int ends[2];
+  REQUIRE(pipe(ends) == 0);
+  close(ends[0]);  // the reader is gone
+  std::fflush(stdout);
+  const int saved = dup(fileno(stdout));
+  REQUIRE(dup2(ends[1], fileno(stdout)) >= 0);
+  close(ends[1]);
+  const auto outcome = run_captured([] {
+    std::printf("a report\n");
+    return 0;
+  });
+  std::clearerr(stdout);
+  std::cout.clear();  // the failed flush marked both streams
+  REQUIRE(dup2(saved, fileno(stdout)) >= 0);
+  close(saved);
+  CHECK(outcome == std::pair<int, std::string>{1, "tool: error: writing the report to standard output failed\n"});
 }

@@ -47,9 +47,10 @@ TEST_CASE("sppo: settings obey section 6.1's restrictions") {
     CHECK(static_cast<int>(r.chosen.alpha_i.size()) == r.chosen.subsequences);
   }
   // Not whole nodes (6 GPUs, 4 a node): copies of pipelines up to a node,
-  // as many as the GPUs hold (4 GPUs: one; 2: three; 1: six), as many with
-  // 1, 2, 4, ... copies to a node (2 GPUs: one to a node, 2; 1 GPU: 2 or 4
-  // to a node, the partial node holding 2: 4, 2), or one with the rest idle.
+  // as many as the GPUs hold (4 GPUs: one; 2: three; 1: six), as many as
+  // 1, 2, 4, ... copies to a node give (2 GPUs: one to a node, 2; 1 GPU,
+  // the partial node holding 2: one to a node 2, two 4), or one with the
+  // rest idle.
   const auto copies = mp::detail::sppo_settings(mp::strategy::sppo, small, node(6), 131072);
   REQUIRE_FALSE(copies.empty());
   std::map<int, std::set<int>> counts;  // GPUs of a copy -> the DP tried

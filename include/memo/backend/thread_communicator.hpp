@@ -505,9 +505,9 @@ static_assert(CommunicatorOf<thread_communicator, host_backend>,
 /// has ended. A rank that throws fails its peers' collectives (the
 /// group's guarantees above), so every thread ends; then the ranks'
 /// failures are one `memo::error`, each rank's message named ("rank 1:
-/// ...; rank 0: ..."), the first thrown first. A thread that cannot be
-/// started counts as its rank's failure; the started ones are still
-/// joined.
+/// ...; rank 0: ..."), in the order they were caught. A thread that cannot
+/// be started counts as its rank's failure; the started ones are still
+/// joined. `body` runs on every thread at once.
 template <class Body>
 void run_thread_group(int ranks, Body&& body, thread_communicator::options config = {}) {
   std::vector<thread_communicator> comms = thread_communicator::create_group(ranks, std::move(config));
@@ -524,10 +524,8 @@ void run_thread_group(int ranks, Body&& body, thread_communicator::options confi
       threads.emplace_back([&, r, comm = std::move(comms[static_cast<std::size_t>(r)])]() mutable {
         try {
           body(comm);
-        } catch (const error& e) {
-          fail(r, e.message());
         } catch (const std::exception& e) {
-          fail(r, e.what());
+          fail(r, message_of(e));
         } catch (...) {
           fail(r, "an exception that is not a std::exception");
         }

@@ -72,6 +72,19 @@ class error : public std::runtime_error {
   std::optional<long> status_;
 };
 
+/// What a user is shown of `e`: a memo::error's message (and a foreign
+/// library's status), without where memo raised it; another exception's
+/// what().
+inline std::string message_of(const std::exception& e) {
+  const auto* raised = dynamic_cast<const error*>(&e);
+  if (raised == nullptr) return e.what();
+  std::string text = raised->message();
+  if (raised->status()) {
+    text += " [" + std::string(raised->domain()) + " status " + std::to_string(*raised->status()) + "]";
+  }
+  return text;
+}
+
 /// A count (bytes, elements, a cost) that does not fit the integer that
 /// holds it: the input is too large to count, not malformed. Code that
 /// weighs many candidates (memo-project's settings) sets the one that threw

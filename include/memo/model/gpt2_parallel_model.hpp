@@ -713,12 +713,13 @@ class gpt2_parallel_model {
   /// and targets, gathered over the world to check that they agree).
   [[nodiscard]] std::size_t window_digest_words() const { return 1 + static_cast<std::size_t>(world_->size()); }
 
-  /// After a step: every rank was given the same window (the same error on
-  /// every rank otherwise: each holds every rank's digest).
   /// The window digest of a rank given a token outside the vocabulary
   /// (a real window's digest that equals it is changed in its last bit).
   static constexpr std::uint64_t invalid_window = 0x6261642d746f6b6eull;  // "bad-tokn"
 
+  /// After a step: every rank was given the same window, with every token
+  /// inside the vocabulary (the same error on every rank otherwise: each
+  /// holds every rank's digest; the rank given such a token names it).
   void check_windows_agree() {
     if (world_->size() == 1) return;
     const std::span<const std::uint64_t> all(host_digests_.data() + 1, window_digest_words() - 1);
@@ -897,9 +898,10 @@ class gpt2_parallel_model {
 
   // ---- a step ----
 
-  /// Checks the whole sequence's ids (every rank alike, so a bad id fails
-  /// every rank before any collective), takes this rank's tokens and groups
-  /// them for the embedding's backward. Returns the number of groups.
+  /// Checks the whole sequence's ids (alone, a bad id is an error at once;
+  /// among ranks, the step runs on token 0 and every rank fails after it,
+  /// check_windows_agree), takes this rank's tokens and groups them for the
+  /// embedding's backward. Returns the number of groups.
   std::int64_t take_tokens(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets) {
     const auto T = static_cast<std::size_t>(shape_.tokens);
     expects(inputs.size() == T && targets.size() == T, [&] {

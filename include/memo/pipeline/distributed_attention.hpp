@@ -287,7 +287,6 @@ class distributed_attention {
                        tensor_view<const float, 3> k, tensor_view<const float, 3> v, tensor_view<float, 3> o,
                        tensor_view<float, 2> lse) {
     const run r = checked_run(rows, "forward_queries");
-    saved_ = false;  // this run overwrites what a whole-sequence forward() left for backward()
     expect_run_view(q, shape_.heads, r, "q"), expect_run_view(k, shape_.kv_heads, r, "k");
     expect_run_view(v, shape_.kv_heads, r, "v"), expect_run_view(o, shape_.heads, r, "o");
     const tensor_view<float, 2> run_lse = lse_of_run(lse, r);
@@ -296,6 +295,7 @@ class distributed_attention {
              " attends to the K/V of earlier runs and carries their dK/dV, which needs keep_state, or offload "
              "with max_run_tokens shorter than the sequence";
     });
+    saved_ = false;  // this run overwrites what a whole-sequence forward() left for backward()
     if (r.first == 0 && state_persists()) {
       zero(on, parts_.dk, Kr_ * shape_.tokens), zero(on, parts_.dv, Kr_ * shape_.tokens);
     }
@@ -352,7 +352,6 @@ class distributed_attention {
                         tensor_view<const float, 3> dout, tensor_view<const float, 2> lse, tensor_view<float, 3> dq,
                         tensor_view<float, 3> dk, tensor_view<float, 3> dv) {
     const run r = checked_run(rows, "backward_queries");
-    saved_ = false;  // as in forward_queries
     if (!shape_.offload) expect_run_view(q, shape_.heads, r, "q");
     expect_run_view(o, shape_.heads, r, "o");
     expect_run_view(dout, shape_.heads, r, "dout"), expect_run_view(dq, shape_.heads, r, "dq");
@@ -361,6 +360,7 @@ class distributed_attention {
     if (resend_kv) expect_run_view(k, shape_.kv_heads, r, "k"), expect_run_view(v, shape_.kv_heads, r, "v");
     const tensor_view<const float, 2> run_lse = lse_of_run(lse, r);
     attention_->expect_backward_run(r.first, r.tokens);  // before any collective
+    saved_ = false;  // as in forward_queries
     begin_exchange(on);
     for (std::int64_t j = r.g0; j < r.g1; ++j) {
       if (!shape_.offload) {

@@ -242,6 +242,10 @@ struct sppo_copy_placement {
   /// The copies a node holds when `replicas` are spread as evenly as the
   /// nodes hold them (the fewest to a node that place them all).
   [[nodiscard]] int per_node(int replicas) const {
+    expects(replicas >= 1 && (most == 0 || replicas <= copies(most)), [&] {
+      return "sppo_copy_placement: " + std::to_string(replicas) + " copies, the nodes hold 1 to " +
+             std::to_string(copies(most));
+    });
     if (whole_nodes == 0) return replicas;
     // Up to `partial` to a node every node, the partial one too; beyond, whole nodes only.
     const std::int64_t even = static_cast<std::int64_t>(whole_nodes + 1) * partial;
@@ -371,7 +375,7 @@ inline projection sppo(strategy kind, const model_shape& m, const cluster& c, do
   };
   // Stage `owner`'s parameters, which running its layers on other stages'
   // GPUs moves there and back (split_piece_handover_bytes) and keeps
-  // there (split_helper_bytes): its layers, and the embedding or the
+  // there (split_helper_bytes_by_stage): its layers, and the embedding or the
   // classifier on the first and the last stage.
   const double embedding = static_cast<double>(m.vocab) * h;
   auto owner_weights = [&, layers](int owner) {
