@@ -24,6 +24,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,7 +39,10 @@ namespace memo {
 /// A command line that does not say what a program accepts (exit status 2).
 class usage_error : public error {
  public:
-  using error::error;
+  // Written out, not inherited: nvcc's front end fails on an inherited
+  // constructor whose default argument is std::source_location::current().
+  explicit usage_error(std::string message, std::source_location where = std::source_location::current())
+      : error(std::move(message), where) {}
 };
 
 /// `--help` where a program takes no such option: `run_command` prints the
